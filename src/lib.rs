@@ -1,0 +1,3 @@
+//! kruntimes-scheduler
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]

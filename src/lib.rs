@@ -1,3 +1,6 @@
 //! kruntimes-scheduler
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+
+pub mod crd;
+pub mod model;

@@ -1,0 +1,258 @@
+//! Runtime Pod facts: capacity from annotations and the candidate rules.
+
+use super::quantity;
+use super::resources::RUNS;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use std::fmt;
+use std::time::Duration;
+
+/// Annotation prefix of a Runtime Pod's logical capacities.
+pub const CAPACITY_PREFIX: &str = "kruntimes.io/capacity.";
+/// Pod condition runtimed keeps fresh; `lastProbeTime` is its heartbeat.
+pub const RUNTIMED_READY: &str = "kruntimes.io/RuntimedReady";
+
+/// Everything the Run scheduler needs to know about a pod; the cache keeps
+/// this instead of the whole Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    pub uid: String,
+    /// Value of the runtime label, if the pod has it.
+    pub runtime: Option<String>,
+    pub phase: Option<String>,
+    pub deleting: bool,
+    pub ready: bool,
+    pub runtimed_ready: bool,
+    /// `lastProbeTime` of the `kruntimes.io/RuntimedReady` condition.
+    pub heartbeat: Option<Timestamp>,
+    /// Declared capacities (positive integers), sorted by name; `runs`
+    /// always present.
+    pub capacity: Vec<(String, u64)>,
+}
+
+/// Why a Runtime Pod is not a candidate (reason `RuntimePodUnavailable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unavailable {
+    NotRunning(Option<String>),
+    Deleting,
+    NotReady,
+    RuntimedNotReady,
+    NoHeartbeat,
+    StaleHeartbeat { age_secs: i64, stale_after_secs: u64 },
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unavailable::NotRunning(p) => write!(f, "pod phase is {}", p.as_deref().unwrap_or("unknown")),
+            Unavailable::Deleting => f.write_str("pod is being deleted"),
+            Unavailable::NotReady => f.write_str("pod is not Ready"),
+            Unavailable::RuntimedNotReady => write!(f, "condition {RUNTIMED_READY} is not True"),
+            Unavailable::NoHeartbeat => write!(f, "condition {RUNTIMED_READY} has no lastProbeTime heartbeat"),
+            Unavailable::StaleHeartbeat { age_secs, stale_after_secs } => {
+                write!(f, "runtimed heartbeat is {age_secs}s old (stale after {stale_after_secs}s)")
+            }
+        }
+    }
+}
+
+impl PodFacts {
+    /// Extracts the facts from a Pod.
+    pub fn from_pod(pod: &Pod, runtime_label_key: &str, default_runs_capacity: u64) -> Self {
+        let meta = &pod.metadata;
+        let runtime = meta.labels.as_ref().and_then(|l| l.get(runtime_label_key)).cloned();
+        let status = pod.status.as_ref();
+        let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+        let cond = |t: &str| conditions.iter().find(|c| c.type_ == t);
+        let ready = cond("Ready").is_some_and(|c| c.status == "True");
+        let rt = cond(RUNTIMED_READY);
+        let capacity = capacity_from_annotations(
+            meta.annotations.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())),
+            default_runs_capacity,
+        );
+        PodFacts {
+            uid: meta.uid.clone().unwrap_or_default(),
+            runtime,
+            phase: status.and_then(|s| s.phase.clone()),
+            deleting: meta.deletion_timestamp.is_some(),
+            ready,
+            runtimed_ready: rt.is_some_and(|c| c.status == "True"),
+            heartbeat: rt.and_then(|c| c.last_probe_time.as_ref()).map(|t| t.0),
+            capacity,
+        }
+    }
+
+    /// The candidate rules of DESIGN section 3 (namespace and runtime label
+    /// are matched by the caller's index): phase Running, not being deleted,
+    /// Ready, `kruntimes.io/RuntimedReady=True` with a heartbeat no older than
+    /// `stale_after`. A heartbeat from the future (clock skew) counts as fresh
+    /// only within the same window.
+    pub fn availability(&self, now: Timestamp, stale_after: Duration) -> Result<(), Unavailable> {
+        if self.phase.as_deref() != Some("Running") {
+            return Err(Unavailable::NotRunning(self.phase.clone()));
+        }
+        if self.deleting {
+            return Err(Unavailable::Deleting);
+        }
+        if !self.ready {
+            return Err(Unavailable::NotReady);
+        }
+        if !self.runtimed_ready {
+            return Err(Unavailable::RuntimedNotReady);
+        }
+        let Some(hb) = self.heartbeat else {
+            return Err(Unavailable::NoHeartbeat);
+        };
+        let age = now.duration_since(hb);
+        let window = SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX);
+        if age > window || age < -window {
+            return Err(Unavailable::StaleHeartbeat {
+                age_secs: age.as_secs(),
+                stale_after_secs: stale_after.as_secs(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Capacities from `kruntimes.io/capacity.<resource>` annotations. Values
+/// that are not positive integers are ignored as if absent; `runs` falls back
+/// to `default_runs` when absent or ignored. Sorted by resource name.
+pub fn capacity_from_annotations<'a>(
+    annotations: impl IntoIterator<Item = (&'a str, &'a str)>,
+    default_runs: u64,
+) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = annotations
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix(CAPACITY_PREFIX)?;
+            if name.is_empty() {
+                return None;
+            }
+            match quantity::parse_amount(v) {
+                Ok(a) if a > 0 => Some((name.to_owned(), a)),
+                _ => None,
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    if default_runs > 0 && !out.iter().any(|(n, _)| n == RUNS) {
+        let pos = out.partition_point(|(n, _)| n.as_str() < RUNS);
+        out.insert(pos, (RUNS.to_owned(), default_runs));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn mk_pod(annotations: &[(&str, &str)], heartbeat: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                labels: Some([("runtime".to_string(), "python".to_string())].into()),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![
+                    PodCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() },
+                    PodCondition {
+                        type_: RUNTIMED_READY.into(),
+                        status: "True".into(),
+                        last_probe_time: heartbeat.map(|h| Time(ts(h))),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    const NOW: &str = "2026-01-01T00:00:30Z";
+    const FRESH: &str = "2026-01-01T00:00:20Z";
+
+    #[test]
+    fn capacity_parsing() {
+        let cap = capacity_from_annotations(
+            [
+                ("kruntimes.io/capacity.gpu", "2"),
+                ("kruntimes.io/capacity.mem", "1Ki"),
+                ("kruntimes.io/capacity.bad", "1.5"),
+                ("kruntimes.io/capacity.neg", "-1"),
+                ("kruntimes.io/capacity.zero", "0"),
+                ("kruntimes.io/capacity.", "3"),
+                ("other/capacity.x", "3"),
+            ],
+            2,
+        );
+        assert_eq!(cap, vec![("gpu".into(), 2), ("mem".into(), 1024), ("runs".into(), 2)]);
+        let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "5")], 2);
+        assert_eq!(cap, vec![("runs".into(), 5)]);
+        let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "zero")], 3);
+        assert_eq!(cap, vec![("runs".into(), 3)]);
+    }
+
+    #[test]
+    fn candidate_rules() {
+        let now = ts(NOW);
+        let stale = Duration::from_secs(15);
+        let facts = |p: &Pod| PodFacts::from_pod(p, "runtime", 2);
+        let ok = mk_pod(&[], Some(FRESH));
+        assert_eq!(facts(&ok).availability(now, stale), Ok(()));
+        assert_eq!(facts(&ok).runtime.as_deref(), Some("python"));
+
+        let mut p = ok.clone();
+        p.status.as_mut().unwrap().phase = Some("Pending".into());
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NotRunning(Some("Pending".into()))));
+
+        let mut p = ok.clone();
+        p.metadata.deletion_timestamp = Some(Time(now));
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::Deleting));
+
+        let mut p = ok.clone();
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NotReady));
+
+        let mut p = ok.clone();
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].status = "Unknown".into();
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::RuntimedNotReady));
+
+        let mut p = ok.clone();
+        p.status.as_mut().unwrap().conditions.as_mut().unwrap().remove(1);
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::RuntimedNotReady));
+
+        let p = mk_pod(&[], None);
+        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NoHeartbeat));
+
+        let p = mk_pod(&[], Some("2026-01-01T00:00:14Z"));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::StaleHeartbeat { age_secs: 16, stale_after_secs: 15 })
+        );
+        let p = mk_pod(&[], Some("2026-01-01T00:00:15Z"));
+        assert_eq!(facts(&p).availability(now, stale), Ok(()), "exactly at the limit is fresh");
+        let p = mk_pod(&[], Some("2026-01-01T00:00:40Z"));
+        assert_eq!(facts(&p).availability(now, stale), Ok(()), "small skew tolerated");
+        let p = mk_pod(&[], Some("2026-01-01T01:00:00Z"));
+        assert!(facts(&p).availability(now, stale).is_err(), "far future is not fresh");
+    }
+
+    #[test]
+    fn unavailable_messages() {
+        let u = Unavailable::StaleHeartbeat { age_secs: 42, stale_after_secs: 15 };
+        assert_eq!(u.to_string(), "runtimed heartbeat is 42s old (stale after 15s)");
+    }
+}

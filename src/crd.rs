@@ -54,7 +54,11 @@ pub struct RunStatus {
     pub phase: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned_pod: Option<String>,
-    #[serde(default, rename = "assignedPodUID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "assignedPodUID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub assigned_pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -67,13 +71,22 @@ pub struct RunStatus {
 impl Run {
     /// The requests map, if any.
     pub fn requests(&self) -> Option<&BTreeMap<String, Quantity>> {
-        self.spec.resources.as_ref().and_then(|r| r.requests.as_ref())
+        self.spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
     }
 }
 
 /// A pool of warm Runtime Pods that execute Runs.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(group = "kruntimes.io", version = "v1alpha1", kind = "Runtime", namespaced, shortname = "krt")]
+#[kube(
+    group = "kruntimes.io",
+    version = "v1alpha1",
+    kind = "Runtime",
+    namespaced,
+    shortname = "krt"
+)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeSpec {
     /// Capacity every pod of this Runtime advertises; the kruntimes

@@ -38,19 +38,33 @@ pub enum Unavailable {
     NotReady,
     RuntimedNotReady,
     NoHeartbeat,
-    StaleHeartbeat { age_secs: i64, stale_after_secs: u64 },
+    StaleHeartbeat {
+        age_secs: i64,
+        stale_after_secs: u64,
+    },
 }
 
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Unavailable::NotRunning(p) => write!(f, "pod phase is {}", p.as_deref().unwrap_or("unknown")),
+            Unavailable::NotRunning(p) => {
+                write!(f, "pod phase is {}", p.as_deref().unwrap_or("unknown"))
+            }
             Unavailable::Deleting => f.write_str("pod is being deleted"),
             Unavailable::NotReady => f.write_str("pod is not Ready"),
             Unavailable::RuntimedNotReady => write!(f, "condition {RUNTIMED_READY} is not True"),
-            Unavailable::NoHeartbeat => write!(f, "condition {RUNTIMED_READY} has no lastProbeTime heartbeat"),
-            Unavailable::StaleHeartbeat { age_secs, stale_after_secs } => {
-                write!(f, "runtimed heartbeat is {age_secs}s old (stale after {stale_after_secs}s)")
+            Unavailable::NoHeartbeat => write!(
+                f,
+                "condition {RUNTIMED_READY} has no lastProbeTime heartbeat"
+            ),
+            Unavailable::StaleHeartbeat {
+                age_secs,
+                stale_after_secs,
+            } => {
+                write!(
+                    f,
+                    "runtimed heartbeat is {age_secs}s old (stale after {stale_after_secs}s)"
+                )
             }
         }
     }
@@ -60,14 +74,21 @@ impl PodFacts {
     /// Extracts the facts from a Pod.
     pub fn from_pod(pod: &Pod, runtime_label_key: &str, default_runs_capacity: u64) -> Self {
         let meta = &pod.metadata;
-        let runtime = meta.labels.as_ref().and_then(|l| l.get(runtime_label_key)).cloned();
+        let runtime = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(runtime_label_key))
+            .cloned();
         let status = pod.status.as_ref();
         let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
         let cond = |t: &str| conditions.iter().find(|c| c.type_ == t);
         let ready = cond("Ready").is_some_and(|c| c.status == "True");
         let rt = cond(RUNTIMED_READY);
         let capacity = capacity_from_annotations(
-            meta.annotations.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())),
+            meta.annotations
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
             default_runs_capacity,
         );
         PodFacts {
@@ -161,14 +182,23 @@ mod tests {
                 namespace: Some("default".into()),
                 uid: Some("u1".into()),
                 labels: Some([("runtime".to_string(), "python".to_string())].into()),
-                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             },
             spec: None,
             status: Some(PodStatus {
                 phase: Some("Running".into()),
                 conditions: Some(vec![
-                    PodCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() },
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
                     PodCondition {
                         type_: RUNTIMED_READY.into(),
                         status: "True".into(),
@@ -198,7 +228,10 @@ mod tests {
             ],
             2,
         );
-        assert_eq!(cap, vec![("gpu".into(), 2), ("mem".into(), 1024), ("runs".into(), 2)]);
+        assert_eq!(
+            cap,
+            vec![("gpu".into(), 2), ("mem".into(), 1024), ("runs".into(), 2)]
+        );
         let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "5")], 2);
         assert_eq!(cap, vec![("runs".into(), 5)]);
         let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "zero")], 3);
@@ -216,43 +249,87 @@ mod tests {
 
         let mut p = ok.clone();
         p.status.as_mut().unwrap().phase = Some("Pending".into());
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NotRunning(Some("Pending".into()))));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::NotRunning(Some("Pending".into())))
+        );
 
         let mut p = ok.clone();
         p.metadata.deletion_timestamp = Some(Time(now));
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::Deleting));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::Deleting)
+        );
 
         let mut p = ok.clone();
         p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NotReady));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::NotReady)
+        );
 
         let mut p = ok.clone();
         p.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].status = "Unknown".into();
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::RuntimedNotReady));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::RuntimedNotReady)
+        );
 
         let mut p = ok.clone();
-        p.status.as_mut().unwrap().conditions.as_mut().unwrap().remove(1);
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::RuntimedNotReady));
+        p.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .remove(1);
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::RuntimedNotReady)
+        );
 
         let p = mk_pod(&[], None);
-        assert_eq!(facts(&p).availability(now, stale), Err(Unavailable::NoHeartbeat));
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Err(Unavailable::NoHeartbeat)
+        );
 
         let p = mk_pod(&[], Some("2026-01-01T00:00:14Z"));
         assert_eq!(
             facts(&p).availability(now, stale),
-            Err(Unavailable::StaleHeartbeat { age_secs: 16, stale_after_secs: 15 })
+            Err(Unavailable::StaleHeartbeat {
+                age_secs: 16,
+                stale_after_secs: 15
+            })
         );
         let p = mk_pod(&[], Some("2026-01-01T00:00:15Z"));
-        assert_eq!(facts(&p).availability(now, stale), Ok(()), "exactly at the limit is fresh");
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Ok(()),
+            "exactly at the limit is fresh"
+        );
         let p = mk_pod(&[], Some("2026-01-01T00:00:40Z"));
-        assert_eq!(facts(&p).availability(now, stale), Ok(()), "small skew tolerated");
+        assert_eq!(
+            facts(&p).availability(now, stale),
+            Ok(()),
+            "small skew tolerated"
+        );
         let p = mk_pod(&[], Some("2026-01-01T01:00:00Z"));
-        assert!(facts(&p).availability(now, stale).is_err(), "far future is not fresh");
+        assert!(
+            facts(&p).availability(now, stale).is_err(),
+            "far future is not fresh"
+        );
     }
 
     #[test]
     fn unavailable_messages() {
-        let u = Unavailable::StaleHeartbeat { age_secs: 42, stale_after_secs: 15 };
-        assert_eq!(u.to_string(), "runtimed heartbeat is 42s old (stale after 15s)");
+        let u = Unavailable::StaleHeartbeat {
+            age_secs: 42,
+            stale_after_secs: 15,
+        };
+        assert_eq!(
+            u.to_string(),
+            "runtimed heartbeat is 42s old (stale after 15s)"
+        );
     }
 }

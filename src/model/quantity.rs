@@ -18,7 +18,9 @@ pub const MAX_AMOUNT: u64 = i64::MAX as u64;
 /// Why a quantity string is not an acceptable integer amount.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
-    #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
     Malformed,
     #[error("must be greater than or equal to 0")]
     Negative,
@@ -94,7 +96,8 @@ pub fn parse(s: &str) -> Result<ParsedQuantity, QuantityError> {
                 Some(b'+') => (1, &rest[1..]),
                 _ => (1, rest),
             };
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 6 {
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 6
+            {
                 return Err(QuantityError::Malformed);
             }
             let e: i64 = digits.parse().map_err(|_| QuantityError::Malformed)?;
@@ -133,10 +136,20 @@ pub fn parse(s: &str) -> Result<ParsedQuantity, QuantityError> {
     }
     exp10 += pending_zeros - frac_digits;
     if mantissa == 0 {
-        return Ok(ParsedQuantity { negative: false, mantissa: 0, exp10: 0, pow1024: 0 });
+        return Ok(ParsedQuantity {
+            negative: false,
+            mantissa: 0,
+            exp10: 0,
+            pow1024: 0,
+        });
     }
     let exp10 = i32::try_from(exp10).map_err(|_| QuantityError::Malformed)?;
-    Ok(ParsedQuantity { negative, mantissa, exp10, pow1024 })
+    Ok(ParsedQuantity {
+        negative,
+        mantissa,
+        exp10,
+        pow1024,
+    })
 }
 
 impl ParsedQuantity {
@@ -174,7 +187,9 @@ impl ParsedQuantity {
             let shift = 10 * self.pow1024 - rest_twos;
             m = shl_checked(m, shift)?;
         } else {
-            let p = 10u128.checked_pow(self.exp10 as u32).ok_or(QuantityError::TooLarge)?;
+            let p = 10u128
+                .checked_pow(self.exp10 as u32)
+                .ok_or(QuantityError::TooLarge)?;
             m = m.checked_mul(p).ok_or(QuantityError::TooLarge)?;
             m = shl_checked(m, 10 * self.pow1024)?;
         }
@@ -212,7 +227,9 @@ pub fn to_quantity(amount: u64) -> Quantity {
 
 /// Checked addition of amounts within [`MAX_AMOUNT`].
 pub fn add(a: u64, b: u64) -> Result<u64, QuantityError> {
-    a.checked_add(b).filter(|v| *v <= MAX_AMOUNT).ok_or(QuantityError::TooLarge)
+    a.checked_add(b)
+        .filter(|v| *v <= MAX_AMOUNT)
+        .ok_or(QuantityError::TooLarge)
 }
 
 impl fmt::Display for ParsedQuantity {
@@ -269,7 +286,10 @@ mod tests {
             (".5k", 500),
             ("5.", 5),
             ("9223372036854775807", MAX_AMOUNT),
-            ("100000000000000000000000000000000000000000e-30", 100_000_000_000),
+            (
+                "100000000000000000000000000000000000000000e-30",
+                100_000_000_000,
+            ),
         ] {
             assert_eq!(parse_amount(s), Ok(v), "{s}");
         }
@@ -310,7 +330,10 @@ mod tests {
 
     #[test]
     fn tiny_fractions_are_fractional_not_overflow() {
-        assert_eq!(parse_amount("0.000000000000000000000000000000000000000000000001"), Err(Fractional));
+        assert_eq!(
+            parse_amount("0.000000000000000000000000000000000000000000000001"),
+            Err(Fractional)
+        );
         assert_eq!(parse_amount("1e-60"), Err(Fractional));
         assert_eq!(parse_amount("1e-60Ki"), Err(Malformed));
     }

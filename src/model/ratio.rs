@@ -32,7 +32,10 @@ impl Ratio {
     pub fn new(num: u128, den: u128) -> Self {
         let den = den.max(1);
         let g = gcd(num, den).max(1);
-        Ratio { num: num / g, den: den / g }
+        Ratio {
+            num: num / g,
+            den: den / g,
+        }
     }
 
     pub fn num(&self) -> u128 {
@@ -50,7 +53,10 @@ impl Ratio {
 
 impl Ord for Ratio {
     fn cmp(&self, other: &Self) -> Ordering {
-        match (self.num.checked_mul(other.den), other.num.checked_mul(self.den)) {
+        match (
+            self.num.checked_mul(other.den),
+            other.num.checked_mul(self.den),
+        ) {
             (Some(a), Some(b)) => a.cmp(&b),
             _ => self.to_big().cmp(&other.to_big()),
         }
@@ -107,7 +113,10 @@ impl RatioSum {
 fn checked_add(a: Ratio, b: Ratio) -> Option<Ratio> {
     let g = gcd(a.den, b.den);
     let den = (a.den / g).checked_mul(b.den)?;
-    let num = a.num.checked_mul(den / a.den)?.checked_add(b.num.checked_mul(den / b.den)?)?;
+    let num = a
+        .num
+        .checked_mul(den / a.den)?
+        .checked_add(b.num.checked_mul(den / b.den)?)?;
     Some(Ratio::new(num, den))
 }
 
@@ -157,7 +166,12 @@ mod tests {
         s.add(Ratio::new(3, 4));
         s.add(Ratio::new(1, 2));
         assert_eq!(s.to_string(), "5/4");
-        let primes: [u128; 4] = [18446744073709551557, 18446744073709551533, 18446744073709551521, 18446744073709551437];
+        let primes: [u128; 4] = [
+            18446744073709551557,
+            18446744073709551533,
+            18446744073709551521,
+            18446744073709551437,
+        ];
         let mut big = RatioSum::default();
         for p in primes {
             big.add(Ratio::new(1, p));

@@ -25,7 +25,10 @@ pub struct ResourceNames {
 
 impl Default for ResourceNames {
     fn default() -> Self {
-        let mut n = Self { by_name: HashMap::new(), names: Vec::new() };
+        let mut n = Self {
+            by_name: HashMap::new(),
+            names: Vec::new(),
+        };
         n.intern(RUNS);
         n
     }
@@ -47,7 +50,10 @@ impl ResourceNames {
     }
 
     pub fn name(&self, id: ResId) -> &str {
-        self.names.get(id as usize).map(String::as_str).unwrap_or("?")
+        self.names
+            .get(id as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
     }
 }
 
@@ -125,7 +131,9 @@ impl ResourceVec {
 
     /// Renders as a name → integer-string map (the HTTP shape).
     pub fn to_named(&self, names: &ResourceNames) -> BTreeMap<String, String> {
-        self.iter().map(|(id, a)| (names.name(id).to_owned(), a.to_string())).collect()
+        self.iter()
+            .map(|(id, a)| (names.name(id).to_owned(), a.to_string()))
+            .collect()
     }
 }
 
@@ -145,7 +153,11 @@ impl Requests {
     }
 
     pub fn get(&self, name: &str) -> u64 {
-        self.0.iter().find(|(n, _)| n == name).map(|(_, a)| *a).unwrap_or(0)
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
+            .unwrap_or(0)
     }
 
     /// Interns every name (cache side, where new names may appear).
@@ -168,7 +180,10 @@ impl Requests {
     }
 
     pub fn to_named(&self) -> BTreeMap<String, String> {
-        self.0.iter().map(|(n, a)| (n.clone(), a.to_string())).collect()
+        self.0
+            .iter()
+            .map(|(n, a)| (n.clone(), a.to_string()))
+            .collect()
     }
 }
 
@@ -176,7 +191,11 @@ impl Requests {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     #[error("spec.resources.requests[{resource}]: Invalid value: {value:?}: {error}")]
-    Quantity { resource: String, value: String, error: QuantityError },
+    Quantity {
+        resource: String,
+        value: String,
+        error: QuantityError,
+    },
     #[error("spec.resources.requests[{resource}]: Invalid value: {resource:?}: {detail}")]
     Name { resource: String, detail: String },
 }
@@ -184,7 +203,9 @@ pub enum RequestError {
 impl RequestError {
     pub fn resource(&self) -> &str {
         match self {
-            RequestError::Quantity { resource, .. } | RequestError::Name { resource, .. } => resource,
+            RequestError::Quantity { resource, .. } | RequestError::Name { resource, .. } => {
+                resource
+            }
         }
     }
 }
@@ -192,12 +213,17 @@ impl RequestError {
 /// The effective request of a Run (DESIGN section 3): every entry must be a
 /// non-negative integer under a valid resource name; zero entries are
 /// dropped; `runs` defaults to 1. The first invalid entry (by name) is the error.
-pub fn effective_requests(requests: Option<&BTreeMap<String, Quantity>>) -> Result<Requests, RequestError> {
+pub fn effective_requests(
+    requests: Option<&BTreeMap<String, Quantity>>,
+) -> Result<Requests, RequestError> {
     let mut out: Vec<(String, u64)> = Vec::new();
     if let Some(reqs) = requests {
         for (name, q) in reqs {
             if let Err(detail) = validate_resource_name(name) {
-                return Err(RequestError::Name { resource: name.clone(), detail });
+                return Err(RequestError::Name {
+                    resource: name.clone(),
+                    detail,
+                });
             }
             let amount = quantity::amount_of(q).map_err(|error| RequestError::Quantity {
                 resource: name.clone(),
@@ -221,11 +247,18 @@ pub fn request_errors(requests: Option<&BTreeMap<String, Quantity>>) -> Vec<Requ
     let mut errs = Vec::new();
     for (name, q) in requests.into_iter().flatten() {
         if let Err(detail) = validate_resource_name(name) {
-            errs.push(RequestError::Name { resource: name.clone(), detail });
+            errs.push(RequestError::Name {
+                resource: name.clone(),
+                detail,
+            });
             continue;
         }
         if let Err(error) = quantity::amount_of(q) {
-            errs.push(RequestError::Quantity { resource: name.clone(), value: q.0.clone(), error });
+            errs.push(RequestError::Quantity {
+                resource: name.clone(),
+                value: q.0.clone(),
+                error,
+            });
         }
     }
     errs
@@ -263,7 +296,9 @@ pub fn accounted_requests(requests: Option<&BTreeMap<String, Quantity>>) -> Requ
 fn ceil_amount(p: &quantity::ParsedQuantity) -> u64 {
     // value = mantissa * 1024^k / 10^n with n > 0.
     let n = p.exp10.unsigned_abs();
-    let Some(den) = 10u128.checked_pow(n) else { return 1 };
+    let Some(den) = 10u128.checked_pow(n) else {
+        return 1;
+    };
     let shift = 10 * p.pow1024;
     let num = if shift == 0 {
         Some(p.mantissa)
@@ -273,7 +308,9 @@ fn ceil_amount(p: &quantity::ParsedQuantity) -> u64 {
         None
     };
     match num {
-        Some(num) => u64::try_from(num.div_ceil(den)).unwrap_or(MAX_AMOUNT).min(MAX_AMOUNT),
+        Some(num) => u64::try_from(num.div_ceil(den))
+            .unwrap_or(MAX_AMOUNT)
+            .min(MAX_AMOUNT),
         None => MAX_AMOUNT,
     }
 }
@@ -302,7 +339,9 @@ pub fn validate_resource_name(name: &str) -> Result<(), String> {
     let alnum = |c: u8| c.is_ascii_alphanumeric();
     if !alnum(b[0])
         || !alnum(b[b.len() - 1])
-        || !b.iter().all(|&c| alnum(c) || c == b'-' || c == b'_' || c == b'.')
+        || !b
+            .iter()
+            .all(|&c| alnum(c) || c == b'-' || c == b'_' || c == b'.')
     {
         return Err("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into());
     }
@@ -317,7 +356,8 @@ fn is_dns1123_subdomain(s: &str) -> bool {
                 && b.len() <= 63
                 && b[0].is_ascii_alphanumeric()
                 && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && b.iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
                 && !b.iter().any(|c| c.is_ascii_uppercase())
         })
 }
@@ -339,21 +379,38 @@ mod tests {
     use super::*;
 
     fn reqs(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
-        pairs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect()
     }
 
     #[test]
     fn runs_defaults_to_one() {
         assert_eq!(effective_requests(None).unwrap(), Requests::runs_only());
-        assert_eq!(effective_requests(Some(&reqs(&[]))).unwrap(), Requests::runs_only());
-        assert_eq!(effective_requests(Some(&reqs(&[("runs", "0")]))).unwrap(), Requests::runs_only());
+        assert_eq!(
+            effective_requests(Some(&reqs(&[]))).unwrap(),
+            Requests::runs_only()
+        );
+        assert_eq!(
+            effective_requests(Some(&reqs(&[("runs", "0")]))).unwrap(),
+            Requests::runs_only()
+        );
         let r = effective_requests(Some(&reqs(&[("runs", "3"), ("gpu", "1k")]))).unwrap();
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![("gpu", 1000), ("runs", 3)]);
+        assert_eq!(
+            r.iter().collect::<Vec<_>>(),
+            vec![("gpu", 1000), ("runs", 3)]
+        );
     }
 
     #[test]
     fn zero_entries_dropped() {
-        let r = effective_requests(Some(&reqs(&[("gpu", "0"), ("mem", "0Ki"), ("cpu", "1000m")]))).unwrap();
+        let r = effective_requests(Some(&reqs(&[
+            ("gpu", "0"),
+            ("mem", "0Ki"),
+            ("cpu", "1000m"),
+        ])))
+        .unwrap();
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![("cpu", 1), ("runs", 1)]);
     }
 
@@ -368,24 +425,46 @@ mod tests {
         ] {
             let e = effective_requests(Some(&reqs(&[(name, value), ("runs", "1")]))).unwrap_err();
             let msg = e.to_string();
-            assert!(msg.starts_with(&format!("spec.resources.requests[{name}]: Invalid value: \"{value}\"")), "{msg}");
+            assert!(
+                msg.starts_with(&format!(
+                    "spec.resources.requests[{name}]: Invalid value: \"{value}\""
+                )),
+                "{msg}"
+            );
             assert!(msg.contains(needle), "{msg}");
         }
         let e = effective_requests(Some(&reqs(&[("bad name", "1")]))).unwrap_err();
-        assert!(e.to_string().starts_with("spec.resources.requests[bad name]"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("spec.resources.requests[bad name]"),
+            "{e}"
+        );
     }
 
     #[test]
     fn all_errors_listed() {
-        let errs = request_errors(Some(&reqs(&[("a", "-1"), ("b", "2"), ("c", "0.5"), ("-x", "1")])));
+        let errs = request_errors(Some(&reqs(&[
+            ("a", "-1"),
+            ("b", "2"),
+            ("c", "0.5"),
+            ("-x", "1"),
+        ])));
         let names: Vec<_> = errs.iter().map(|e| e.resource().to_owned()).collect();
         assert_eq!(names, vec!["-x", "a", "c"]);
     }
 
     #[test]
     fn accounting_never_undercounts() {
-        let r = accounted_requests(Some(&reqs(&[("gpu", "1.5"), ("bad", "-3"), ("mem", "x"), ("c", "1Ki")])));
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![("c", 1024), ("gpu", 2), ("runs", 1)]);
+        let r = accounted_requests(Some(&reqs(&[
+            ("gpu", "1.5"),
+            ("bad", "-3"),
+            ("mem", "x"),
+            ("c", "1Ki"),
+        ])));
+        assert_eq!(
+            r.iter().collect::<Vec<_>>(),
+            vec![("c", 1024), ("gpu", 2), ("runs", 1)]
+        );
         let r = accounted_requests(Some(&reqs(&[("cpu", "1m")])));
         assert_eq!(r.get("cpu"), 1);
     }
@@ -395,7 +474,17 @@ mod tests {
         for ok in ["runs", "gpu", "nvidia.com/gpu", "a_b.c-d", "x"] {
             assert!(validate_resource_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-a", "a-", "a b", "/a", "A_B.com/x", "a/", &"x".repeat(64), "a/b/c"] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a b",
+            "/a",
+            "A_B.com/x",
+            "a/",
+            &"x".repeat(64),
+            "a/b/c",
+        ] {
             assert!(validate_resource_name(bad).is_err(), "{bad}");
         }
     }

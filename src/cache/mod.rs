@@ -1,0 +1,353 @@
+//! The shared cache of cluster state the Run scheduler decides on.
+//!
+//! ```text
+//!   watchers / standalone store ──apply/delete/reset──▶ Cache ◀── plan, views (read lock)
+//!                                                        │  ▲
+//!                          wakeups (Pending Runs) ◀──────┘  └── reserve / release (write lock)
+//! ```
+//!
+//! One `RwLock` guards one [`State`], so every reader sees a consistent
+//! snapshot and the check-and-reserve of a scheduling cycle is atomic.
+//! Per namespace the state keeps Runtime Pod slots (facts, actual usage,
+//! assumed usage), Run entries, assumed reservations keyed by Run uid, and an
+//! index of unscheduled Runs per runtime for targeted wakeups.
+
+mod runs;
+pub mod views;
+
+use crate::crd::{RunStatus, Runtime, phase};
+use crate::metrics::{Metrics, WakeCause};
+use crate::model::pod::PodFacts;
+use crate::model::resources::{RequestError, Requests, ResourceNames, ResourceVec};
+use crate::runs::queue::{RunKey, WorkQueue};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+pub use runs::{Decision, PlanResult};
+
+/// Settings that change how objects are read.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Pod label whose value names the Runtime a pod serves.
+    pub runtime_label_key: String,
+    /// `runs` capacity of a pod without `kruntimes.io/capacity.runs`.
+    pub default_runs_capacity: u64,
+    /// Heartbeats older than this make a pod unavailable.
+    pub heartbeat_stale_after: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            runtime_label_key: "runtime".into(),
+            default_runs_capacity: 2,
+            heartbeat_stale_after: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The cache. Share it behind an `Arc`.
+pub struct Cache {
+    /// Read settings.
+    config: CacheConfig,
+    /// All state, behind one lock for consistent snapshots.
+    state: RwLock<State>,
+    /// Where wakeups go.
+    queue: Arc<WorkQueue<RunKey>>,
+    /// Wakeup and rejection counters.
+    metrics: Arc<Metrics>,
+    /// Initial lists are in.
+    synced: AtomicBool,
+}
+
+/// Everything the cache knows.
+#[derive(Default)]
+pub struct State {
+    /// Interned resource names.
+    names: ResourceNames,
+    /// Per-namespace state.
+    namespaces: HashMap<String, NsState>,
+    /// Runtimes by (namespace, name).
+    runtimes: BTreeMap<(String, String), Runtime>,
+}
+
+/// One namespace: accounting is namespace-local.
+#[derive(Default)]
+struct NsState {
+    /// Pod slots by name: a Runtime Pod's facts and the usage on it. A slot
+    /// exists while the pod exists or anything is counted on it.
+    pods: BTreeMap<Arc<str>, PodSlot>,
+    /// Runs by name.
+    runs: HashMap<String, RunEntry>,
+    /// Reservations written (or being written) but not yet observed, by Run uid.
+    assumed: HashMap<String, Assumption>,
+    /// Unscheduled Runs by runtime, for wakeups.
+    pending: HashMap<String, BTreeSet<String>>,
+}
+
+/// A Runtime Pod and the usage counted on it.
+#[derive(Default)]
+struct PodSlot {
+    /// The pod, when it exists and carries the runtime label.
+    pod: Option<RuntimePod>,
+    /// Effective requests of active Runs assigned here.
+    actual: ResourceVec,
+    /// Reservations not yet observed through the Run watch.
+    assumed: ResourceVec,
+}
+
+impl PodSlot {
+    fn is_empty(&self) -> bool {
+        self.pod.is_none() && self.actual.is_empty() && self.assumed.is_empty()
+    }
+}
+
+/// Pod facts plus interned capacity.
+struct RuntimePod {
+    facts: PodFacts,
+    capacity: ResourceVec,
+}
+
+/// What the cache keeps of a Run.
+struct RunEntry {
+    uid: String,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    runtime: String,
+    deleting: bool,
+    status: RunStatus,
+    /// Effective request, or why the spec is invalid.
+    requests: Result<Requests, RequestError>,
+    /// The pod and amounts this Run adds to `actual`, while active.
+    counted: Option<(Arc<str>, ResourceVec)>,
+}
+
+impl RunEntry {
+    fn unscheduled(&self) -> bool {
+        !self.deleting
+            && phase::is_unscheduled(self.status.phase.as_deref())
+            && self
+                .status
+                .assigned_pod
+                .as_deref()
+                .is_none_or(str::is_empty)
+    }
+}
+
+/// A reservation made by a scheduling cycle.
+struct Assumption {
+    run: String,
+    pod: Arc<str>,
+    amounts: ResourceVec,
+}
+
+fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+}
+
+// === impl Cache ===
+
+impl Cache {
+    pub fn new(config: CacheConfig, queue: Arc<WorkQueue<RunKey>>, metrics: Arc<Metrics>) -> Self {
+        Cache {
+            config,
+            state: RwLock::new(State::default()),
+            queue,
+            metrics,
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    pub fn queue(&self) -> &Arc<WorkQueue<RunKey>> {
+        &self.queue
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    pub fn set_synced(&self, v: bool) {
+        self.synced.store(v, Ordering::Release);
+    }
+
+    /// Applies a Pod add/update. Pods without the runtime label are not
+    /// Runtime Pods and are only remembered if usage is counted on them.
+    pub fn apply_pod(&self, pod: &Pod, now: Timestamp) {
+        let Some(name) = pod.metadata.name.as_deref() else {
+            return;
+        };
+        let ns = ns_of(&pod.metadata);
+        let facts = PodFacts::from_pod(
+            pod,
+            &self.config.runtime_label_key,
+            self.config.default_runs_capacity,
+        );
+        let mut wake: Vec<String> = Vec::new();
+        let mut st = self.state.write();
+        let State {
+            names, namespaces, ..
+        } = &mut *st;
+        let nss = namespaces.entry(ns.to_owned()).or_default();
+        let old = nss.pods.get(name).and_then(|s| s.pod.as_ref());
+        let stale = self.config.heartbeat_stale_after;
+        let new = facts.runtime.is_some().then(|| {
+            let capacity =
+                ResourceVec::from_pairs(facts.capacity.iter().map(|(n, a)| (names.intern(n), *a)));
+            RuntimePod { facts, capacity }
+        });
+        let changed = match (old, &new) {
+            (None, None) => false,
+            (Some(o), Some(n)) => {
+                o.capacity != n.capacity
+                    || o.facts.runtime != n.facts.runtime
+                    || o.facts.availability(now, stale).is_ok()
+                        != n.facts.availability(now, stale).is_ok()
+            }
+            _ => true,
+        };
+        if changed {
+            for rt in [
+                old.and_then(|o| o.facts.runtime.clone()),
+                new.as_ref().and_then(|n| n.facts.runtime.clone()),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if !wake.contains(&rt) {
+                    wake.push(rt);
+                }
+            }
+        }
+        match new {
+            Some(n) => nss.pods.entry(Arc::from(name)).or_default().pod = Some(n),
+            None => {
+                if let Some(slot) = nss.pods.get_mut(name) {
+                    slot.pod = None;
+                    if slot.is_empty() {
+                        nss.pods.remove(name);
+                    }
+                }
+            }
+        }
+        for rt in wake {
+            self.wake_runtime(nss, ns, &rt, WakeCause::PodCapacity);
+        }
+    }
+
+    /// Applies a Pod deletion.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        let mut st = self.state.write();
+        let Some(nss) = st.namespaces.get_mut(namespace) else {
+            return;
+        };
+        let Some(slot) = nss.pods.get_mut(name) else {
+            return;
+        };
+        let runtime = slot.pod.take().and_then(|p| p.facts.runtime);
+        if slot.is_empty() {
+            nss.pods.remove(name);
+        }
+        if let Some(rt) = runtime {
+            self.wake_runtime(nss, namespace, &rt, WakeCause::PodCapacity);
+        }
+    }
+
+    /// Replaces every Pod (a relist): pods absent from `pods` are deleted.
+    pub fn reset_pods(&self, pods: &[Pod], now: Timestamp) {
+        let keep: BTreeSet<(String, String)> = pods
+            .iter()
+            .filter_map(|p| Some((ns_of(&p.metadata).to_owned(), p.metadata.name.clone()?)))
+            .collect();
+        let gone: Vec<(String, String)> = {
+            let st = self.state.read();
+            st.namespaces
+                .iter()
+                .flat_map(|(ns, nss)| {
+                    nss.pods
+                        .iter()
+                        .filter(|(_, s)| s.pod.is_some())
+                        .map(move |(n, _)| (ns.clone(), n.to_string()))
+                })
+                .filter(|k| !keep.contains(k))
+                .collect()
+        };
+        for (ns, name) in gone {
+            self.delete_pod(&ns, &name);
+        }
+        for p in pods {
+            self.apply_pod(p, now);
+        }
+    }
+
+    /// Applies a Runtime add/update.
+    pub fn apply_runtime(&self, rt: &Runtime) {
+        let Some(name) = rt.metadata.name.clone() else {
+            return;
+        };
+        let ns = ns_of(&rt.metadata).to_owned();
+        self.state.write().runtimes.insert((ns, name), rt.clone());
+    }
+
+    /// Applies a Runtime deletion.
+    pub fn delete_runtime(&self, namespace: &str, name: &str) {
+        self.state
+            .write()
+            .runtimes
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Replaces every Runtime.
+    pub fn reset_runtimes(&self, rts: &[Runtime]) {
+        let mut st = self.state.write();
+        st.runtimes.clear();
+        for rt in rts {
+            if let Some(name) = rt.metadata.name.clone() {
+                st.runtimes
+                    .insert((ns_of(&rt.metadata).to_owned(), name), rt.clone());
+            }
+        }
+    }
+
+    /// Enqueues every unscheduled Run of `runtime` in the namespace.
+    fn wake_runtime(&self, nss: &NsState, ns: &str, runtime: &str, cause: WakeCause) {
+        let Some(names) = nss.pending.get(runtime) else {
+            return;
+        };
+        for n in names {
+            self.queue.add(RunKey::new(ns, n.as_str()));
+        }
+        self.metrics.wake(cause, names.len());
+    }
+
+    /// Enqueues every unscheduled Run (the periodic fallback).
+    pub fn resync(&self) -> usize {
+        let st = self.state.read();
+        let mut n = 0;
+        for (ns, nss) in &st.namespaces {
+            for names in nss.pending.values() {
+                for name in names {
+                    self.queue.add(RunKey::new(ns.as_str(), name.as_str()));
+                    n += 1;
+                }
+            }
+        }
+        self.metrics.wake(WakeCause::Resync, n);
+        n
+    }
+}

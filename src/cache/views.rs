@@ -1,0 +1,103 @@
+//! Read-only views of the cache, in the JSON shapes of the HTTP API.
+
+use super::Cache;
+use crate::runs::placement::PendingReason;
+use crate::runs::status;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One item of `GET /v1/runtime-pods`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimePodView {
+    pub namespace: String,
+    pub name: String,
+    pub runtime: String,
+    pub candidate: bool,
+    pub reason: Option<String>,
+    pub capacity: BTreeMap<String, String>,
+    pub usage: BTreeMap<String, String>,
+    pub assumed: BTreeMap<String, String>,
+}
+
+/// One item of `GET /v1/runs`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub phase: Option<String>,
+    pub assigned_pod: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Cache {
+    /// Runtime Pods, optionally filtered, sorted by namespace and name.
+    pub fn runtime_pods(
+        &self,
+        namespace: Option<&str>,
+        runtime: Option<&str>,
+        now: Timestamp,
+    ) -> Vec<RuntimePodView> {
+        let stale = self.config.heartbeat_stale_after;
+        let st = self.state.read();
+        let mut nss: Vec<_> = st
+            .namespaces
+            .iter()
+            .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
+            .collect();
+        nss.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::new();
+        for (ns, state) in nss {
+            for (name, slot) in &state.pods {
+                let Some(pod) = &slot.pod else { continue };
+                let Some(rt) = pod.facts.runtime.as_deref() else {
+                    continue;
+                };
+                if runtime.is_some_and(|r| r != rt) {
+                    continue;
+                }
+                let avail = pod.facts.availability(now, stale);
+                out.push(RuntimePodView {
+                    namespace: ns.clone(),
+                    name: name.to_string(),
+                    runtime: rt.to_owned(),
+                    candidate: avail.is_ok(),
+                    reason: avail
+                        .err()
+                        .map(|u| format!("{}: {u}", PendingReason::RuntimePodUnavailable)),
+                    capacity: pod.capacity.to_named(&st.names),
+                    usage: slot.actual.to_named(&st.names),
+                    assumed: slot.assumed.to_named(&st.names),
+                });
+            }
+        }
+        out
+    }
+
+    /// Runs, optionally filtered by namespace, sorted by namespace and name.
+    pub fn runs(&self, namespace: Option<&str>) -> Vec<RunView> {
+        let st = self.state.read();
+        let mut out: Vec<RunView> = st
+            .namespaces
+            .iter()
+            .filter(|(ns, _)| namespace.is_none_or(|n| n == *ns))
+            .flat_map(|(ns, state)| {
+                state.runs.iter().map(move |(name, e)| RunView {
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                    uid: e.uid.clone(),
+                    phase: e.status.phase.clone(),
+                    assigned_pod: e.status.assigned_pod.clone(),
+                    reason: status::shown_reason(&e.status).map(str::to_owned),
+                    message: e.status.message.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out
+    }
+}

@@ -1,0 +1,418 @@
+//! The in-memory cluster of standalone mode (`--state`).
+//!
+//! Objects are kept verbatim as JSON, keyed by kind, namespace and name, with
+//! a store-wide resourceVersion counter. Every change, including the
+//! scheduler's own status writes, is applied to the [`Cache`] exactly as a
+//! watch event would be, in store order.
+
+use super::{ClusterWriter, WriteError};
+use crate::cache::Cache;
+use crate::crd::{Run, RunStatus, Runtime};
+use crate::model::pod::RUNTIMED_READY;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Kinds the standalone store accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Pod,
+    Run,
+    Runtime,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Pod, Kind::Run, Kind::Runtime];
+
+    /// Accepts the kind (`Run`), lower case (`run`) or plural (`runs`).
+    pub fn parse(s: &str) -> Option<Kind> {
+        let l = s.to_ascii_lowercase();
+        Kind::ALL.into_iter().find(|k| {
+            let n = k.as_str().to_ascii_lowercase();
+            l == n || l == format!("{n}s")
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::Run => "Run",
+            Kind::Runtime => "Runtime",
+        }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Pod => "v1",
+            Kind::Run | Kind::Runtime => "kruntimes.io/v1alpha1",
+        }
+    }
+}
+
+/// A rejected object: HTTP 409 for conflicts, 422 for everything else.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+type Key = (Kind, String, String);
+
+#[derive(Default)]
+struct Inner {
+    objects: BTreeMap<Key, Value>,
+    resource_version: u64,
+}
+
+/// The store. Share it behind an `Arc`.
+pub struct StandaloneStore {
+    cache: Arc<Cache>,
+    inner: Mutex<Inner>,
+}
+
+/// An object checked and ready to store.
+struct Prepared {
+    kind: Kind,
+    namespace: String,
+    name: String,
+    value: Value,
+}
+
+fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, StoreError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        StoreError::Invalid(format!("{what}: {path}{}", e.inner()))
+    })
+}
+
+fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
+    let at = |msg: String| StoreError::Invalid(format!("object {index}: {msg}"));
+    let Some(obj) = v.as_object_mut() else {
+        return Err(at("must be an object".into()));
+    };
+    let kind_str = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| at("kind: Required value".into()))?;
+    let kind = Kind::parse(kind_str)
+        .filter(|k| k.as_str() == kind_str)
+        .ok_or_else(|| {
+            at(format!(
+                "kind: Unsupported value: {kind_str:?}: supported values: {}",
+                Kind::ALL.map(Kind::as_str).join(", ")
+            ))
+        })?;
+    match obj.get("apiVersion") {
+        None | Some(Value::Null) => {
+            obj.insert("apiVersion".into(), json!(kind.api_version()));
+        }
+        Some(Value::String(a)) if a == kind.api_version() => {}
+        Some(other) => {
+            return Err(at(format!(
+                "apiVersion: Invalid value: {other}: {} must be {}",
+                kind.as_str(),
+                kind.api_version()
+            )));
+        }
+    }
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(at("metadata: must be an object".into()));
+    };
+    let name = match meta.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => n.to_owned(),
+        _ => {
+            return Err(at(format!(
+                "{}: metadata.name: Required value",
+                kind.as_str()
+            )));
+        }
+    };
+    let namespace = match meta.get("namespace") {
+        None | Some(Value::Null) => "default".to_owned(),
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(other) => return Err(at(format!("metadata.namespace: Invalid value: {other}"))),
+    };
+    meta.insert("namespace".into(), json!(namespace));
+    let what = format!("object {index} ({} {namespace}/{name})", kind.as_str());
+    // Check the whole object against its Kubernetes type.
+    match kind {
+        Kind::Pod => typed::<Pod>(&v, &what).map(drop)?,
+        Kind::Run => typed::<Run>(&v, &what).map(drop)?,
+        Kind::Runtime => typed::<Runtime>(&v, &what).map(drop)?,
+    }
+    Ok(Prepared {
+        kind,
+        namespace,
+        name,
+        value: v,
+    })
+}
+
+/// A timestamp as the API server writes it.
+pub fn kube_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+// === impl StandaloneStore ===
+
+impl StandaloneStore {
+    pub fn new(cache: Arc<Cache>) -> Self {
+        StandaloneStore {
+            cache,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// Upserts objects all-or-nothing: every object is checked before any is
+    /// stored. Returns the stored objects (with uid and resourceVersion).
+    pub fn upsert(&self, objects: Vec<Value>) -> Result<Vec<Value>, StoreError> {
+        let prepared = objects
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| prepare(v, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut inner = self.inner.lock();
+        // Preconditions first, so a conflict changes nothing.
+        for p in &prepared {
+            let key = (p.kind, p.namespace.clone(), p.name.clone());
+            if let (Some(cur), Some(want)) = (
+                inner.objects.get(&key),
+                p.value
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str),
+            ) && cur
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                != Some(want)
+            {
+                return Err(StoreError::Conflict(format!(
+                    "{} {}/{}: metadata.resourceVersion {want:?} is not the current one",
+                    p.kind.as_str(),
+                    p.namespace,
+                    p.name
+                )));
+            }
+        }
+        let now = Timestamp::now();
+        let mut out = Vec::with_capacity(prepared.len());
+        for mut p in prepared {
+            let key = (p.kind, p.namespace.clone(), p.name.clone());
+            inner.resource_version += 1;
+            let rv = inner.resource_version.to_string();
+            let existing = inner.objects.get(&key);
+            let existing_uid = existing
+                .and_then(|e| e.pointer("/metadata/uid"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let existing_created = existing
+                .and_then(|e| e.pointer("/metadata/creationTimestamp"))
+                .cloned();
+            let meta = p.value["metadata"]
+                .as_object_mut()
+                .expect("checked in prepare");
+            let uid = match meta.get("uid").and_then(Value::as_str) {
+                Some(u) if !u.is_empty() => u.to_owned(),
+                _ => existing_uid
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            };
+            let same_object = existing_uid.as_deref() == Some(uid.as_str());
+            if !same_object && existing.is_some() {
+                // Same name, new uid: the old object is deleted first.
+                self.forget(&key);
+            }
+            meta.insert("uid".into(), json!(uid));
+            meta.insert("resourceVersion".into(), json!(rv));
+            if !meta.contains_key("creationTimestamp") {
+                let created = existing_created
+                    .filter(|_| same_object)
+                    .unwrap_or_else(|| json!(kube_time(now)));
+                meta.insert("creationTimestamp".into(), created);
+            }
+            if p.kind != Kind::Pod && !meta.contains_key("generation") {
+                meta.insert("generation".into(), json!(1));
+            }
+            inner.objects.insert(key, p.value.clone());
+            self.observe(p.kind, &p.value, now);
+            out.push(p.value);
+        }
+        Ok(out)
+    }
+
+    /// Objects of a kind, optionally one namespace and name.
+    pub fn list(&self, kind: Kind, namespace: Option<&str>, name: Option<&str>) -> Vec<Value> {
+        let inner = self.inner.lock();
+        inner
+            .objects
+            .iter()
+            .filter(|((k, ns, n), _)| {
+                *k == kind && namespace.is_none_or(|x| x == ns) && name.is_none_or(|x| x == n)
+            })
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Deletes one object; false if it did not exist.
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> bool {
+        let mut inner = self.inner.lock();
+        let key = (kind, namespace.to_owned(), name.to_owned());
+        if inner.objects.remove(&key).is_none() {
+            return false;
+        }
+        inner.resource_version += 1;
+        self.forget(&key);
+        true
+    }
+
+    /// Refreshes the `kruntimes.io/RuntimedReady` heartbeat of matching
+    /// Runtime Pods to `now`, as runtimed does. Returns the pods touched.
+    pub fn heartbeat(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+        runtime: Option<&str>,
+        now: Timestamp,
+    ) -> Vec<String> {
+        let label_key = self.cache.config().runtime_label_key.clone();
+        let mut inner = self.inner.lock();
+        let mut touched = Vec::new();
+        let keys: Vec<Key> = inner
+            .objects
+            .keys()
+            .filter(|(k, ns, n)| *k == Kind::Pod && ns == namespace && name.is_none_or(|x| x == n))
+            .cloned()
+            .collect();
+        for key in keys {
+            let rv = (inner.resource_version + 1).to_string();
+            let Some(v) = inner.objects.get_mut(&key) else {
+                continue;
+            };
+            let Some(rt) = v
+                .pointer(&format!(
+                    "/metadata/labels/{}",
+                    label_key.replace('~', "~0").replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            if runtime.is_some_and(|r| r != rt) {
+                continue;
+            }
+            let stamp = json!(kube_time(now));
+            let obj = v.as_object_mut().expect("stored objects are objects");
+            let status = obj.entry("status").or_insert_with(|| json!({}));
+            if !status.is_object() {
+                *status = json!({});
+            }
+            let conds = status
+                .as_object_mut()
+                .expect("object")
+                .entry("conditions")
+                .or_insert_with(|| json!([]));
+            if !conds.is_array() {
+                *conds = json!([]);
+            }
+            let arr = conds.as_array_mut().expect("array");
+            match arr.iter_mut().find(|c| c["type"] == RUNTIMED_READY) {
+                Some(c) => {
+                    if c["status"] != "True" {
+                        c["lastTransitionTime"] = stamp.clone();
+                    }
+                    c["status"] = json!("True");
+                    c["lastProbeTime"] = stamp;
+                }
+                None => arr.push(json!({
+                    "type": RUNTIMED_READY, "status": "True",
+                    "lastProbeTime": stamp, "lastTransitionTime": stamp,
+                })),
+            }
+            v["metadata"]["resourceVersion"] = json!(rv);
+            let v = v.clone();
+            inner.resource_version += 1;
+            self.observe(Kind::Pod, &v, now);
+            touched.push(key.2.clone());
+        }
+        touched
+    }
+
+    /// Feeds one stored object to the cache, as a watch event would.
+    fn observe(&self, kind: Kind, v: &Value, now: Timestamp) {
+        // Objects were type-checked in `prepare`; a failure here is a bug, logged, never a panic.
+        match kind {
+            Kind::Pod => match serde_json::from_value::<Pod>(v.clone()) {
+                Ok(p) => self.cache.apply_pod(&p, now),
+                Err(e) => tracing::error!(error = %e, "stored Pod no longer parses"),
+            },
+            Kind::Run => match serde_json::from_value::<Run>(v.clone()) {
+                Ok(r) => self.cache.apply_run(&r),
+                Err(e) => tracing::error!(error = %e, "stored Run no longer parses"),
+            },
+            Kind::Runtime => match serde_json::from_value::<Runtime>(v.clone()) {
+                Ok(r) => self.cache.apply_runtime(&r),
+                Err(e) => tracing::error!(error = %e, "stored Runtime no longer parses"),
+            },
+        }
+    }
+
+    fn forget(&self, (kind, ns, name): &Key) {
+        match kind {
+            Kind::Pod => self.cache.delete_pod(ns, name),
+            Kind::Run => self.cache.delete_run(ns, name),
+            Kind::Runtime => self.cache.delete_runtime(ns, name),
+        }
+    }
+}
+
+impl ClusterWriter for StandaloneStore {
+    fn write_run_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        resource_version: Option<&'a str>,
+        status: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock();
+            let key = (Kind::Run, namespace.to_owned(), name.to_owned());
+            let Some(cur) = inner.objects.get(&key) else {
+                return Err(WriteError::NotFound);
+            };
+            if let Some(want) = resource_version
+                && cur
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    != Some(want)
+            {
+                return Err(WriteError::Conflict);
+            }
+            let status =
+                serde_json::to_value(status).map_err(|e| WriteError::Other(e.to_string()))?;
+            inner.resource_version += 1;
+            let rv = inner.resource_version.to_string();
+            let obj = inner.objects.get_mut(&key).expect("checked above");
+            obj["status"] = status;
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            let v = obj.clone();
+            self.observe(Kind::Run, &v, Timestamp::now());
+            Ok(())
+        })
+    }
+}

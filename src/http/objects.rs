@@ -1,0 +1,110 @@
+//! Standalone mode's object API: `POST|GET|DELETE /v1/objects` and the
+//! runtimed heartbeat helper.
+
+use super::AppState;
+use super::error::{ApiError, Body, Params};
+use crate::cluster::load::parse_documents;
+use crate::cluster::standalone::{Kind, StandaloneStore, StoreError};
+use crate::metrics::Endpoint;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn store(s: &AppState) -> Result<&Arc<StandaloneStore>, ApiError> {
+    s.store.as_ref().ok_or_else(|| {
+        ApiError::not_found("this endpoint is only served in standalone mode (serve --state PATH)")
+    })
+}
+
+fn kind(params: &Params) -> Result<Kind, ApiError> {
+    let k = params.require("kind")?;
+    Kind::parse(k).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "kind: Unsupported value: {k:?}: supported values: {}",
+            Kind::ALL.map(Kind::as_str).join(", ")
+        ))
+    })
+}
+
+/// Upserts one object, a `List`, or multi-document YAML. All or nothing.
+pub(super) async fn upsert(
+    State(s): State<AppState>,
+    Body(body): Body,
+) -> Result<Json<Value>, ApiError> {
+    let start = Instant::now();
+    let store = store(&s)?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "request body is empty; expected an object, a List or YAML documents",
+        ));
+    }
+    let objects =
+        parse_documents(text, "body").map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let items = store.upsert(objects).map_err(|e| match e {
+        StoreError::Invalid(m) => ApiError::unprocessable(m),
+        StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
+    })?;
+    s.metrics.observe(Endpoint::Objects, start);
+    Ok(Json(json!({ "items": items })))
+}
+
+/// `GET /v1/objects?kind=K[&namespace=NS][&name=N]`.
+pub(super) async fn list(
+    State(s): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let store = store(&s)?;
+    let kind = kind(&params)?;
+    Ok(Json(
+        json!({ "items": store.list(kind, params.get("namespace"), params.get("name")) }),
+    ))
+}
+
+/// `DELETE /v1/objects?kind=K&namespace=NS&name=N` → 204 or 404.
+pub(super) async fn delete(
+    State(s): State<AppState>,
+    params: Params,
+) -> Result<Response, ApiError> {
+    let store = store(&s)?;
+    let kind = kind(&params)?;
+    let namespace = params.get("namespace").unwrap_or("default");
+    let name = params.require("name")?;
+    if store.delete(kind, namespace, name) {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::not_found(format!(
+            "{} {namespace}/{name} not found",
+            kind.as_str()
+        )))
+    }
+}
+
+/// `POST /v1/runtime-pods/heartbeat?namespace=NS[&name=N][&runtime=R]`:
+/// stamps a fresh runtimed heartbeat on matching Runtime Pods, as runtimed
+/// would. Standalone mode only.
+pub(super) async fn heartbeat(
+    State(s): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let store = store(&s)?;
+    let namespace = params.get("namespace").unwrap_or("default");
+    let pods = store.heartbeat(
+        namespace,
+        params.get("name"),
+        params.get("runtime"),
+        Timestamp::now(),
+    );
+    if pods.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "no Runtime Pods matched in namespace {namespace}"
+        )));
+    }
+    Ok(Json(json!({ "pods": pods })))
+}

@@ -1,0 +1,200 @@
+//! Prometheus metrics. Label values come from fixed enums only, never from
+//! user-controlled names, namespaces or resource names.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Instant;
+
+use crate::runs::placement::PendingReason;
+
+/// Which decision a latency sample belongs to.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Endpoint {
+    Plan,
+    ScheduleCycle,
+    RuntimePods,
+    Runs,
+    Objects,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub endpoint: Endpoint,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Reason {
+    NoRuntimePods,
+    InsufficientCapacity,
+    ResourceNotDeclared,
+    RuntimePodUnavailable,
+}
+
+impl From<PendingReason> for Reason {
+    fn from(r: PendingReason) -> Self {
+        match r {
+            PendingReason::NoRuntimePods => Reason::NoRuntimePods,
+            PendingReason::InsufficientCapacity => Reason::InsufficientCapacity,
+            PendingReason::ResourceNotDeclared => Reason::ResourceNotDeclared,
+            PendingReason::RuntimePodUnavailable => Reason::RuntimePodUnavailable,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: Reason,
+}
+
+/// What woke Pending Runs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum WakeCause {
+    /// A Runtime Pod's capacity, readiness or heartbeat freshness changed.
+    PodCapacity,
+    /// A Run left the active set or a reservation was released.
+    UsageReleased,
+    /// A Run was created or changed while unscheduled.
+    RunChanged,
+    /// The periodic fallback resync.
+    Resync,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabels {
+    pub cause: WakeCause,
+}
+
+/// Outcome of a Run status write.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum WriteResult {
+    Ok,
+    Conflict,
+    NotFound,
+    Error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub result: WriteResult,
+}
+
+#[derive(Clone)]
+pub struct LatencyHistogram;
+
+impl MetricConstructor<Histogram> for LatencyHistogram {
+    fn new_metric(&self) -> Histogram {
+        // 1µs .. ~16s
+        Histogram::new(exponential_buckets(1e-6, 4.0, 13))
+    }
+}
+
+/// All metrics of the process.
+pub struct Metrics {
+    pub registry: Registry,
+    pub decision_seconds: Family<EndpointLabels, Histogram, LatencyHistogram>,
+    pub filter_rejections: Family<ReasonLabels, Counter>,
+    pub wakeups: Family<WakeLabels, Counter>,
+    pub reservation_conflicts: Counter,
+    pub runs_scheduled: Counter,
+    pub status_writes: Family<WriteLabels, Counter>,
+    pub assumed_reservations: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kruntimes");
+        let decision_seconds = Family::new_with_constructor(LatencyHistogram);
+        registry.register(
+            "decision_duration_seconds",
+            "Latency of scheduling decisions by endpoint",
+            decision_seconds.clone(),
+        );
+        let filter_rejections = Family::default();
+        registry.register(
+            "filter_rejections",
+            "Runtime Pods rejected by the Run filter, by reason",
+            filter_rejections.clone(),
+        );
+        let wakeups = Family::default();
+        registry.register("wakeups", "Pending Runs woken, by cause", wakeups.clone());
+        let reservation_conflicts = Counter::default();
+        registry.register(
+            "reservation_conflicts",
+            "Run bind writes that hit a resourceVersion conflict and released their reservation",
+            reservation_conflicts.clone(),
+        );
+        let runs_scheduled = Counter::default();
+        registry.register(
+            "runs_scheduled",
+            "Runs bound to a Runtime Pod",
+            runs_scheduled.clone(),
+        );
+        let status_writes = Family::default();
+        registry.register(
+            "run_status_writes",
+            "Run status writes by result",
+            status_writes.clone(),
+        );
+        let assumed_reservations = Gauge::default();
+        registry.register(
+            "assumed_reservations",
+            "Reservations written but not yet observed through the Run watch",
+            assumed_reservations.clone(),
+        );
+        Metrics {
+            registry,
+            decision_seconds,
+            filter_rejections,
+            wakeups,
+            reservation_conflicts,
+            runs_scheduled,
+            status_writes,
+            assumed_reservations,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn observe(&self, endpoint: Endpoint, start: Instant) {
+        self.decision_seconds
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(start.elapsed().as_secs_f64());
+    }
+
+    pub fn wake(&self, cause: WakeCause, n: usize) {
+        if n > 0 {
+            self.wakeups
+                .get_or_create(&WakeLabels { cause })
+                .inc_by(n as u64);
+        }
+    }
+
+    pub fn rejections(&self, reason: PendingReason, n: usize) {
+        if n > 0 {
+            self.filter_rejections
+                .get_or_create(&ReasonLabels {
+                    reason: reason.into(),
+                })
+                .inc_by(n as u64);
+        }
+    }
+
+    pub fn write(&self, result: WriteResult) {
+        self.status_writes
+            .get_or_create(&WriteLabels { result })
+            .inc();
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

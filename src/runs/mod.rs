@@ -1,0 +1,6 @@
+//! Run placement: filter, least-loaded score, Pending summaries, and the
+//! work queue that drives scheduling cycles.
+
+pub mod placement;
+pub mod queue;
+pub mod status;

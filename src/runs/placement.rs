@@ -1,0 +1,359 @@
+//! Filter and least-loaded score for one Run against one Runtime Pod, and the
+//! Pending summary when nothing fits. Pure functions over resource vectors.
+
+use crate::model::pod::Unavailable;
+use crate::model::ratio::{Ratio, RatioSum};
+use crate::model::resources::{ResId, ResourceNames, ResourceVec};
+use std::cmp::Ordering;
+use std::fmt::{self, Write as _};
+
+/// The fixed set of reasons a Run stays Pending (and a pod is rejected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PendingReason {
+    NoRuntimePods,
+    InsufficientCapacity,
+    ResourceNotDeclared,
+    RuntimePodUnavailable,
+}
+
+impl PendingReason {
+    pub const ALL: [PendingReason; 4] = [
+        PendingReason::NoRuntimePods,
+        PendingReason::InsufficientCapacity,
+        PendingReason::ResourceNotDeclared,
+        PendingReason::RuntimePodUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingReason::NoRuntimePods => "NoRuntimePods",
+            PendingReason::InsufficientCapacity => "InsufficientCapacity",
+            PendingReason::ResourceNotDeclared => "ResourceNotDeclared",
+            PendingReason::RuntimePodUnavailable => "RuntimePodUnavailable",
+        }
+    }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why one pod cannot take the Run. Small and allocation-free for the
+/// capacity cases; rendered to text only when someone asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    Unavailable(Unavailable),
+    /// The pod does not declare this (interned) resource.
+    NotDeclared(ResId),
+    /// The request names a resource no pod anywhere declares.
+    UnknownResource,
+    Insufficient {
+        resource: ResId,
+        requested: u64,
+        used: u64,
+        capacity: u64,
+    },
+}
+
+impl Rejection {
+    pub fn reason(&self) -> PendingReason {
+        match self {
+            Rejection::Unavailable(_) => PendingReason::RuntimePodUnavailable,
+            Rejection::NotDeclared(_) | Rejection::UnknownResource => {
+                PendingReason::ResourceNotDeclared
+            }
+            Rejection::Insufficient { .. } => PendingReason::InsufficientCapacity,
+        }
+    }
+
+    /// `"<Reason>: <detail>"`, the shape of `plan`'s `rejected` values.
+    pub fn describe(&self, names: &ResourceNames, unknown: &[String]) -> String {
+        let detail = match self {
+            Rejection::Unavailable(u) => u.to_string(),
+            Rejection::NotDeclared(id) => {
+                format!("pod does not declare resource {:?}", names.name(*id))
+            }
+            Rejection::UnknownResource => {
+                format!(
+                    "pod does not declare resource {:?}",
+                    unknown.first().map(String::as_str).unwrap_or("?")
+                )
+            }
+            Rejection::Insufficient {
+                resource,
+                requested,
+                used,
+                capacity,
+            } => format!(
+                "{}: requested {requested}, used {used} of {capacity}, free {}",
+                names.name(*resource),
+                capacity.saturating_sub(*used)
+            ),
+        };
+        format!("{}: {detail}", self.reason())
+    }
+}
+
+/// Projected utilization of a feasible pod: the highest ratio over its
+/// declared resources and the sum of them. Lower is better.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Score {
+    pub max: Ratio,
+    pub sum: RatioSum,
+}
+
+impl Score {
+    /// Orders by max, then sum (exact); callers break ties by pod name.
+    pub fn cmp_load(&self, other: &Score) -> Ordering {
+        self.max
+            .cmp(&other.max)
+            .then_with(|| self.sum.cmp(&other.sum))
+    }
+}
+
+/// Filter then score: feasible iff the pod declares every requested resource
+/// and `used + request <= capacity` for each. `used` is actual usage plus
+/// assumed reservations. `has_unknown` says the request names a resource that
+/// no pod declares (so no pod can take it).
+pub fn evaluate(
+    capacity: &ResourceVec,
+    actual: &ResourceVec,
+    assumed: &ResourceVec,
+    request: &ResourceVec,
+    has_unknown: bool,
+) -> Result<Score, Rejection> {
+    if has_unknown {
+        return Err(Rejection::UnknownResource);
+    }
+    for (id, req) in request.iter() {
+        let cap = capacity.get(id);
+        if cap == 0 {
+            return Err(Rejection::NotDeclared(id));
+        }
+        let used = actual.get(id).saturating_add(assumed.get(id));
+        if used.checked_add(req).is_none_or(|total| total > cap) {
+            return Err(Rejection::Insufficient {
+                resource: id,
+                requested: req,
+                used,
+                capacity: cap,
+            });
+        }
+    }
+    let mut max = Ratio::ZERO;
+    let mut sum = RatioSum::default();
+    for (id, cap) in capacity.iter() {
+        let projected =
+            u128::from(actual.get(id)) + u128::from(assumed.get(id)) + u128::from(request.get(id));
+        let r = Ratio::new(projected, u128::from(cap));
+        if r > max {
+            max = r;
+        }
+        sum.add(r);
+    }
+    Ok(Score { max, sum })
+}
+
+/// Counts of rejections per reason while planning one Run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RejectionCounts {
+    pub total_pods: usize,
+    pub insufficient: usize,
+    pub not_declared: usize,
+    pub unavailable: usize,
+}
+
+impl RejectionCounts {
+    pub fn record(&mut self, r: &Rejection) {
+        match r.reason() {
+            PendingReason::InsufficientCapacity => self.insufficient += 1,
+            PendingReason::ResourceNotDeclared => self.not_declared += 1,
+            PendingReason::RuntimePodUnavailable => self.unavailable += 1,
+            PendingReason::NoRuntimePods => {}
+        }
+    }
+
+    /// The Pending reason when no pod is feasible: no pods at all →
+    /// `NoRuntimePods`; otherwise the reason closest to being resolved by
+    /// waiting: capacity on an available pod that declares the resources
+    /// frees up by itself (`InsufficientCapacity`); a resource no available
+    /// pod declares needs a configuration change (`ResourceNotDeclared`);
+    /// only unavailable pods left → `RuntimePodUnavailable`.
+    pub fn pending_reason(&self) -> PendingReason {
+        if self.total_pods == 0 {
+            PendingReason::NoRuntimePods
+        } else if self.insufficient > 0 {
+            PendingReason::InsufficientCapacity
+        } else if self.not_declared > 0 {
+            PendingReason::ResourceNotDeclared
+        } else {
+            PendingReason::RuntimePodUnavailable
+        }
+    }
+
+    /// A bounded, name-free message: counts per reason, at most 256 chars.
+    pub fn message(&self, runtime: &str) -> String {
+        let mut m = String::new();
+        if self.total_pods == 0 {
+            let _ = write!(
+                m,
+                "no Runtime Pods of runtime {runtime:?} in this namespace"
+            );
+        } else {
+            let _ = write!(m, "0/{} Runtime Pods can take this Run:", self.total_pods);
+            let mut first = true;
+            for (n, reason) in [
+                (self.insufficient, PendingReason::InsufficientCapacity),
+                (self.not_declared, PendingReason::ResourceNotDeclared),
+                (self.unavailable, PendingReason::RuntimePodUnavailable),
+            ] {
+                if n > 0 {
+                    let _ = write!(m, "{} {n} {reason}", if first { "" } else { "," });
+                    first = false;
+                }
+            }
+        }
+        truncate(m, MAX_MESSAGE)
+    }
+}
+
+/// Upper bound of a Pending message.
+pub const MAX_MESSAGE: usize = 256;
+
+/// Truncates on a char boundary, marking the cut with "...".
+pub fn truncate(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max.saturating_sub(3);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s.push_str("...");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rv(pairs: &[(ResId, u64)]) -> ResourceVec {
+        ResourceVec::from_pairs(pairs.iter().copied())
+    }
+
+    #[test]
+    fn filter_rules() {
+        let cap = rv(&[(0, 4), (1, 2)]);
+        let none = ResourceVec::new();
+        assert!(evaluate(&cap, &none, &none, &rv(&[(0, 4)]), false).is_ok());
+        assert_eq!(
+            evaluate(&cap, &rv(&[(0, 3)]), &rv(&[(0, 1)]), &rv(&[(0, 1)]), false),
+            Err(Rejection::Insufficient {
+                resource: 0,
+                requested: 1,
+                used: 4,
+                capacity: 4
+            })
+        );
+        assert_eq!(
+            evaluate(&cap, &none, &none, &rv(&[(0, 1), (2, 1)]), false),
+            Err(Rejection::NotDeclared(2))
+        );
+        assert_eq!(
+            evaluate(&cap, &none, &none, &rv(&[(0, 1)]), true),
+            Err(Rejection::UnknownResource)
+        );
+        // Over-committed pods (an older scheduler) never overflow.
+        assert!(
+            evaluate(
+                &cap,
+                &rv(&[(0, u64::MAX)]),
+                &rv(&[(0, u64::MAX)]),
+                &rv(&[(0, 1)]),
+                false
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn score_counts_every_declared_resource() {
+        // capacity runs=4, gpu=2; usage runs=2; request runs=1 → 3/4 and 0/2.
+        let s = evaluate(
+            &rv(&[(0, 4), (1, 2)]),
+            &rv(&[(0, 2)]),
+            &ResourceVec::new(),
+            &rv(&[(0, 1)]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(s.max.to_string(), "3/4");
+        assert_eq!(s.sum.to_string(), "3/4");
+        let s2 = evaluate(
+            &rv(&[(0, 4), (1, 2)]),
+            &rv(&[(0, 1), (1, 1)]),
+            &ResourceVec::new(),
+            &rv(&[(0, 1)]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(s2.max.to_string(), "1/2");
+        assert_eq!(s2.sum.to_string(), "1/1");
+        assert_eq!(s2.cmp_load(&s), Ordering::Less);
+        // Equal max, sum breaks the tie.
+        let a = evaluate(
+            &rv(&[(0, 2), (1, 4)]),
+            &ResourceVec::new(),
+            &ResourceVec::new(),
+            &rv(&[(0, 1)]),
+            false,
+        )
+        .unwrap();
+        let b = evaluate(
+            &rv(&[(0, 2), (1, 4)]),
+            &rv(&[(1, 1)]),
+            &ResourceVec::new(),
+            &rv(&[(0, 1)]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(a.max, b.max);
+        assert_eq!(a.cmp_load(&b), Ordering::Less);
+    }
+
+    #[test]
+    fn pending_reason_and_message() {
+        let c = RejectionCounts::default();
+        assert_eq!(c.pending_reason(), PendingReason::NoRuntimePods);
+        let c = RejectionCounts {
+            total_pods: 5,
+            insufficient: 2,
+            not_declared: 1,
+            unavailable: 2,
+        };
+        assert_eq!(c.pending_reason(), PendingReason::InsufficientCapacity);
+        assert_eq!(
+            c.message("python"),
+            "0/5 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 ResourceNotDeclared, 2 RuntimePodUnavailable"
+        );
+        let c = RejectionCounts {
+            total_pods: 2,
+            insufficient: 0,
+            not_declared: 1,
+            unavailable: 1,
+        };
+        assert_eq!(c.pending_reason(), PendingReason::ResourceNotDeclared);
+        let c = RejectionCounts {
+            total_pods: 2,
+            insufficient: 0,
+            not_declared: 0,
+            unavailable: 2,
+        };
+        assert_eq!(c.pending_reason(), PendingReason::RuntimePodUnavailable);
+        let long = RejectionCounts::default().message(&"é".repeat(400));
+        assert!(long.len() <= MAX_MESSAGE && long.ends_with("..."));
+    }
+}

@@ -351,3 +351,6 @@ impl Cache {
         n
     }
 }
+
+#[cfg(test)]
+mod tests;

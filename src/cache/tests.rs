@@ -1,0 +1,337 @@
+//! Cache tests: `apply` objects built by small `mk_*` helpers, assert on
+//! decisions, usage and wakeups. No HTTP, no cluster.
+
+use super::*;
+use crate::model::resources::effective_requests;
+use crate::runs::placement::PendingReason;
+use crate::crd::{Run, RunResources, RunSpec, RunStatus};
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+const NOW: &str = "2026-03-01T12:00:00Z";
+
+fn now() -> Timestamp {
+    NOW.parse().unwrap()
+}
+
+fn mk_cache() -> Cache {
+    Cache::new(CacheConfig::default(), Arc::new(WorkQueue::default()), Arc::new(Metrics::default()))
+}
+
+fn mk_pod(name: &str, runtime: &str, caps: &[(&str, &str)]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some([("runtime".to_string(), runtime.to_string())].into()),
+            annotations: Some(
+                caps.iter().map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string())).collect(),
+            ),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                PodCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() },
+                PodCondition {
+                    type_: "kruntimes.io/RuntimedReady".into(),
+                    status: "True".into(),
+                    last_probe_time: Some(Time(now())),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn mk_run(name: &str, runtime: &str, reqs: &[(&str, &str)]) -> Run {
+    let mut r = Run::new(
+        name,
+        RunSpec {
+            runtime: runtime.into(),
+            resources: Some(RunResources {
+                requests: Some(reqs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()),
+            }),
+        },
+    );
+    r.metadata.namespace = Some("ns".into());
+    r.metadata.uid = Some(format!("uid-{name}"));
+    r.metadata.resource_version = Some("1".into());
+    r
+}
+
+fn with_status(mut r: Run, phase: &str, pod: Option<&str>) -> Run {
+    r.status = Some(RunStatus {
+        phase: Some(phase.into()),
+        assigned_pod: pod.map(str::to_owned),
+        ..Default::default()
+    });
+    r
+}
+
+fn key(name: &str) -> RunKey {
+    RunKey::new("ns", name)
+}
+
+fn drain(c: &Cache) -> Vec<String> {
+    let mut v = Vec::new();
+    while let Some(k) = c.queue().try_next() {
+        c.queue().done(&k);
+        v.push(k.name);
+    }
+    v.sort();
+    v
+}
+
+fn usage(c: &Cache, pod: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let v = c.runtime_pods(Some("ns"), None, now());
+    let p = v.into_iter().find(|p| p.name == pod).expect("pod listed");
+    (p.usage, p.assumed)
+}
+
+fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn reserved_pod(d: &Decision) -> &str {
+    match d {
+        Decision::Reserved { pod, .. } => pod,
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+}
+
+#[test]
+fn active_runs_count_and_release_wakes_pending() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "2")]), now());
+    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Running", Some("rp-1")));
+    assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "2")]));
+    c.apply_run(&mk_run("b", "py", &[]));
+    assert_eq!(drain(&c), vec!["b"]);
+    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { reason: PendingReason::InsufficientCapacity, .. }));
+    // a finishes: usage released, b woken.
+    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Succeeded", Some("rp-1")));
+    assert_eq!(usage(&c, "rp-1").0, m(&[]));
+    assert_eq!(drain(&c), vec!["b"]);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn reservation_blocks_double_booking_until_handoff() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    c.apply_run(&mk_run("a", "py", &[]));
+    c.apply_run(&mk_run("b", "py", &[]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+    // a's write is in flight (the watch has not shown it): b must not fit.
+    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    // a cycle for a again while its reservation stands is skipped.
+    assert_eq!(c.schedule_one(&key("a"), now()), Decision::Skip);
+    assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[("runs", "1")])));
+    // Informer lag: an unrelated update of a (still Pending) keeps the reservation.
+    c.apply_run(&with_status(mk_run("a", "py", &[]), "Pending", None));
+    assert_eq!(usage(&c, "rp-1").1, m(&[("runs", "1")]));
+    // The watch shows a Scheduled on rp-1: assumed becomes actual, exactly once.
+    c.apply_run(&with_status(mk_run("a", "py", &[]), "Scheduled", Some("rp-1")));
+    assert_eq!(usage(&c, "rp-1"), (m(&[("runs", "1")]), m(&[])));
+    c.apply_run(&with_status(mk_run("a", "py", &[]), "Running", Some("rp-1")));
+    assert_eq!(usage(&c, "rp-1"), (m(&[("runs", "1")]), m(&[])));
+    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn failed_write_releases_and_wakes() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    c.apply_run(&mk_run("a", "py", &[]));
+    c.apply_run(&mk_run("b", "py", &[]));
+    drain(&c);
+    let Decision::Reserved { uid, pod, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
+    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    assert!(c.release("ns", &uid, &pod));
+    assert!(!c.release("ns", &uid, &pod), "released once");
+    assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[])));
+    assert_eq!(drain(&c), vec!["a", "b"]);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn assigned_elsewhere_terminal_or_deleted_drops_reservation() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "3")]), now());
+    c.apply_pod(&mk_pod("rp-2", "py", &[("runs", "3")]), now());
+    for n in ["a", "b", "c"] {
+        c.apply_run(&mk_run(n, "py", &[]));
+    }
+    let pa = reserved_pod(&c.schedule_one(&key("a"), now())).to_owned();
+    let other = if pa == "rp-1" { "rp-2" } else { "rp-1" };
+    c.apply_run(&with_status(mk_run("a", "py", &[]), "Scheduled", Some(other)));
+    assert_eq!(usage(&c, &pa), (m(&[]), m(&[])));
+    assert_eq!(usage(&c, other).0, m(&[("runs", "1")]));
+
+    let pb = reserved_pod(&c.schedule_one(&key("b"), now())).to_owned();
+    c.apply_run(&with_status(mk_run("b", "py", &[]), "Failed", None));
+    assert_eq!(usage(&c, &pb).1, m(&[]));
+
+    let pc = reserved_pod(&c.schedule_one(&key("c"), now())).to_owned();
+    c.delete_run("ns", "c");
+    assert_eq!(usage(&c, &pc).1, m(&[]));
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn least_loaded_with_exact_ties_by_name() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-b", "py", &[("runs", "4")]), now());
+    c.apply_pod(&mk_pod("rp-a", "py", &[("runs", "4")]), now());
+    c.apply_pod(&mk_pod("rp-c", "py", &[("runs", "8")]), now());
+    c.apply_run(&with_status(mk_run("x", "py", &[("runs", "2")]), "Running", Some("rp-c")));
+    let reqs = effective_requests(None).unwrap();
+    let plan = c.plan("ns", "py", &reqs, now());
+    let order: Vec<_> = plan.feasible.iter().map(|(n, s)| (n.to_string(), s.max.to_string())).collect();
+    // rp-a and rp-b: 1/4; rp-c: 3/8 — a before b by name.
+    assert_eq!(
+        order,
+        vec![("rp-a".into(), "1/4".into()), ("rp-b".into(), "1/4".into()), ("rp-c".into(), "3/8".into())]
+    );
+    c.apply_run(&mk_run("r", "py", &[]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("r"), now())), "rp-a");
+}
+
+#[test]
+fn sum_breaks_max_ties() {
+    // rp-1: runs 2/4 and gpu 1/4 after placement → max 1/2, sum 3/4.
+    // rp-2: runs 2/4 and gpu 0/2 → max 1/2, sum 1/2: wins despite its name.
+    c_sum_case();
+}
+
+fn c_sum_case() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "4"), ("gpu", "4")]), now());
+    c.apply_pod(&mk_pod("rp-2", "py", &[("runs", "4"), ("gpu", "2")]), now());
+    c.apply_run(&with_status(mk_run("g", "py", &[("gpu", "1")]), "Running", Some("rp-1")));
+    c.apply_run(&with_status(mk_run("h", "py", &[]), "Running", Some("rp-2")));
+    let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
+    let got: Vec<_> =
+        plan.feasible.iter().map(|(n, s)| (n.to_string(), s.max.to_string(), s.sum.to_string())).collect();
+    assert_eq!(
+        got,
+        vec![("rp-2".into(), "1/2".into(), "1/2".into()), ("rp-1".into(), "1/2".into(), "3/4".into())]
+    );
+}
+
+#[test]
+fn capacity_changes_wake_only_that_runtime() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    c.apply_run(&mk_run("p", "py", &[("gpu", "1")]));
+    c.apply_run(&mk_run("n", "node", &[]));
+    drain(&c);
+    // A heartbeat on a pod that is already fresh changes nothing.
+    let mut p = mk_pod("rp-1", "py", &[("runs", "1")]);
+    c.apply_pod(&p, now());
+    assert!(drain(&c).is_empty());
+    // Declaring gpu wakes the py Run only.
+    p.metadata.annotations.as_mut().unwrap().insert("kruntimes.io/capacity.gpu".into(), "1".into());
+    c.apply_pod(&p, now());
+    assert_eq!(drain(&c), vec!["p"]);
+    // Not ready, then ready again: each is a capacity change.
+    p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+    c.apply_pod(&p, now());
+    assert_eq!(drain(&c), vec!["p"]);
+    // Stale heartbeat made fresh wakes.
+    let mut stale = mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]);
+    stale.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].last_probe_time =
+        Some(Time("2026-03-01T11:00:00Z".parse().unwrap()));
+    c.apply_pod(&stale, now());
+    drain(&c);
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]), now());
+    assert_eq!(drain(&c), vec!["p"]);
+}
+
+#[test]
+fn pending_reasons_and_write_only_on_change() {
+    let c = mk_cache();
+    c.apply_run(&mk_run("a", "py", &[]));
+    let Decision::Pending { reason, status, write, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
+    assert_eq!(reason, PendingReason::NoRuntimePods);
+    assert!(write);
+    assert_eq!(status.message.as_deref(), Some("no Runtime Pods of runtime \"py\" in this namespace"));
+    // The written status comes back through the watch: same decision, no write.
+    let mut r = mk_run("a", "py", &[]);
+    r.status = Some(status);
+    c.apply_run(&r);
+    let Decision::Pending { write, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
+    assert!(!write);
+    // A pod appears that does not declare gpu.
+    c.apply_pod(&mk_pod("rp-1", "py", &[]), now());
+    c.apply_run(&mk_run("g", "py", &[("gpu", "1")]));
+    let Decision::Pending { reason, status, .. } = c.schedule_one(&key("g"), now()) else { panic!() };
+    assert_eq!(reason, PendingReason::ResourceNotDeclared);
+    assert_eq!(status.conditions[0].reason, "ResourceNotDeclared");
+    assert_eq!(status.message.as_deref(), Some("0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared"));
+}
+
+#[test]
+fn invalid_requests_fail_in_prefilter() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("gpu", "4")]), now());
+    c.apply_run(&mk_run("bad", "py", &[("gpu", "-1")]));
+    let Decision::Invalid { status, write, .. } = c.schedule_one(&key("bad"), now()) else { panic!() };
+    assert!(write);
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("InvalidResourceRequest"));
+    assert!(status.message.as_deref().unwrap().contains("spec.resources.requests[gpu]"));
+    assert_eq!(usage(&c, "rp-1").1, m(&[]), "nothing reserved");
+}
+
+#[test]
+fn unavailable_pods_are_rejected_with_their_reason() {
+    let c = mk_cache();
+    let mut p = mk_pod("rp-1", "py", &[]);
+    p.metadata.deletion_timestamp = Some(Time(now()));
+    c.apply_pod(&p, now());
+    let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
+    assert_eq!(plan.reason(), Some(PendingReason::RuntimePodUnavailable));
+    assert_eq!(plan.rejected[0].1, "RuntimePodUnavailable: pod is being deleted");
+    // Other namespaces and runtimes are never candidates.
+    assert_eq!(c.plan("other", "py", &effective_requests(None).unwrap(), now()).reason(), Some(PendingReason::NoRuntimePods));
+    assert_eq!(c.plan("ns", "node", &effective_requests(None).unwrap(), now()).reason(), Some(PendingReason::NoRuntimePods));
+}
+
+#[test]
+fn recreated_run_with_same_name_replaces_the_old_one() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "2")]), now());
+    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Running", Some("rp-1")));
+    let mut again = mk_run("a", "py", &[]);
+    again.metadata.uid = Some("uid-a-2".into());
+    c.apply_run(&again);
+    assert_eq!(usage(&c, "rp-1").0, m(&[]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn relist_reconciles_without_double_counting() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "4")]), now());
+    let a = with_status(mk_run("a", "py", &[]), "Running", Some("rp-1"));
+    let b = with_status(mk_run("b", "py", &[]), "Running", Some("rp-1"));
+    c.apply_run(&a);
+    c.apply_run(&b);
+    // Relist: a is unchanged, b is gone, d is new.
+    let d = with_status(mk_run("d", "py", &[("runs", "2")]), "Ready", Some("rp-1"));
+    c.reset_runs(&[a.clone(), d]);
+    assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "3")]));
+    c.reset_runs(&[a]);
+    assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "1")]));
+    c.reset_pods(&[], now());
+    assert!(c.runtime_pods(Some("ns"), None, now()).is_empty());
+    c.check_invariants().unwrap();
+}

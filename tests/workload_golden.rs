@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use kruntimes_scheduler::workload::cli::{compile_to_yaml, validate_text};
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/workload").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/workload")
+        .join(name)
 }
 
 fn read(path: &Path) -> String {
@@ -17,7 +19,8 @@ fn read(path: &Path) -> String {
 
 fn check_golden(expected_path: &Path, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(expected_path, actual).unwrap_or_else(|e| panic!("cannot write {}: {e}", expected_path.display()));
+        std::fs::write(expected_path, actual)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", expected_path.display()));
         return;
     }
     let expected = read(expected_path);
@@ -35,15 +38,22 @@ fn compile_case(case: &str) -> String {
         .unwrap_or_else(|errs| panic!("{case}: field errors: {errs:?}"));
     check_golden(&data(&format!("{case}.out.yaml")), &yaml);
     // The compiled objects pass the admission rules.
-    let errs = validate_text(&yaml, None).unwrap_or_else(|e| panic!("{case}: output does not decode: {e}"));
-    assert!(errs.is_empty(), "{case}: compiled output fails admission: {errs:?}");
+    let errs = validate_text(&yaml, None)
+        .unwrap_or_else(|e| panic!("{case}: output does not decode: {e}"));
+    assert!(
+        errs.is_empty(),
+        "{case}: compiled output fails admission: {errs:?}"
+    );
     yaml
 }
 
 #[test]
 fn single_gang_with_priority_and_all_disruption() {
     let yaml = compile_case("single-gang");
-    assert!(yaml.contains("minCount: 4"), "podCount fills minCount:\n{yaml}");
+    assert!(
+        yaml.contains("minCount: 4"),
+        "podCount fills minCount:\n{yaml}"
+    );
 }
 
 #[test]

@@ -64,7 +64,11 @@ pub struct Builder {
 impl Builder {
     /// A builder over a controller's tree (one item or several top-level items).
     pub fn new(tree: impl Into<WorkloadTree>, options: BuildOptions) -> Self {
-        Self { source: Source::Tree(tree.into()), options, compiled: OnceLock::new() }
+        Self {
+            source: Source::Tree(tree.into()),
+            options,
+            compiled: OnceLock::new(),
+        }
     }
 
     /// A builder that only stamps groups from an existing Workload (compiled
@@ -82,7 +86,11 @@ impl Builder {
         }
         let compiled = OnceLock::new();
         let _ = compiled.set(workload);
-        Self { source: Source::Existing, options, compiled }
+        Self {
+            source: Source::Existing,
+            options,
+            compiled,
+        }
     }
 
     /// The options this builder was made with.
@@ -121,7 +129,10 @@ impl Builder {
         if !is_dns_subdomain(&self.options.name) {
             return Err(Error::InvalidName(self.options.name.clone()));
         }
-        let strict = BuildOptions { disable_declarative_validation: false, ..self.options.clone() };
+        let strict = BuildOptions {
+            disable_declarative_validation: false,
+            ..self.options.clone()
+        };
         let errs = super::validate::validate_tree(tree, &strict, &ValidationInput::default());
         if !errs.is_empty() {
             return Err(Error::Invalid(errs));
@@ -160,7 +171,11 @@ impl Builder {
     /// Stamps a CompositePodGroup called `name` from the
     /// CompositePodGroupTemplate `template`; the parent, if any, is the
     /// default instance of the enclosing composite template.
-    pub fn new_composite_pod_group(&self, name: &str, template: &str) -> Result<v1alpha3::CompositePodGroup, Error> {
+    pub fn new_composite_pod_group(
+        &self,
+        name: &str,
+        template: &str,
+    ) -> Result<v1alpha3::CompositePodGroup, Error> {
         let found = self.find(template)?;
         let parent = found.parent.as_deref().map(|p| self.instance_name(p));
         self.composite_pod_group(name, template, found, parent)
@@ -192,7 +207,9 @@ impl Builder {
         for (composite, template) in names {
             let name = self.instance_name(&template);
             if composite {
-                out.push(Group::Composite(Box::new(self.new_composite_pod_group(&name, &template)?)));
+                out.push(Group::Composite(Box::new(
+                    self.new_composite_pod_group(&name, &template)?,
+                )));
             } else {
                 out.push(Group::Pod(Box::new(self.new_pod_group(&name, &template)?)));
             }
@@ -205,7 +222,10 @@ impl Builder {
         let mut found = None;
         for t in workload.spec.pod_group_templates.iter().flatten() {
             if t.name == template {
-                found = Some(Found { parent: None, template: FoundTemplate::Pod(t.clone()) });
+                found = Some(Found {
+                    parent: None,
+                    template: FoundTemplate::Pod(t.clone()),
+                });
             }
         }
         for t in workload.spec.composite_pod_group_templates.iter().flatten() {
@@ -213,21 +233,37 @@ impl Builder {
                 found = find_in_composite(t, template);
             }
         }
-        found.ok_or_else(|| Error::TemplateNotFound { template: template.to_owned(), workload: self.options.name.clone() })
+        found.ok_or_else(|| Error::TemplateNotFound {
+            template: template.to_owned(),
+            workload: self.options.name.clone(),
+        })
     }
 
     fn meta(&self, name: &str) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_owned()),
             namespace: self.options.namespace.clone(),
-            owner_references: self.options.owner.clone().map(|o| vec![controller_owner(o)]),
+            owner_references: self
+                .options
+                .owner
+                .clone()
+                .map(|o| vec![controller_owner(o)]),
             ..ObjectMeta::default()
         }
     }
 
-    fn pod_group(&self, name: &str, template: &str, found: Found, parent: Option<String>) -> Result<v1beta1::PodGroup, Error> {
+    fn pod_group(
+        &self,
+        name: &str,
+        template: &str,
+        found: Found,
+        parent: Option<String>,
+    ) -> Result<v1beta1::PodGroup, Error> {
         let FoundTemplate::Pod(t) = found.template else {
-            return Err(Error::WrongTemplateKind { template: template.to_owned(), expected: "PodGroupTemplate" });
+            return Err(Error::WrongTemplateKind {
+                template: template.to_owned(),
+                expected: "PodGroupTemplate",
+            });
         };
         Ok(v1beta1::PodGroup {
             metadata: self.meta(name),
@@ -263,21 +299,34 @@ impl Builder {
             });
         };
         let policy = v1alpha3::CompositePodGroupSchedulingPolicy {
-            basic: t.scheduling_policy.basic.map(|_| v1alpha3::CompositeBasicSchedulingPolicy(empty())),
+            basic: t
+                .scheduling_policy
+                .basic
+                .map(|_| v1alpha3::CompositeBasicSchedulingPolicy(empty())),
             gang: t
                 .scheduling_policy
                 .gang
-                .map(|g| v1alpha3::CompositeGangSchedulingPolicy { min_group_count: g.min_group_count }),
+                .map(|g| v1alpha3::CompositeGangSchedulingPolicy {
+                    min_group_count: g.min_group_count,
+                }),
         };
-        let disruption_mode = t.disruption_mode.map(|d| v1alpha3::CompositeDisruptionMode {
-            all: d.all.map(|_| v1alpha3::AllCompositeDisruptionMode(empty())),
-            single: d.single.map(|_| v1alpha3::SingleCompositeDisruptionMode(empty())),
-        });
-        let scheduling_constraints = t.scheduling_constraints.map(|c| v1alpha3::CompositePodGroupSchedulingConstraints {
-            topology: c
-                .topology
-                .map(|ts| ts.into_iter().map(|k| v1alpha3::TopologyConstraint { key: k.key }).collect()),
-        });
+        let disruption_mode = t
+            .disruption_mode
+            .map(|d| v1alpha3::CompositeDisruptionMode {
+                all: d.all.map(|_| v1alpha3::AllCompositeDisruptionMode(empty())),
+                single: d
+                    .single
+                    .map(|_| v1alpha3::SingleCompositeDisruptionMode(empty())),
+            });
+        let scheduling_constraints =
+            t.scheduling_constraints
+                .map(|c| v1alpha3::CompositePodGroupSchedulingConstraints {
+                    topology: c.topology.map(|ts| {
+                        ts.into_iter()
+                            .map(|k| v1alpha3::TopologyConstraint { key: k.key })
+                            .collect()
+                    }),
+                });
         Ok(v1alpha3::CompositePodGroup {
             metadata: self.meta(name),
             spec: v1alpha3::CompositePodGroupSpec {
@@ -319,16 +368,25 @@ enum FoundTemplate {
 
 fn find_in_composite(t: &v1beta1::CompositePodGroupTemplate, name: &str) -> Option<Found> {
     if t.name == name {
-        return Some(Found { parent: None, template: FoundTemplate::Composite(t.clone()) });
+        return Some(Found {
+            parent: None,
+            template: FoundTemplate::Composite(t.clone()),
+        });
     }
     for c in t.pod_group_templates.iter().flatten() {
         if c.name == name {
-            return Some(Found { parent: Some(t.name.clone()), template: FoundTemplate::Pod(c.clone()) });
+            return Some(Found {
+                parent: Some(t.name.clone()),
+                template: FoundTemplate::Pod(c.clone()),
+            });
         }
     }
     for c in t.composite_pod_group_templates.iter().flatten() {
         if c.name == name {
-            return Some(Found { parent: Some(t.name.clone()), template: FoundTemplate::Composite(c.clone()) });
+            return Some(Found {
+                parent: Some(t.name.clone()),
+                template: FoundTemplate::Composite(c.clone()),
+            });
         }
         if let Some(found) = find_in_composite(c, name) {
             return Some(found);
@@ -374,11 +432,14 @@ fn compile(tree: &WorkloadTree, options: &BuildOptions) -> v1beta1::Workload {
             pod_group_templates.push(compile_leaf(item));
         }
     }
-    let controller_ref = options.owner.as_ref().map(|o| v1beta1::TypedLocalObjectReference {
-        api_group: api_group(&o.api_version),
-        kind: o.kind.clone(),
-        name: o.name.clone(),
-    });
+    let controller_ref = options
+        .owner
+        .as_ref()
+        .map(|o| v1beta1::TypedLocalObjectReference {
+            api_group: api_group(&o.api_version),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        });
     v1beta1::Workload {
         metadata: ObjectMeta {
             name: Some(options.name.clone()),
@@ -402,10 +463,14 @@ fn compile_leaf(item: &WorkloadItem) -> v1beta1::PodGroupTemplate {
     let cfg = item.merged_config();
     let policy = cfg.scheduling_policy.as_ref();
     let scheduling_policy = v1beta1::PodGroupSchedulingPolicy {
-        basic: policy.and_then(|p| p.basic.as_ref()).map(|_| v1beta1::BasicSchedulingPolicy(empty())),
+        basic: policy
+            .and_then(|p| p.basic.as_ref())
+            .map(|_| v1beta1::BasicSchedulingPolicy(empty())),
         gang: policy
             .and_then(|p| p.gang.as_ref())
-            .map(|g| v1beta1::GangSchedulingPolicy { min_count: g.min_count.unwrap_or(1) }),
+            .map(|g| v1beta1::GangSchedulingPolicy {
+                min_count: g.min_count.unwrap_or(1),
+            }),
     };
     let resource_claims = cfg.resource_claims.as_ref().and_then(|cs| {
         non_empty(
@@ -425,8 +490,11 @@ fn compile_leaf(item: &WorkloadItem) -> v1beta1::PodGroupTemplate {
         priority: cfg.priority,
         priority_class_name: cfg.priority_class_name.clone(),
         resource_claims,
-        scheduling_constraints: topology(&cfg)
-            .map(|topology| v1beta1::PodGroupSchedulingConstraints { topology: Some(topology) }),
+        scheduling_constraints: topology(&cfg).map(|topology| {
+            v1beta1::PodGroupSchedulingConstraints {
+                topology: Some(topology),
+            }
+        }),
         scheduling_policy,
     }
 }
@@ -435,9 +503,13 @@ fn compile_composite(item: &WorkloadItem) -> v1beta1::CompositePodGroupTemplate 
     let cfg = item.merged_config();
     let policy = cfg.composite_scheduling_policy.as_ref();
     let scheduling_policy = v1beta1::CompositePodGroupSchedulingPolicy {
-        basic: policy.and_then(|p| p.basic.as_ref()).map(|_| v1beta1::CompositeBasicSchedulingPolicy(empty())),
-        gang: policy.and_then(|p| p.gang.as_ref()).map(|g| v1beta1::CompositeGangSchedulingPolicy {
-            min_group_count: g.min_group_count.unwrap_or(1),
+        basic: policy
+            .and_then(|p| p.basic.as_ref())
+            .map(|_| v1beta1::CompositeBasicSchedulingPolicy(empty())),
+        gang: policy.and_then(|p| p.gang.as_ref()).map(|g| {
+            v1beta1::CompositeGangSchedulingPolicy {
+                min_group_count: g.min_group_count.unwrap_or(1),
+            }
         }),
     };
     let mut pods = Vec::new();
@@ -451,7 +523,9 @@ fn compile_composite(item: &WorkloadItem) -> v1beta1::CompositePodGroupTemplate 
     }
     let disruption_mode = disruption(&cfg).map(|d| v1beta1::CompositeDisruptionMode {
         all: d.all.map(|_| v1beta1::AllCompositeDisruptionMode(empty())),
-        single: d.single.map(|_| v1beta1::SingleCompositeDisruptionMode(empty())),
+        single: d
+            .single
+            .map(|_| v1beta1::SingleCompositeDisruptionMode(empty())),
     });
     v1beta1::CompositePodGroupTemplate {
         composite_pod_group_templates: non_empty(composites),
@@ -461,20 +535,32 @@ fn compile_composite(item: &WorkloadItem) -> v1beta1::CompositePodGroupTemplate 
         preemption_policy: cfg.preemption_policy.clone(),
         priority: cfg.priority,
         priority_class_name: cfg.priority_class_name.clone(),
-        scheduling_constraints: topology(&cfg)
-            .map(|topology| v1beta1::CompositePodGroupSchedulingConstraints { topology: Some(topology) }),
+        scheduling_constraints: topology(&cfg).map(|topology| {
+            v1beta1::CompositePodGroupSchedulingConstraints {
+                topology: Some(topology),
+            }
+        }),
         scheduling_policy,
     }
 }
 
 fn disruption(cfg: &ItemConfig) -> Option<v1beta1::DisruptionMode> {
-    cfg.disruption_mode.as_ref().map(|d| v1beta1::DisruptionMode {
-        all: d.all.as_ref().map(|_| v1beta1::AllDisruptionMode(empty())),
-        single: d.single.as_ref().map(|_| v1beta1::SingleDisruptionMode(empty())),
-    })
+    cfg.disruption_mode
+        .as_ref()
+        .map(|d| v1beta1::DisruptionMode {
+            all: d.all.as_ref().map(|_| v1beta1::AllDisruptionMode(empty())),
+            single: d
+                .single
+                .as_ref()
+                .map(|_| v1beta1::SingleDisruptionMode(empty())),
+        })
 }
 
 fn topology(cfg: &ItemConfig) -> Option<Vec<v1beta1::TopologyConstraint>> {
     let keys = cfg.scheduling_constraints.as_ref()?.topology.as_ref()?;
-    non_empty(keys.iter().map(|t| v1beta1::TopologyConstraint { key: t.key.clone() }).collect())
+    non_empty(
+        keys.iter()
+            .map(|t| v1beta1::TopologyConstraint { key: t.key.clone() })
+            .collect(),
+    )
 }

@@ -45,9 +45,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use k8s_openapi::api::scheduling::v1alpha3::{
-    WorkloadPodGroupAllDisruptionMode, WorkloadPodGroupBasicSchedulingPolicy, WorkloadPodGroupDisruptionMode,
-    WorkloadPodGroupGangSchedulingPolicy, WorkloadPodGroupResourceClaim, WorkloadPodGroupSchedulingConstraints,
-    WorkloadPodGroupSchedulingPolicy, WorkloadPodGroupSingleDisruptionMode, TopologyConstraint,
+    TopologyConstraint, WorkloadPodGroupAllDisruptionMode, WorkloadPodGroupBasicSchedulingPolicy,
+    WorkloadPodGroupDisruptionMode, WorkloadPodGroupGangSchedulingPolicy,
+    WorkloadPodGroupResourceClaim, WorkloadPodGroupSchedulingConstraints,
+    WorkloadPodGroupSchedulingPolicy, WorkloadPodGroupSingleDisruptionMode,
 };
 use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -57,8 +58,8 @@ use serde_json::{Map, Value};
 use super::field::{FieldError, child, index};
 use super::rules;
 use super::tree::{
-    CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig, ItemInput, Sourced, WorkloadItem,
-    WorkloadTree, fill_min_count, fill_min_group_count,
+    CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig, ItemInput,
+    Sourced, WorkloadItem, WorkloadTree, fill_min_count, fill_min_group_count,
 };
 use super::{BuildOptions, Builder, DisruptionModeOption, Group, PolicyOption, ValidationInput};
 
@@ -91,7 +92,9 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         WorkloadCommand::Compile { file } => {
             let text = read_input(&file)?;
-            match compile_to_yaml(&text).with_context(|| format!("cannot compile {}", file.display()))? {
+            match compile_to_yaml(&text)
+                .with_context(|| format!("cannot compile {}", file.display()))?
+            {
                 Ok(yaml) => {
                     print!("{yaml}");
                     Ok(ExitCode::SUCCESS)
@@ -100,7 +103,11 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
                     for e in &errs {
                         eprintln!("{e}");
                     }
-                    eprintln!("{}: {} error(s); nothing compiled", file.display(), errs.len());
+                    eprintln!(
+                        "{}: {} error(s); nothing compiled",
+                        file.display(),
+                        errs.len()
+                    );
                     Ok(ExitCode::from(1))
                 }
             }
@@ -128,7 +135,9 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
 fn read_input(path: &Path) -> anyhow::Result<String> {
     if path == Path::new("-") {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("cannot read standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read standard input")?;
         return Ok(s);
     }
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
@@ -144,7 +153,9 @@ pub enum InputError {
     #[error("expected exactly one YAML document holding a workload tree, found {0}")]
     Documents(usize),
     /// An object of a kind `validate` does not handle.
-    #[error("document {index}: unsupported object {api_version}/{kind}; expected scheduling.k8s.io/v1beta1 Workload or PodGroup, or scheduling.k8s.io/v1alpha3 CompositePodGroup")]
+    #[error(
+        "document {index}: unsupported object {api_version}/{kind}; expected scheduling.k8s.io/v1beta1 Workload or PodGroup, or scheduling.k8s.io/v1alpha3 CompositePodGroup"
+    )]
     Kind {
         /// Document index (0-based).
         index: usize,
@@ -328,7 +339,8 @@ fn empty() -> Value {
 impl TreeFile {
     /// Parses one YAML document.
     pub fn parse(text: &str) -> Result<Self, InputError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| InputError::Yaml(e.to_string()))?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| InputError::Yaml(e.to_string()))?;
         if docs.len() != 1 {
             return Err(InputError::Documents(docs.len()));
         }
@@ -345,7 +357,12 @@ impl TreeFile {
             rules::check_dns_label(ns, "namespace", &mut errs);
         }
         let owner = self.owner.as_ref().map(|o| {
-            for (field, value) in [("apiVersion", &o.api_version), ("kind", &o.kind), ("name", &o.name), ("uid", &o.uid)] {
+            for (field, value) in [
+                ("apiVersion", &o.api_version),
+                ("kind", &o.kind),
+                ("name", &o.name),
+                ("uid", &o.uid),
+            ] {
                 if value.is_empty() {
                     errs.push(FieldError::required(child("owner", field), ""));
                 }
@@ -373,7 +390,16 @@ impl TreeFile {
         if let Some(d) = &self.allowed_disruption_modes {
             options.allowed_disruption_modes = d.clone();
         }
-        (Builder::new(WorkloadTree { items, path: "items".to_owned() }, options), errs)
+        (
+            Builder::new(
+                WorkloadTree {
+                    items,
+                    path: "items".to_owned(),
+                },
+                options,
+            ),
+            errs,
+        )
     }
 }
 
@@ -395,7 +421,9 @@ impl ItemFile {
                     ppath,
                     CompositeSchedulingPolicy {
                         basic: p.basic.as_ref().map(|_| CompositeBasicPolicy {}),
-                        gang: p.gang.as_ref().map(|g| CompositeGangPolicy { min_group_count: g.min_group_count }),
+                        gang: p.gang.as_ref().map(|g| CompositeGangPolicy {
+                            min_group_count: g.min_group_count,
+                        }),
                     },
                 ));
             } else {
@@ -408,8 +436,16 @@ impl ItemFile {
                 input.scheduling_policy = Some(Sourced::new(
                     ppath,
                     WorkloadPodGroupSchedulingPolicy {
-                        basic: p.basic.as_ref().map(|_| WorkloadPodGroupBasicSchedulingPolicy(empty())),
-                        gang: p.gang.as_ref().map(|g| WorkloadPodGroupGangSchedulingPolicy { min_count: g.min_count }),
+                        basic: p
+                            .basic
+                            .as_ref()
+                            .map(|_| WorkloadPodGroupBasicSchedulingPolicy(empty())),
+                        gang: p
+                            .gang
+                            .as_ref()
+                            .map(|g| WorkloadPodGroupGangSchedulingPolicy {
+                                min_count: g.min_count,
+                            }),
                     },
                 ));
             }
@@ -418,7 +454,12 @@ impl ItemFile {
             input.scheduling_constraints = Some(Sourced::new(
                 child(path, "schedulingConstraints"),
                 WorkloadPodGroupSchedulingConstraints {
-                    topology: Some(c.topology.iter().map(|t| TopologyConstraint { key: t.key.clone() }).collect()),
+                    topology: Some(
+                        c.topology
+                            .iter()
+                            .map(|t| TopologyConstraint { key: t.key.clone() })
+                            .collect(),
+                    ),
                 },
             ));
         }
@@ -426,8 +467,14 @@ impl ItemFile {
             input.disruption_mode = Some(Sourced::new(
                 child(path, "disruptionMode"),
                 WorkloadPodGroupDisruptionMode {
-                    all: d.all.as_ref().map(|_| WorkloadPodGroupAllDisruptionMode(empty())),
-                    single: d.single.as_ref().map(|_| WorkloadPodGroupSingleDisruptionMode(empty())),
+                    all: d
+                        .all
+                        .as_ref()
+                        .map(|_| WorkloadPodGroupAllDisruptionMode(empty())),
+                    single: d
+                        .single
+                        .as_ref()
+                        .map(|_| WorkloadPodGroupSingleDisruptionMode(empty())),
                 },
             ));
         }
@@ -444,14 +491,27 @@ impl ItemFile {
                     .collect(),
             ));
         }
-        input.priority_class_name =
-            self.priority_class_name.clone().map(|v| Sourced::new(child(path, "priorityClassName"), v));
-        input.priority = self.priority.map(|v| Sourced::new(child(path, "priority"), v));
-        input.preemption_policy = self.preemption_policy.clone().map(|v| Sourced::new(child(path, "preemptionPolicy"), v));
+        input.priority_class_name = self
+            .priority_class_name
+            .clone()
+            .map(|v| Sourced::new(child(path, "priorityClassName"), v));
+        input.priority = self
+            .priority
+            .map(|v| Sourced::new(child(path, "priority"), v));
+        input.preemption_policy = self
+            .preemption_policy
+            .clone()
+            .map(|v| Sourced::new(child(path, "preemptionPolicy"), v));
 
         // The CLI's controller defaults: basic scheduling.
         let defaults = if composite {
-            ItemConfig { composite_scheduling_policy: Some(CompositeSchedulingPolicy { basic: Some(CompositeBasicPolicy {}), gang: None }), ..ItemConfig::default() }
+            ItemConfig {
+                composite_scheduling_policy: Some(CompositeSchedulingPolicy {
+                    basic: Some(CompositeBasicPolicy {}),
+                    gang: None,
+                }),
+                ..ItemConfig::default()
+            }
         } else {
             ItemConfig {
                 scheduling_policy: Some(WorkloadPodGroupSchedulingPolicy {
@@ -478,7 +538,10 @@ impl ItemFile {
         };
         if composite {
             if let Some(n) = self.pod_count {
-                errs.push(FieldError::forbidden(child(path, "podCount"), format!("{n}: only an item without children has pods")));
+                errs.push(FieldError::forbidden(
+                    child(path, "podCount"),
+                    format!("{n}: only an item without children has pods"),
+                ));
             }
             let n = i32::try_from(item.children.len()).unwrap_or(i32::MAX);
             item.callbacks.push(fill_min_group_count(n));
@@ -517,13 +580,15 @@ fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, InputError> {
 /// Validates a tree file, or object documents, optionally as an update of
 /// `old` (same format). Returns the field errors (empty when valid).
 pub fn validate_text(text: &str, old: Option<&str>) -> Result<Vec<FieldError>, InputError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| InputError::Yaml(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| InputError::Yaml(e.to_string()))?;
     if docs.iter().any(|d| d.get("kind").is_some()) {
         let new = decode_objects(docs)?;
         let old = match old {
-            Some(t) => {
-                decode_objects(serde_saphyr::from_multiple(t).map_err(|e| InputError::Yaml(format!("old: {e}")))?)?
-            }
+            Some(t) => decode_objects(
+                serde_saphyr::from_multiple(t)
+                    .map_err(|e| InputError::Yaml(format!("old: {e}")))?,
+            )?,
             None => Vec::new(),
         };
         return Ok(validate_objects(&new, &old));
@@ -534,7 +599,9 @@ pub fn validate_text(text: &str, old: Option<&str>) -> Result<Vec<FieldError>, I
         Some(t) => Some(TreeFile::parse(t)?.builder().0),
         None => None,
     };
-    let input = ValidationInput { old: old_builder.as_ref().and_then(|b| b.tree()) };
+    let input = ValidationInput {
+        old: old_builder.as_ref().and_then(|b| b.tree()),
+    };
     errs.extend(builder.validate(&input));
     Ok(errs)
 }
@@ -559,16 +626,38 @@ impl Object {
 fn decode_objects(docs: Vec<Value>) -> Result<Vec<Object>, InputError> {
     let mut out = Vec::new();
     for (index, doc) in docs.into_iter().enumerate() {
-        let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let err = |e: serde_json::Error| InputError::Object { index, kind: kind.clone(), message: e.to_string() };
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let kind = doc
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let err = |e: serde_json::Error| InputError::Object {
+            index,
+            kind: kind.clone(),
+            message: e.to_string(),
+        };
         let obj = match (api_version.as_str(), kind.as_str()) {
-            ("scheduling.k8s.io/v1beta1", "Workload") => Object::Workload(Box::new(serde_json::from_value(doc).map_err(err)?)),
-            ("scheduling.k8s.io/v1beta1", "PodGroup") => Object::PodGroup(Box::new(serde_json::from_value(doc).map_err(err)?)),
+            ("scheduling.k8s.io/v1beta1", "Workload") => {
+                Object::Workload(Box::new(serde_json::from_value(doc).map_err(err)?))
+            }
+            ("scheduling.k8s.io/v1beta1", "PodGroup") => {
+                Object::PodGroup(Box::new(serde_json::from_value(doc).map_err(err)?))
+            }
             ("scheduling.k8s.io/v1alpha3", "CompositePodGroup") => {
                 Object::Composite(Box::new(serde_json::from_value(doc).map_err(err)?))
             }
-            _ => return Err(InputError::Kind { index, api_version, kind }),
+            _ => {
+                return Err(InputError::Kind {
+                    index,
+                    api_version,
+                    kind,
+                });
+            }
         };
         out.push(obj);
     }
@@ -581,11 +670,17 @@ fn validate_objects(new: &[Object], old: &[Object]) -> Vec<FieldError> {
         let key = obj.key();
         let prior = old.iter().find(|o| o.key() == key);
         let errs = match (obj, prior) {
-            (Object::Workload(n), Some(Object::Workload(o))) => super::validate_workload(n, Some(o)),
+            (Object::Workload(n), Some(Object::Workload(o))) => {
+                super::validate_workload(n, Some(o))
+            }
             (Object::Workload(n), _) => super::validate_workload(n, None),
-            (Object::PodGroup(n), Some(Object::PodGroup(o))) => super::validate_pod_group(n, Some(o)),
+            (Object::PodGroup(n), Some(Object::PodGroup(o))) => {
+                super::validate_pod_group(n, Some(o))
+            }
             (Object::PodGroup(n), _) => super::validate_pod_group(n, None),
-            (Object::Composite(n), Some(Object::Composite(o))) => super::validate_composite_pod_group(n, Some(o)),
+            (Object::Composite(n), Some(Object::Composite(o))) => {
+                super::validate_composite_pod_group(n, Some(o))
+            }
             (Object::Composite(n), _) => super::validate_composite_pod_group(n, None),
         };
         let prefix = format!("{}/{}: ", key.0, key.1.unwrap_or(""));

@@ -58,8 +58,18 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(path: impl Into<String>, kind: FieldErrorKind, value: Option<Value>, detail: impl Into<String>) -> Self {
-        Self { path: path.into(), kind, value, detail: detail.into() }
+    fn new(
+        path: impl Into<String>,
+        kind: FieldErrorKind,
+        value: Option<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            kind,
+            value,
+            detail: detail.into(),
+        }
     }
 
     /// `Required value`.
@@ -68,7 +78,11 @@ impl FieldError {
     }
 
     /// `Invalid value`.
-    pub fn invalid(path: impl Into<String>, value: impl Into<Value>, detail: impl Into<String>) -> Self {
+    pub fn invalid(
+        path: impl Into<String>,
+        value: impl Into<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self::new(path, FieldErrorKind::Invalid, Some(value.into()), detail)
     }
 
@@ -78,14 +92,23 @@ impl FieldError {
     }
 
     /// `Unsupported value`, listing what is supported.
-    pub fn not_supported(path: impl Into<String>, value: impl Into<Value>, supported: &[&str]) -> Self {
+    pub fn not_supported(
+        path: impl Into<String>,
+        value: impl Into<Value>,
+        supported: &[&str],
+    ) -> Self {
         let detail = if supported.is_empty() {
             "no values are supported".to_owned()
         } else {
             let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
             format!("supported values: {}", list.join(", "))
         };
-        Self::new(path, FieldErrorKind::NotSupported, Some(value.into()), detail)
+        Self::new(
+            path,
+            FieldErrorKind::NotSupported,
+            Some(value.into()),
+            detail,
+        )
     }
 
     /// `Forbidden`.
@@ -122,7 +145,11 @@ impl std::error::Error for FieldError {}
 
 /// Appends a child field name to a path (`spec` + `name` = `spec.name`).
 pub fn child(path: &str, name: &str) -> String {
-    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 /// Appends a list index to a path (`spec.items` + 2 = `spec.items[2]`).
@@ -145,12 +172,21 @@ mod tests {
             e.to_string(),
             "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"
         );
-        assert_eq!(FieldError::required("a.b", "").to_string(), "a.b: Required value");
+        assert_eq!(
+            FieldError::required("a.b", "").to_string(),
+            "a.b: Required value"
+        );
         assert_eq!(
             FieldError::not_supported("p", "gang", &["basic"]).to_string(),
             r#"p: Unsupported value: "gang": supported values: "basic""#
         );
-        assert_eq!(FieldError::too_many("t", 9, 8).to_string(), "t: Too many: 9: must have at most 8 items");
-        assert_eq!(FieldError::duplicate("n", "a").to_string(), r#"n: Duplicate value: "a""#);
+        assert_eq!(
+            FieldError::too_many("t", 9, 8).to_string(),
+            "t: Too many: 9: must have at most 8 items"
+        );
+        assert_eq!(
+            FieldError::duplicate("n", "a").to_string(),
+            r#"n: Duplicate value: "a""#
+        );
     }
 }

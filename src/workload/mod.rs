@@ -56,16 +56,17 @@ mod validate;
 pub use build::{BuildOptions, Builder, Group};
 pub use field::{FieldError, FieldErrorKind};
 pub use rules::{
-    DisruptionModeOption, MAX_DEPTH, MAX_RESOURCE_CLAIMS, MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS, PREEMPTION_POLICIES,
-    PolicyOption,
+    DisruptionModeOption, MAX_DEPTH, MAX_RESOURCE_CLAIMS, MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS,
+    PREEMPTION_POLICIES, PolicyOption,
 };
 pub use tree::{
-    Callback, CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig, ItemInput, Sourced,
-    WorkloadItem, WorkloadTree, fill_min_count, fill_min_group_count,
+    Callback, CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig,
+    ItemInput, Sourced, WorkloadItem, WorkloadTree, fill_min_count, fill_min_group_count,
 };
 pub use validate::{
-    PriorityClassRef, ValidationInput, composite_pod_group_priority_classes, pod_group_priority_classes,
-    validate_composite_pod_group, validate_pod_group, validate_workload, workload_priority_classes,
+    PriorityClassRef, ValidationInput, composite_pod_group_priority_classes,
+    pod_group_priority_classes, validate_composite_pod_group, validate_pod_group,
+    validate_workload, workload_priority_classes,
 };
 
 /// Errors of the workload builder.
@@ -102,7 +103,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn join(errs: &[FieldError]) -> String {
-    errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errs.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ pub fn is_qualified_name(s: &str) -> bool {
     let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     !name.is_empty()
         && name.len() <= DNS_LABEL_MAX
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && ends_ok(name.chars().next())
         && ends_ok(name.chars().last())
 }
@@ -95,7 +97,11 @@ pub fn check_dns_subdomain(value: &str, path: &str, errs: &mut Errors) {
 
 /// Exactly one of the named members is set.
 pub fn check_exactly_one(members: &[(&str, bool)], path: &str, errs: &mut Errors) {
-    let set: Vec<&str> = members.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+    let set: Vec<&str> = members
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| *n)
+        .collect();
     if set.len() == 1 {
         return;
     }
@@ -111,7 +117,9 @@ pub fn check_exactly_one(members: &[(&str, bool)], path: &str, errs: &mut Errors
 // === scheduling policy ===
 
 /// The scheduling policy variants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum PolicyOption {
     /// `basic`: pod-by-pod (or group-by-group) scheduling.
@@ -131,7 +139,9 @@ impl PolicyOption {
 }
 
 /// The disruption mode variants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum DisruptionModeOption {
     /// `single`: members may be disrupted one by one.
@@ -173,7 +183,11 @@ impl PolicyView {
 /// Structural rules of a policy block: exactly one variant, the gang minimum
 /// (field `min_field`, `minCount` or `minGroupCount`) at least 1 when given.
 pub fn check_policy(view: PolicyView, min_field: &str, path: &str, errs: &mut Errors) {
-    check_exactly_one(&[("basic", view.basic), ("gang", view.gang.is_some())], path, errs);
+    check_exactly_one(
+        &[("basic", view.basic), ("gang", view.gang.is_some())],
+        path,
+        errs,
+    );
     if let Some(Some(min)) = view.gang {
         check_min_at_least_one(min, &child(&child(path, "gang"), min_field), errs);
     }
@@ -182,12 +196,21 @@ pub fn check_policy(view: PolicyView, min_field: &str, path: &str, errs: &mut Er
 /// `minCount` / `minGroupCount` must be positive.
 pub fn check_min_at_least_one(value: i32, path: &str, errs: &mut Errors) {
     if value < 1 {
-        errs.push(FieldError::invalid(path, value, "must be greater than or equal to 1"));
+        errs.push(FieldError::invalid(
+            path,
+            value,
+            "must be greater than or equal to 1",
+        ));
     }
 }
 
 /// Controller allow-list of policies (default deny).
-pub fn check_policy_allowed(option: PolicyOption, allowed: &[PolicyOption], path: &str, errs: &mut Errors) {
+pub fn check_policy_allowed(
+    option: PolicyOption,
+    allowed: &[PolicyOption],
+    path: &str,
+    errs: &mut Errors,
+) {
     if !allowed.contains(&option) {
         let names: Vec<&str> = allowed.iter().map(|o| o.as_str()).collect();
         errs.push(FieldError::not_supported(path, option.as_str(), &names));
@@ -236,7 +259,12 @@ pub fn check_disruption_allowed(
 
 /// Disruption mode `all` makes no sense with the `basic` policy: a group
 /// scheduled member by member has no atomic unit to disrupt.
-pub fn check_all_not_with_basic(policy: Option<PolicyOption>, mode: Option<DisruptionModeOption>, path: &str, errs: &mut Errors) {
+pub fn check_all_not_with_basic(
+    policy: Option<PolicyOption>,
+    mode: Option<DisruptionModeOption>,
+    path: &str,
+    errs: &mut Errors,
+) {
     if policy == Some(PolicyOption::Basic) && mode == Some(DisruptionModeOption::All) {
         errs.push(FieldError::invalid(
             child(path, "all"),
@@ -254,7 +282,11 @@ pub fn check_topology<'a>(keys: impl IntoIterator<Item = &'a str>, path: &str, e
     let topo = child(path, "topology");
     let keys: Vec<&str> = keys.into_iter().collect();
     if keys.len() > MAX_TOPOLOGY_CONSTRAINTS {
-        errs.push(FieldError::too_many(&topo, keys.len(), MAX_TOPOLOGY_CONSTRAINTS));
+        errs.push(FieldError::too_many(
+            &topo,
+            keys.len(),
+            MAX_TOPOLOGY_CONSTRAINTS,
+        ));
     }
     for (i, key) in keys.iter().enumerate() {
         let p = child(&index(&topo, i), "key");
@@ -283,7 +315,11 @@ pub struct ClaimView<'a> {
 /// claim or a template, by DNS subdomain. `path` is the list.
 pub fn check_claims(claims: &[ClaimView<'_>], path: &str, errs: &mut Errors) {
     if claims.len() > MAX_RESOURCE_CLAIMS {
-        errs.push(FieldError::too_many(path, claims.len(), MAX_RESOURCE_CLAIMS));
+        errs.push(FieldError::too_many(
+            path,
+            claims.len(),
+            MAX_RESOURCE_CLAIMS,
+        ));
     }
     let mut seen = BTreeMap::new();
     for (i, c) in claims.iter().enumerate() {
@@ -294,7 +330,10 @@ pub fn check_claims(claims: &[ClaimView<'_>], path: &str, errs: &mut Errors) {
             errs.push(FieldError::duplicate(&name_path, c.name));
         }
         check_exactly_one(
-            &[("resourceClaimName", c.claim.is_some()), ("resourceClaimTemplateName", c.template.is_some())],
+            &[
+                ("resourceClaimName", c.claim.is_some()),
+                ("resourceClaimTemplateName", c.template.is_some()),
+            ],
             &p,
             errs,
         );
@@ -322,14 +361,23 @@ pub struct PriorityView<'a> {
 
 /// Field formats of the priority configuration. `paths` gives the path of
 /// `priorityClassName` and `preemptionPolicy`.
-pub fn check_priority(view: PriorityView<'_>, class_path: &str, preemption_path: &str, errs: &mut Errors) {
+pub fn check_priority(
+    view: PriorityView<'_>,
+    class_path: &str,
+    preemption_path: &str,
+    errs: &mut Errors,
+) {
     if let Some(name) = view.class_name {
         check_dns_subdomain(name, class_path, errs);
     }
     if let Some(policy) = view.preemption_policy
         && !PREEMPTION_POLICIES.contains(&policy)
     {
-        errs.push(FieldError::not_supported(preemption_path, policy, PREEMPTION_POLICIES));
+        errs.push(FieldError::not_supported(
+            preemption_path,
+            policy,
+            PREEMPTION_POLICIES,
+        ));
     }
 }
 
@@ -356,21 +404,30 @@ pub fn check_one_priority(entries: &[PriorityEntry<'_>], errs: &mut Errors) {
             errs.push(FieldError::invalid(
                 &e.class_path,
                 opt_value(e.view.class_name),
-                format!("must be the same in every template of the Workload (as {})", first.class_path),
+                format!(
+                    "must be the same in every template of the Workload (as {})",
+                    first.class_path
+                ),
             ));
         }
         if e.view.priority != first.view.priority {
             errs.push(FieldError::invalid(
                 &e.priority_path,
                 e.view.priority.map_or(Value::Null, Value::from),
-                format!("must be the same in every template of the Workload (as {})", first.priority_path),
+                format!(
+                    "must be the same in every template of the Workload (as {})",
+                    first.priority_path
+                ),
             ));
         }
         if e.view.preemption_policy != first.view.preemption_policy {
             errs.push(FieldError::invalid(
                 &e.preemption_path,
                 opt_value(e.view.preemption_policy),
-                format!("must be the same in every template of the Workload (as {})", first.preemption_path),
+                format!(
+                    "must be the same in every template of the Workload (as {})",
+                    first.preemption_path
+                ),
             ));
         }
     }
@@ -392,7 +449,12 @@ pub fn check_template_count(count: usize, path: &str, errs: &mut Errors) {
 /// Template names are DNS labels, unique across the whole Workload so that a
 /// group's `workloadRef.templateName` resolves to exactly one template.
 /// `seen` collects names across calls.
-pub fn check_template_name<'a>(name: &'a str, path: &str, seen: &mut BTreeMap<&'a str, String>, errs: &mut Errors) {
+pub fn check_template_name<'a>(
+    name: &'a str,
+    path: &str,
+    seen: &mut BTreeMap<&'a str, String>,
+    errs: &mut Errors,
+) {
     check_dns_label(name, path, errs);
     if name.is_empty() {
         return;
@@ -408,7 +470,10 @@ pub fn check_template_name<'a>(name: &'a str, path: &str, seen: &mut BTreeMap<&'
 /// list at `path` (root list = 1).
 pub fn check_depth(depth: usize, path: &str, errs: &mut Errors) -> bool {
     if depth > MAX_DEPTH {
-        errs.push(FieldError::forbidden(path, format!("templates may nest at most {MAX_DEPTH} levels deep")));
+        errs.push(FieldError::forbidden(
+            path,
+            format!("templates may nest at most {MAX_DEPTH} levels deep"),
+        ));
         return false;
     }
     true
@@ -420,7 +485,12 @@ pub fn check_depth(depth: usize, path: &str, errs: &mut Errors) -> bool {
 pub const IMMUTABLE: &str = "field is immutable";
 
 /// An immutable field must be unchanged on update.
-pub fn check_immutable<T: PartialEq + serde::Serialize>(new: &T, old: &T, path: &str, errs: &mut Errors) {
+pub fn check_immutable<T: PartialEq + serde::Serialize>(
+    new: &T,
+    old: &T,
+    path: &str,
+    errs: &mut Errors,
+) {
     if new != old {
         let value = serde_json::to_value(new).unwrap_or(Value::Null);
         errs.push(FieldError::invalid(path, value, IMMUTABLE));

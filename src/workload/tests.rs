@@ -34,7 +34,10 @@ fn update_errors(old: &str, new: &str) -> Vec<(String, FieldErrorKind)> {
     };
     let (old, new) = (parse(old), parse(new));
     let input = ValidationInput { old: old.tree() };
-    new.validate(&input).into_iter().map(|e| (e.path, e.kind)).collect()
+    new.validate(&input)
+        .into_iter()
+        .map(|e| (e.path, e.kind))
+        .collect()
 }
 
 fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
@@ -57,11 +60,15 @@ fn leaf(body: &str) -> String {
 }
 
 fn indent(s: &str, n: usize) -> String {
-    s.lines().map(|l| format!("{}{l}\n", " ".repeat(n))).collect()
+    s.lines()
+        .map(|l| format!("{}{l}\n", " ".repeat(n)))
+        .collect()
 }
 
 fn children(n: usize, depth_suffix: &str) -> String {
-    (0..n).map(|i| format!("      - name: c{i}{depth_suffix}\n")).collect()
+    (0..n)
+        .map(|i| format!("      - name: c{i}{depth_suffix}\n"))
+        .collect()
 }
 
 // === trees: one rule per case ===
@@ -218,14 +225,20 @@ fn declarative_validation_can_be_switched_off() {
     };
     let item = WorkloadItem::leaf("job").at("spec").with_input(ItemInput {
         scheduling_policy: Some(Sourced::new("spec.scheduling.schedulingPolicy", policy)),
-        priority_class_name: Some(Sourced::new("spec.priorityClassName", "Bad_Name".to_owned())),
+        priority_class_name: Some(Sourced::new(
+            "spec.priorityClassName",
+            "Bad_Name".to_owned(),
+        )),
         ..ItemInput::default()
     });
     let mut options = BuildOptions::new("job");
     let on = Builder::new(item.clone(), options.clone()).validate(&ValidationInput::default());
     assert_eq!(
         paths(on),
-        vec![e("spec.scheduling.schedulingPolicy", Invalid), e("spec.priorityClassName", Invalid)]
+        vec![
+            e("spec.scheduling.schedulingPolicy", Invalid),
+            e("spec.priorityClassName", Invalid)
+        ]
     );
     // Built-in controller: structure is the API server's job; policy checks remain.
     options.disable_declarative_validation = true;
@@ -303,7 +316,10 @@ fn job_item(policy: Option<WorkloadPodGroupSchedulingPolicy>, parallelism: i32) 
 }
 
 fn gang(min_count: Option<i32>) -> WorkloadPodGroupSchedulingPolicy {
-    WorkloadPodGroupSchedulingPolicy { basic: None, gang: Some(WorkloadPodGroupGangSchedulingPolicy { min_count }) }
+    WorkloadPodGroupSchedulingPolicy {
+        basic: None,
+        gang: Some(WorkloadPodGroupGangSchedulingPolicy { min_count }),
+    }
 }
 
 fn job_owner() -> OwnerReference {
@@ -324,22 +340,40 @@ fn job_callback_fills_min_count_from_parallelism() -> Result<()> {
     let builder = Builder::new(job_item(Some(gang(None)), 5), options);
     assert_eq!(builder.validate(&ValidationInput::default()), vec![]);
     let workload = builder.build_workload()?;
-    let template = &workload.spec.pod_group_templates.as_deref().unwrap_or_default()[0];
-    assert_eq!(template.scheduling_policy.gang.as_ref().map(|g| g.min_count), Some(5));
+    let template = &workload
+        .spec
+        .pod_group_templates
+        .as_deref()
+        .unwrap_or_default()[0];
+    assert_eq!(
+        template
+            .scheduling_policy
+            .gang
+            .as_ref()
+            .map(|g| g.min_count),
+        Some(5)
+    );
     assert_eq!(template.priority_class_name.as_deref(), Some("batch-low"));
 
     let pg = builder.new_pod_group("train-0", "job")?;
     assert_eq!(pg.spec.scheduling_policy.gang.map(|g| g.min_count), Some(5));
     assert_eq!(pg.spec.priority_class_name.as_deref(), Some("batch-low"));
     assert_eq!(pg.spec.parent_composite_pod_group_name, None);
-    let wref = pg.spec.workload_ref.as_ref().map(|r| (r.workload_name.as_str(), r.template_name.as_str()));
+    let wref = pg
+        .spec
+        .workload_ref
+        .as_ref()
+        .map(|r| (r.workload_name.as_str(), r.template_name.as_str()));
     assert_eq!(wref, Some(("train", "job")));
     assert_eq!(pg.metadata.namespace.as_deref(), Some("ml"));
     let owners = pg.metadata.owner_references.unwrap_or_default();
     assert_eq!(owners.len(), 1);
     assert_eq!(owners[0].controller, Some(true));
     assert_eq!(owners[0].name, "train");
-    assert_eq!(validate_pod_group(&builder.new_pod_group("train-0", "job")?, None), vec![]);
+    assert_eq!(
+        validate_pod_group(&builder.new_pod_group("train-0", "job")?, None),
+        vec![]
+    );
     Ok(())
 }
 
@@ -366,7 +400,9 @@ fn job_errors_point_at_the_jobs_fields() {
     let errs = Builder::new(item, BuildOptions::new("train")).validate(&ValidationInput::default());
     assert_eq!(
         errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        vec!["spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"]
+        vec![
+            "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"
+        ]
     );
     // build refuses an invalid tree
     let builder = Builder::new(job_item(Some(gang(Some(0))), 5), BuildOptions::new("train"));
@@ -377,10 +413,16 @@ fn job_errors_point_at_the_jobs_fields() {
 fn job_update_checks_immutability_against_stored_config() {
     let old: WorkloadTree = job_item(Some(gang(None)), 4).into();
     let scaled = Builder::new(job_item(Some(gang(None)), 8), BuildOptions::new("train"));
-    assert_eq!(scaled.validate(&ValidationInput { old: Some(&old) }), vec![]);
+    assert_eq!(
+        scaled.validate(&ValidationInput { old: Some(&old) }),
+        vec![]
+    );
     let switched = Builder::new(job_item(None, 8), BuildOptions::new("train"));
     // the policy came from the controller default now: reported at its default path
-    assert_eq!(paths(switched.validate(&ValidationInput { old: Some(&old) })), vec![e("spec.schedulingPolicy", Invalid)]);
+    assert_eq!(
+        paths(switched.validate(&ValidationInput { old: Some(&old) })),
+        vec![e("spec.schedulingPolicy", Invalid)]
+    );
 }
 
 #[test]
@@ -392,15 +434,33 @@ fn build_is_cached_and_templates_are_looked_up() -> Result<()> {
     let second: *const Workload = builder.build_workload()?;
     assert_eq!(first, second);
     let pg = builder.new_pod_group("workers-0", "workers")?;
-    assert_eq!(pg.spec.parent_composite_pod_group_name.as_deref(), Some("w-root"));
+    assert_eq!(
+        pg.spec.parent_composite_pod_group_name.as_deref(),
+        Some("w-root")
+    );
     let pg = builder.new_pod_group_with_parent("workers-1", "workers", Some("root-7"))?;
-    assert_eq!(pg.spec.parent_composite_pod_group_name.as_deref(), Some("root-7"));
+    assert_eq!(
+        pg.spec.parent_composite_pod_group_name.as_deref(),
+        Some("root-7")
+    );
     let cpg = builder.new_composite_pod_group("root-7", "root")?;
-    assert_eq!(cpg.spec.scheduling_policy.gang.map(|g| g.min_group_count), Some(2));
+    assert_eq!(
+        cpg.spec.scheduling_policy.gang.map(|g| g.min_group_count),
+        Some(2)
+    );
     assert_eq!(cpg.spec.parent_composite_pod_group_name, None);
-    assert!(matches!(builder.new_pod_group("x", "nope"), Err(Error::TemplateNotFound { .. })));
-    assert!(matches!(builder.new_pod_group("x", "root"), Err(Error::WrongTemplateKind { .. })));
-    assert!(matches!(builder.new_composite_pod_group("x", "workers"), Err(Error::WrongTemplateKind { .. })));
+    assert!(matches!(
+        builder.new_pod_group("x", "nope"),
+        Err(Error::TemplateNotFound { .. })
+    ));
+    assert!(matches!(
+        builder.new_pod_group("x", "root"),
+        Err(Error::WrongTemplateKind { .. })
+    ));
+    assert!(matches!(
+        builder.new_composite_pod_group("x", "workers"),
+        Err(Error::WrongTemplateKind { .. })
+    ));
     Ok(())
 }
 
@@ -410,7 +470,12 @@ fn existing_workload_builder_only_stamps() -> Result<()> {
     let mut workload = parent.build_workload()?.clone();
     workload.metadata.namespace = Some("team".to_owned());
     // Even a Workload our rules reject is used as is: it is not recompiled.
-    workload.spec.pod_group_templates.iter_mut().flatten().for_each(|t| t.priority = Some(7));
+    workload
+        .spec
+        .pod_group_templates
+        .iter_mut()
+        .flatten()
+        .for_each(|t| t.priority = Some(7));
     let mut options = BuildOptions::new("");
     options.owner = Some(job_owner());
     let child = Builder::from_existing_workload(workload.clone(), options);
@@ -419,8 +484,14 @@ fn existing_workload_builder_only_stamps() -> Result<()> {
     let pg = child.new_pod_group("train-pg-0", "job")?;
     assert_eq!(pg.metadata.namespace.as_deref(), Some("team"));
     assert_eq!(pg.spec.priority, Some(7));
-    assert_eq!(pg.spec.workload_ref.map(|r| r.workload_name), Some("train".to_owned()));
-    assert_eq!(pg.metadata.owner_references.map(|o| o[0].kind.clone()), Some("Job".to_owned()));
+    assert_eq!(
+        pg.spec.workload_ref.map(|r| r.workload_name),
+        Some("train".to_owned())
+    );
+    assert_eq!(
+        pg.metadata.owner_references.map(|o| o[0].kind.clone()),
+        Some("Job".to_owned())
+    );
     Ok(())
 }
 
@@ -455,17 +526,23 @@ spec:
 
 fn nested(depth: usize) -> String {
     // `depth` levels of composite templates with one pod group template at the bottom.
-    let mut s = String::from("apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\nspec:\n");
+    let mut s = String::from(
+        "apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\nspec:\n",
+    );
     let mut pad = String::from("  ");
     s.push_str(&format!("{pad}compositePodGroupTemplates:\n"));
     for level in 1..=depth {
-        s.push_str(&format!("{pad}- name: c{level}\n{pad}  schedulingPolicy: {{basic: {{}}}}\n"));
+        s.push_str(&format!(
+            "{pad}- name: c{level}\n{pad}  schedulingPolicy: {{basic: {{}}}}\n"
+        ));
         pad.push_str("  ");
         if level < depth {
             s.push_str(&format!("{pad}compositePodGroupTemplates:\n"));
         }
     }
-    s.push_str(&format!("{pad}podGroupTemplates:\n{pad}- name: leaf\n{pad}  schedulingPolicy: {{basic: {{}}}}\n"));
+    s.push_str(&format!(
+        "{pad}podGroupTemplates:\n{pad}- name: leaf\n{pad}  schedulingPolicy: {{basic: {{}}}}\n"
+    ));
     s
 }
 
@@ -574,9 +651,17 @@ fn workload_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErro
     COMPOSITE_WORKLOAD, COMPOSITE_WORKLOAD.replace("minGroupCount: 2", "minGroupCount: 1"),
     vec![e("spec.compositePodGroupTemplates[0].schedulingPolicy", Invalid)]
 )]
-fn workload_updates(#[case] old: &str, #[case] new: String, #[case] expected: Vec<(String, FieldErrorKind)>) {
+fn workload_updates(
+    #[case] old: &str,
+    #[case] new: String,
+    #[case] expected: Vec<(String, FieldErrorKind)>,
+) {
     let (old, new_w): (Workload, Workload) = (parse(old), parse(&new));
-    assert_eq!(paths(validate_workload(&new_w, Some(&old))), expected, "\n{new}");
+    assert_eq!(
+        paths(validate_workload(&new_w, Some(&old))),
+        expected,
+        "\n{new}"
+    );
 }
 
 const POD_GROUP: &str = "apiVersion: scheduling.k8s.io/v1beta1
@@ -625,7 +710,11 @@ fn pod_group_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErr
 )]
 fn pod_group_updates(#[case] new: String, #[case] expected: Vec<(String, FieldErrorKind)>) {
     let (old, new_pg): (PodGroup, PodGroup) = (parse(POD_GROUP), parse(&new));
-    assert_eq!(paths(validate_pod_group(&new_pg, Some(&old))), expected, "\n{new}");
+    assert_eq!(
+        paths(validate_pod_group(&new_pg, Some(&old))),
+        expected,
+        "\n{new}"
+    );
 }
 
 const COMPOSITE: &str = "apiVersion: scheduling.k8s.io/v1alpha3
@@ -666,7 +755,11 @@ fn composite_pod_group_rules(
 ) {
     let new: CompositePodGroup = parse(&yaml);
     let old: Option<CompositePodGroup> = old.map(parse);
-    assert_eq!(paths(validate_composite_pod_group(&new, old.as_ref())), expected, "\n{yaml}");
+    assert_eq!(
+        paths(validate_composite_pod_group(&new, old.as_ref())),
+        expected,
+        "\n{yaml}"
+    );
 }
 
 #[test]
@@ -676,8 +769,14 @@ fn priority_class_references() {
     assert_eq!(
         refs,
         vec![
-            PriorityClassRef { path: "spec.podGroupTemplates[0].priorityClassName".to_owned(), name: "high".to_owned() },
-            PriorityClassRef { path: "spec.podGroupTemplates[1].priorityClassName".to_owned(), name: "high".to_owned() },
+            PriorityClassRef {
+                path: "spec.podGroupTemplates[0].priorityClassName".to_owned(),
+                name: "high".to_owned()
+            },
+            PriorityClassRef {
+                path: "spec.podGroupTemplates[1].priorityClassName".to_owned(),
+                name: "high".to_owned()
+            },
         ]
     );
     let pg: PodGroup = parse(POD_GROUP);

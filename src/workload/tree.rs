@@ -19,8 +19,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1alpha3::{
-    WorkloadPodGroupDisruptionMode, WorkloadPodGroupResourceClaim, WorkloadPodGroupSchedulingConstraints,
-    WorkloadPodGroupSchedulingPolicy,
+    WorkloadPodGroupDisruptionMode, WorkloadPodGroupResourceClaim,
+    WorkloadPodGroupSchedulingConstraints, WorkloadPodGroupSchedulingPolicy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +67,10 @@ pub struct Sourced<T> {
 impl<T> Sourced<T> {
     /// A value found at `path`.
     pub fn new(path: impl Into<String>, value: T) -> Self {
-        Self { path: path.into(), value }
+        Self {
+            path: path.into(),
+            value,
+        }
     }
 }
 
@@ -134,7 +137,11 @@ pub fn fill_min_count(min_count: i32) -> Callback {
 /// given number (typically the number of children).
 pub fn fill_min_group_count(min_group_count: i32) -> Callback {
     Arc::new(move |cfg: &mut ItemConfig| {
-        if let Some(gang) = cfg.composite_scheduling_policy.as_mut().and_then(|p| p.gang.as_mut()) {
+        if let Some(gang) = cfg
+            .composite_scheduling_policy
+            .as_mut()
+            .and_then(|p| p.gang.as_mut())
+        {
             gang.min_group_count.get_or_insert(min_group_count);
         }
     })
@@ -177,12 +184,19 @@ impl fmt::Debug for WorkloadItem {
 impl WorkloadItem {
     /// A leaf item (compiles to a PodGroupTemplate).
     pub fn leaf(name: impl Into<String>) -> Self {
-        Self { name: name.into(), ..Self::default() }
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
     }
 
     /// An item with children (compiles to a CompositePodGroupTemplate).
     pub fn composite(name: impl Into<String>, children: Vec<WorkloadItem>) -> Self {
-        Self { name: name.into(), children, ..Self::default() }
+        Self {
+            name: name.into(),
+            children,
+            ..Self::default()
+        }
     }
 
     /// Sets the item's field path.
@@ -228,9 +242,14 @@ impl WorkloadItem {
         {
             g.min_count = dg.min_count;
         }
-        let mut composite_scheduling_policy = pick(&i.composite_scheduling_policy, &d.composite_scheduling_policy);
-        if let (Some(p), Some(dp)) = (composite_scheduling_policy.as_mut(), d.composite_scheduling_policy.as_ref())
-            && let (Some(g), Some(dg)) = (p.gang.as_mut(), dp.gang.as_ref())
+        let mut composite_scheduling_policy = pick(
+            &i.composite_scheduling_policy,
+            &d.composite_scheduling_policy,
+        );
+        if let (Some(p), Some(dp)) = (
+            composite_scheduling_policy.as_mut(),
+            d.composite_scheduling_policy.as_ref(),
+        ) && let (Some(g), Some(dg)) = (p.gang.as_mut(), dp.gang.as_ref())
             && g.min_group_count.is_none()
         {
             g.min_group_count = dg.min_group_count;
@@ -268,12 +287,16 @@ impl WorkloadItem {
             Block::Priority => i.priority.as_ref().map(|s| &s.path),
             Block::PreemptionPolicy => i.preemption_policy.as_ref().map(|s| &s.path),
         };
-        user.cloned().unwrap_or_else(|| child(&self.path, block.field()))
+        user.cloned()
+            .unwrap_or_else(|| child(&self.path, block.field()))
     }
 }
 
 fn pick<T: Clone>(input: &Option<Sourced<T>>, default: &Option<T>) -> Option<T> {
-    input.as_ref().map(|s| s.value.clone()).or_else(|| default.clone())
+    input
+        .as_ref()
+        .map(|s| s.value.clone())
+        .or_else(|| default.clone())
 }
 
 /// The configuration blocks of an item.
@@ -316,28 +339,43 @@ pub struct WorkloadTree {
 impl From<WorkloadItem> for WorkloadTree {
     fn from(item: WorkloadItem) -> Self {
         let path = item.path.clone();
-        Self { items: vec![item], path }
+        Self {
+            items: vec![item],
+            path,
+        }
     }
 }
 
 impl From<Vec<WorkloadItem>> for WorkloadTree {
     fn from(items: Vec<WorkloadItem>) -> Self {
-        Self { items, path: String::new() }
+        Self {
+            items,
+            path: String::new(),
+        }
     }
 }
 
 // === views for the shared rules ===
 
 pub(crate) fn leaf_policy_view(p: &WorkloadPodGroupSchedulingPolicy) -> PolicyView {
-    PolicyView { basic: p.basic.is_some(), gang: p.gang.as_ref().map(|g| g.min_count) }
+    PolicyView {
+        basic: p.basic.is_some(),
+        gang: p.gang.as_ref().map(|g| g.min_count),
+    }
 }
 
 pub(crate) fn composite_policy_view(p: &CompositeSchedulingPolicy) -> PolicyView {
-    PolicyView { basic: p.basic.is_some(), gang: p.gang.as_ref().map(|g| g.min_group_count) }
+    PolicyView {
+        basic: p.basic.is_some(),
+        gang: p.gang.as_ref().map(|g| g.min_group_count),
+    }
 }
 
 pub(crate) fn disruption_view(d: &WorkloadPodGroupDisruptionMode) -> DisruptionView {
-    DisruptionView { all: d.all.is_some(), single: d.single.is_some() }
+    DisruptionView {
+        all: d.all.is_some(),
+        single: d.single.is_some(),
+    }
 }
 
 pub(crate) fn claim_views(claims: &[WorkloadPodGroupResourceClaim]) -> Vec<ClaimView<'_>> {

@@ -11,13 +11,15 @@ use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
 use super::build::BuildOptions;
 use super::field::{FieldError, child, index};
 use super::rules::{
-    self, ClaimView, DisruptionView, Errors, PolicyView, PriorityEntry, PriorityView, check_all_not_with_basic,
-    check_claims, check_depth, check_disruption, check_disruption_allowed, check_immutable, check_one_priority,
-    check_policy, check_policy_allowed, check_priority, check_template_count, check_template_name, check_topology,
+    self, ClaimView, DisruptionView, Errors, PolicyView, PriorityEntry, PriorityView,
+    check_all_not_with_basic, check_claims, check_depth, check_disruption,
+    check_disruption_allowed, check_immutable, check_one_priority, check_policy,
+    check_policy_allowed, check_priority, check_template_count, check_template_name,
+    check_topology,
 };
 use super::tree::{
-    Block, WorkloadItem, WorkloadTree, claim_views, composite_policy_view, disruption_view, leaf_policy_view,
-    priority_view,
+    Block, WorkloadItem, WorkloadTree, claim_views, composite_policy_view, disruption_view,
+    leaf_policy_view, priority_view,
 };
 
 /// What [`crate::workload::Builder::validate`] validates against.
@@ -106,10 +108,22 @@ fn check_group_semantics(v: &GroupView<'_>, p: &GroupPaths, errs: &mut Errors) {
 
 // === trees ===
 
-pub(crate) fn validate_tree(tree: &WorkloadTree, options: &BuildOptions, input: &ValidationInput<'_>) -> Vec<FieldError> {
-    let mut w = TreeWalk { options, errs: Vec::new(), seen: BTreeMap::new(), priorities: Vec::new() };
+pub(crate) fn validate_tree(
+    tree: &WorkloadTree,
+    options: &BuildOptions,
+    input: &ValidationInput<'_>,
+) -> Vec<FieldError> {
+    let mut w = TreeWalk {
+        options,
+        errs: Vec::new(),
+        seen: BTreeMap::new(),
+        priorities: Vec::new(),
+    };
     if tree.items.is_empty() {
-        w.errs.push(FieldError::required(&tree.path, "at least one item is required"));
+        w.errs.push(FieldError::required(
+            &tree.path,
+            "at least one item is required",
+        ));
     }
     let composites = tree.items.iter().filter(|i| i.is_composite()).count();
     if composites != 0 && composites != tree.items.len() {
@@ -123,7 +137,11 @@ pub(crate) fn validate_tree(tree: &WorkloadTree, options: &BuildOptions, input: 
     for item in &tree.items {
         w.item(item, 1);
     }
-    let entries: Vec<PriorityEntry<'_>> = w.priorities.iter().map(|(p, cfg)| p.entry(cfg.view())).collect();
+    let entries: Vec<PriorityEntry<'_>> = w
+        .priorities
+        .iter()
+        .map(|(p, cfg)| p.entry(cfg.view()))
+        .collect();
     check_one_priority(&entries, &mut w.errs);
     let mut errs = w.errs;
     if let Some(old) = input.old {
@@ -170,7 +188,10 @@ impl<'t> TreeWalk<'t> {
                 ));
             }
             if let Some(s) = &input.resource_claims {
-                errs.push(FieldError::forbidden(&s.path, "resource claims may only be set on an item without children"));
+                errs.push(FieldError::forbidden(
+                    &s.path,
+                    "resource claims may only be set on an item without children",
+                ));
             }
         } else if let Some(s) = &input.composite_scheduling_policy {
             errs.push(FieldError::forbidden(
@@ -190,19 +211,34 @@ impl<'t> TreeWalk<'t> {
             preemption: item.block_path(Block::PreemptionPolicy),
         };
         let (policy, min_field) = if composite {
-            (cfg.composite_scheduling_policy.as_ref().map(composite_policy_view), "minGroupCount")
+            (
+                cfg.composite_scheduling_policy
+                    .as_ref()
+                    .map(composite_policy_view),
+                "minGroupCount",
+            )
         } else {
-            (cfg.scheduling_policy.as_ref().map(leaf_policy_view), "minCount")
+            (
+                cfg.scheduling_policy.as_ref().map(leaf_policy_view),
+                "minCount",
+            )
         };
         let view = GroupView {
             policy,
             min_field,
             disruption: cfg.disruption_mode.as_ref().map(disruption_view),
-            topology: cfg
-                .scheduling_constraints
-                .as_ref()
-                .map(|c| c.topology.iter().flatten().map(|t| t.key.as_str()).collect()),
-            claims: if composite { None } else { cfg.resource_claims.as_deref().map(claim_views) },
+            topology: cfg.scheduling_constraints.as_ref().map(|c| {
+                c.topology
+                    .iter()
+                    .flatten()
+                    .map(|t| t.key.as_str())
+                    .collect()
+            }),
+            claims: if composite {
+                None
+            } else {
+                cfg.resource_claims.as_deref().map(claim_views)
+            },
             priority: priority_view(&cfg),
         };
 
@@ -217,7 +253,9 @@ impl<'t> TreeWalk<'t> {
                 &paths.policy,
                 "a scheduling policy must be set by the user or the controller",
             )),
-            Some(PolicyView { gang: Some(None), .. }) => errs.push(FieldError::required(
+            Some(PolicyView {
+                gang: Some(None), ..
+            }) => errs.push(FieldError::required(
                 child(&child(&paths.policy, "gang"), min_field),
                 "must be set by the user or filled in by the controller",
             )),
@@ -227,7 +265,12 @@ impl<'t> TreeWalk<'t> {
             check_policy_allowed(option, &self.options.allowed_policies, &paths.policy, errs);
         }
         if let Some(option) = view.disruption.and_then(|d| d.option()) {
-            check_disruption_allowed(option, &self.options.allowed_disruption_modes, &paths.disruption, errs);
+            check_disruption_allowed(
+                option,
+                &self.options.allowed_disruption_modes,
+                &paths.disruption,
+                errs,
+            );
         }
         check_group_semantics(&view, &paths, errs);
         self.priorities.push((
@@ -253,13 +296,21 @@ impl<'t> TreeWalk<'t> {
     }
 }
 
-fn immutable_items(new: &[WorkloadItem], old: &[WorkloadItem], level_path: &str, errs: &mut Errors) {
+fn immutable_items(
+    new: &[WorkloadItem],
+    old: &[WorkloadItem],
+    level_path: &str,
+    errs: &mut Errors,
+) {
     for n in new {
         match old.iter().find(|o| o.name == n.name) {
             Some(o) => immutable_item(n, o, errs),
             None => errs.push(FieldError::forbidden(
                 child(&n.path, "name"),
-                format!("item {:?} cannot be added after the Workload is created", n.name),
+                format!(
+                    "item {:?} cannot be added after the Workload is created",
+                    n.name
+                ),
             )),
         }
     }
@@ -267,7 +318,10 @@ fn immutable_items(new: &[WorkloadItem], old: &[WorkloadItem], level_path: &str,
         if !new.iter().any(|n| n.name == o.name) {
             errs.push(FieldError::forbidden(
                 level_path,
-                format!("item {:?} cannot be removed after the Workload is created", o.name),
+                format!(
+                    "item {:?} cannot be removed after the Workload is created",
+                    o.name
+                ),
             ));
         }
     }
@@ -285,12 +339,27 @@ fn immutable_item(n: &WorkloadItem, o: &WorkloadItem, errs: &mut Errors) {
     let policy_path = n.block_path(Block::SchedulingPolicy);
     if n.is_composite() {
         // The whole composite policy is immutable, minGroupCount included.
-        check_immutable(&nc.composite_scheduling_policy, &oc.composite_scheduling_policy, &policy_path, errs);
+        check_immutable(
+            &nc.composite_scheduling_policy,
+            &oc.composite_scheduling_policy,
+            &policy_path,
+            errs,
+        );
     } else {
         // The variant is frozen; gang.minCount stays mutable.
-        let variant = |c: &super::tree::ItemConfig| c.scheduling_policy.as_ref().map(leaf_policy_view).and_then(|v| v.option());
+        let variant = |c: &super::tree::ItemConfig| {
+            c.scheduling_policy
+                .as_ref()
+                .map(leaf_policy_view)
+                .and_then(|v| v.option())
+        };
         check_immutable(&variant(&nc), &variant(&oc), &policy_path, errs);
-        check_immutable(&nc.resource_claims, &oc.resource_claims, &n.block_path(Block::ResourceClaims), errs);
+        check_immutable(
+            &nc.resource_claims,
+            &oc.resource_claims,
+            &n.block_path(Block::ResourceClaims),
+            errs,
+        );
     }
     check_immutable(
         &nc.scheduling_constraints,
@@ -298,21 +367,47 @@ fn immutable_item(n: &WorkloadItem, o: &WorkloadItem, errs: &mut Errors) {
         &n.block_path(Block::SchedulingConstraints),
         errs,
     );
-    check_immutable(&nc.disruption_mode, &oc.disruption_mode, &n.block_path(Block::DisruptionMode), errs);
-    check_immutable(&nc.priority_class_name, &oc.priority_class_name, &n.block_path(Block::PriorityClassName), errs);
-    check_immutable(&nc.priority, &oc.priority, &n.block_path(Block::Priority), errs);
-    check_immutable(&nc.preemption_policy, &oc.preemption_policy, &n.block_path(Block::PreemptionPolicy), errs);
+    check_immutable(
+        &nc.disruption_mode,
+        &oc.disruption_mode,
+        &n.block_path(Block::DisruptionMode),
+        errs,
+    );
+    check_immutable(
+        &nc.priority_class_name,
+        &oc.priority_class_name,
+        &n.block_path(Block::PriorityClassName),
+        errs,
+    );
+    check_immutable(
+        &nc.priority,
+        &oc.priority,
+        &n.block_path(Block::Priority),
+        errs,
+    );
+    check_immutable(
+        &nc.preemption_policy,
+        &oc.preemption_policy,
+        &n.block_path(Block::PreemptionPolicy),
+        errs,
+    );
     immutable_items(&n.children, &o.children, &child(&n.path, "children"), errs);
 }
 
 // === objects: views ===
 
 fn pod_policy_view(p: &v1beta1::PodGroupSchedulingPolicy) -> PolicyView {
-    PolicyView { basic: p.basic.is_some(), gang: p.gang.as_ref().map(|g| Some(g.min_count)) }
+    PolicyView {
+        basic: p.basic.is_some(),
+        gang: p.gang.as_ref().map(|g| Some(g.min_count)),
+    }
 }
 
 fn pod_disruption_view(d: &v1beta1::DisruptionMode) -> DisruptionView {
-    DisruptionView { all: d.all.is_some(), single: d.single.is_some() }
+    DisruptionView {
+        all: d.all.is_some(),
+        single: d.single.is_some(),
+    }
 }
 
 fn pod_claim_views(claims: &[v1beta1::PodGroupResourceClaim]) -> Vec<ClaimView<'_>> {
@@ -367,10 +462,13 @@ impl<'a> PodFields<'a> {
             policy: Some(pod_policy_view(self.policy)),
             min_field: "minCount",
             disruption: self.disruption.as_ref().map(pod_disruption_view),
-            topology: self
-                .constraints
-                .as_ref()
-                .map(|c| c.topology.iter().flatten().map(|t| t.key.as_str()).collect()),
+            topology: self.constraints.as_ref().map(|c| {
+                c.topology
+                    .iter()
+                    .flatten()
+                    .map(|t| t.key.as_str())
+                    .collect()
+            }),
             claims: self.claims.as_deref().map(pod_claim_views),
             priority: PriorityView {
                 class_name: self.class.as_deref(),
@@ -396,16 +494,22 @@ impl<'a> PodFields<'a> {
 fn composite_template_view(t: &v1beta1::CompositePodGroupTemplate) -> GroupView<'_> {
     let p = &t.scheduling_policy;
     GroupView {
-        policy: Some(PolicyView { basic: p.basic.is_some(), gang: p.gang.as_ref().map(|g| Some(g.min_group_count)) }),
+        policy: Some(PolicyView {
+            basic: p.basic.is_some(),
+            gang: p.gang.as_ref().map(|g| Some(g.min_group_count)),
+        }),
         min_field: "minGroupCount",
-        disruption: t
-            .disruption_mode
-            .as_ref()
-            .map(|d| DisruptionView { all: d.all.is_some(), single: d.single.is_some() }),
-        topology: t
-            .scheduling_constraints
-            .as_ref()
-            .map(|c| c.topology.iter().flatten().map(|t| t.key.as_str()).collect()),
+        disruption: t.disruption_mode.as_ref().map(|d| DisruptionView {
+            all: d.all.is_some(),
+            single: d.single.is_some(),
+        }),
+        topology: t.scheduling_constraints.as_ref().map(|c| {
+            c.topology
+                .iter()
+                .flatten()
+                .map(|t| t.key.as_str())
+                .collect()
+        }),
         claims: None,
         priority: PriorityView {
             class_name: t.priority_class_name.as_deref(),
@@ -418,16 +522,22 @@ fn composite_template_view(t: &v1beta1::CompositePodGroupTemplate) -> GroupView<
 fn composite_spec_view(s: &v1alpha3::CompositePodGroupSpec) -> GroupView<'_> {
     let p = &s.scheduling_policy;
     GroupView {
-        policy: Some(PolicyView { basic: p.basic.is_some(), gang: p.gang.as_ref().map(|g| Some(g.min_group_count)) }),
+        policy: Some(PolicyView {
+            basic: p.basic.is_some(),
+            gang: p.gang.as_ref().map(|g| Some(g.min_group_count)),
+        }),
         min_field: "minGroupCount",
-        disruption: s
-            .disruption_mode
-            .as_ref()
-            .map(|d| DisruptionView { all: d.all.is_some(), single: d.single.is_some() }),
-        topology: s
-            .scheduling_constraints
-            .as_ref()
-            .map(|c| c.topology.iter().flatten().map(|t| t.key.as_str()).collect()),
+        disruption: s.disruption_mode.as_ref().map(|d| DisruptionView {
+            all: d.all.is_some(),
+            single: d.single.is_some(),
+        }),
+        topology: s.scheduling_constraints.as_ref().map(|c| {
+            c.topology
+                .iter()
+                .flatten()
+                .map(|t| t.key.as_str())
+                .collect()
+        }),
         claims: None,
         priority: PriorityView {
             class_name: s.priority_class_name.as_deref(),
@@ -446,13 +556,22 @@ fn composite_spec_view(s: &v1alpha3::CompositePodGroupSpec) -> GroupView<'_> {
 ///
 /// PriorityClass existence is not checked here (it needs a cache); see
 /// [`workload_priority_classes`].
-pub fn validate_workload(new: &v1beta1::Workload, old: Option<&v1beta1::Workload>) -> Vec<FieldError> {
+pub fn validate_workload(
+    new: &v1beta1::Workload,
+    old: Option<&v1beta1::Workload>,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = &new.spec;
     let pods = spec.pod_group_templates.as_deref().unwrap_or_default();
-    let composites = spec.composite_pod_group_templates.as_deref().unwrap_or_default();
+    let composites = spec
+        .composite_pod_group_templates
+        .as_deref()
+        .unwrap_or_default();
     rules::check_exactly_one(
-        &[("podGroupTemplates", !pods.is_empty()), ("compositePodGroupTemplates", !composites.is_empty())],
+        &[
+            ("podGroupTemplates", !pods.is_empty()),
+            ("compositePodGroupTemplates", !composites.is_empty()),
+        ],
         "spec",
         &mut errs,
     );
@@ -464,14 +583,27 @@ pub fn validate_workload(new: &v1beta1::Workload, old: Option<&v1beta1::Workload
             errs.push(FieldError::required("spec.controllerRef.name", ""));
         }
     }
-    let mut walk = ObjectWalk { errs, seen: BTreeMap::new(), priorities: Vec::new() };
+    let mut walk = ObjectWalk {
+        errs,
+        seen: BTreeMap::new(),
+        priorities: Vec::new(),
+    };
     walk.pod_templates(pods, "spec.podGroupTemplates");
     walk.composite_templates(composites, "spec.compositePodGroupTemplates", 1);
-    let ObjectWalk { mut errs, priorities, .. } = walk;
+    let ObjectWalk {
+        mut errs,
+        priorities,
+        ..
+    } = walk;
     check_one_priority(&priorities, &mut errs);
 
     if let Some(old) = old {
-        check_immutable(&spec.controller_ref, &old.spec.controller_ref, "spec.controllerRef", &mut errs);
+        check_immutable(
+            &spec.controller_ref,
+            &old.spec.controller_ref,
+            "spec.controllerRef",
+            &mut errs,
+        );
         immutable_pod_templates(
             pods,
             old.spec.pod_group_templates.as_deref().unwrap_or_default(),
@@ -480,7 +612,10 @@ pub fn validate_workload(new: &v1beta1::Workload, old: Option<&v1beta1::Workload
         );
         immutable_composite_templates(
             composites,
-            old.spec.composite_pod_group_templates.as_deref().unwrap_or_default(),
+            old.spec
+                .composite_pod_group_templates
+                .as_deref()
+                .unwrap_or_default(),
             "spec.compositePodGroupTemplates",
             &mut errs,
         );
@@ -508,7 +643,12 @@ impl<'a> ObjectWalk<'a> {
         }
     }
 
-    fn composite_templates(&mut self, list: &'a [v1beta1::CompositePodGroupTemplate], path: &str, depth: usize) {
+    fn composite_templates(
+        &mut self,
+        list: &'a [v1beta1::CompositePodGroupTemplate],
+        path: &str,
+        depth: usize,
+    ) {
         if list.is_empty() {
             return;
         }
@@ -525,7 +665,10 @@ impl<'a> ObjectWalk<'a> {
             check_group_semantics(&view, &paths, &mut self.errs);
             self.priorities.push(paths.entry(view.priority));
             let pods = t.pod_group_templates.as_deref().unwrap_or_default();
-            let composites = t.composite_pod_group_templates.as_deref().unwrap_or_default();
+            let composites = t
+                .composite_pod_group_templates
+                .as_deref()
+                .unwrap_or_default();
             if pods.is_empty() && composites.is_empty() {
                 self.errs.push(FieldError::required(
                     &p,
@@ -538,7 +681,11 @@ impl<'a> ObjectWalk<'a> {
                     self.pod_templates(pods, &pods_path);
                 }
             }
-            self.composite_templates(composites, &child(&p, "compositePodGroupTemplates"), depth + 1);
+            self.composite_templates(
+                composites,
+                &child(&p, "compositePodGroupTemplates"),
+                depth + 1,
+            );
         }
     }
 }
@@ -552,10 +699,17 @@ fn immutable_pod_templates(
     for (i, n) in new.iter().enumerate() {
         let p = index(path, i);
         match old.iter().find(|o| o.name == n.name) {
-            Some(o) => PodFields::of_template(n).check_update(&PodFields::of_template(o), &GroupPaths::under(&p), errs),
+            Some(o) => PodFields::of_template(n).check_update(
+                &PodFields::of_template(o),
+                &GroupPaths::under(&p),
+                errs,
+            ),
             None => errs.push(FieldError::forbidden(
                 child(&p, "name"),
-                format!("template {:?} cannot be added after the Workload is created", n.name),
+                format!(
+                    "template {:?} cannot be added after the Workload is created",
+                    n.name
+                ),
             )),
         }
     }
@@ -563,7 +717,10 @@ fn immutable_pod_templates(
         if !new.iter().any(|n| n.name == o.name) {
             errs.push(FieldError::forbidden(
                 path,
-                format!("template {:?} cannot be removed after the Workload is created", o.name),
+                format!(
+                    "template {:?} cannot be removed after the Workload is created",
+                    o.name
+                ),
             ));
         }
     }
@@ -582,17 +739,45 @@ fn immutable_composite_templates(
         let Some(o) = old.iter().find(|o| o.name == n.name) else {
             errs.push(FieldError::forbidden(
                 child(&p, "name"),
-                format!("template {:?} cannot be added after the Workload is created", n.name),
+                format!(
+                    "template {:?} cannot be added after the Workload is created",
+                    n.name
+                ),
             ));
             continue;
         };
         let paths = GroupPaths::under(&p);
-        check_immutable(&n.scheduling_policy, &o.scheduling_policy, &paths.policy, errs);
-        check_immutable(&n.disruption_mode, &o.disruption_mode, &paths.disruption, errs);
-        check_immutable(&n.scheduling_constraints, &o.scheduling_constraints, &paths.constraints, errs);
-        check_immutable(&n.priority_class_name, &o.priority_class_name, &paths.class, errs);
+        check_immutable(
+            &n.scheduling_policy,
+            &o.scheduling_policy,
+            &paths.policy,
+            errs,
+        );
+        check_immutable(
+            &n.disruption_mode,
+            &o.disruption_mode,
+            &paths.disruption,
+            errs,
+        );
+        check_immutable(
+            &n.scheduling_constraints,
+            &o.scheduling_constraints,
+            &paths.constraints,
+            errs,
+        );
+        check_immutable(
+            &n.priority_class_name,
+            &o.priority_class_name,
+            &paths.class,
+            errs,
+        );
         check_immutable(&n.priority, &o.priority, &paths.priority, errs);
-        check_immutable(&n.preemption_policy, &o.preemption_policy, &paths.preemption, errs);
+        check_immutable(
+            &n.preemption_policy,
+            &o.preemption_policy,
+            &paths.preemption,
+            errs,
+        );
         immutable_pod_templates(
             n.pod_group_templates.as_deref().unwrap_or_default(),
             o.pod_group_templates.as_deref().unwrap_or_default(),
@@ -600,8 +785,12 @@ fn immutable_composite_templates(
             errs,
         );
         immutable_composite_templates(
-            n.composite_pod_group_templates.as_deref().unwrap_or_default(),
-            o.composite_pod_group_templates.as_deref().unwrap_or_default(),
+            n.composite_pod_group_templates
+                .as_deref()
+                .unwrap_or_default(),
+            o.composite_pod_group_templates
+                .as_deref()
+                .unwrap_or_default(),
             &child(&p, "compositePodGroupTemplates"),
             errs,
         );
@@ -610,7 +799,10 @@ fn immutable_composite_templates(
         if !new.iter().any(|n| n.name == o.name) {
             errs.push(FieldError::forbidden(
                 path,
-                format!("template {:?} cannot be removed after the Workload is created", o.name),
+                format!(
+                    "template {:?} cannot be removed after the Workload is created",
+                    o.name
+                ),
             ));
         }
     }
@@ -621,7 +813,10 @@ fn immutable_composite_templates(
 /// Validates a PodGroup (`scheduling.k8s.io/v1beta1`), and with `old` the
 /// update: the group rules, `workloadRef` and parent name formats, and
 /// every spec field immutable except `schedulingPolicy.gang.minCount`.
-pub fn validate_pod_group(new: &v1beta1::PodGroup, old: Option<&v1beta1::PodGroup>) -> Vec<FieldError> {
+pub fn validate_pod_group(
+    new: &v1beta1::PodGroup,
+    old: Option<&v1beta1::PodGroup>,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = &new.spec;
     let paths = GroupPaths::under("spec");
@@ -638,7 +833,12 @@ pub fn validate_pod_group(new: &v1beta1::PodGroup, old: Option<&v1beta1::PodGrou
     }
     if let Some(old) = old {
         fields.check_update(&PodFields::of_spec(&old.spec), &paths, &mut errs);
-        check_immutable(&spec.workload_ref, &old.spec.workload_ref, "spec.workloadRef", &mut errs);
+        check_immutable(
+            &spec.workload_ref,
+            &old.spec.workload_ref,
+            "spec.workloadRef",
+            &mut errs,
+        );
         check_immutable(
             &spec.parent_composite_pod_group_name,
             &old.spec.parent_composite_pod_group_name,
@@ -662,20 +862,58 @@ pub fn validate_composite_pod_group(
     let view = composite_spec_view(spec);
     check_group_structure(&view, &paths, &mut errs);
     check_group_semantics(&view, &paths, &mut errs);
-    rules::check_dns_label(&spec.workload_ref.template_name, "spec.workloadRef.templateName", &mut errs);
-    rules::check_dns_subdomain(&spec.workload_ref.workload_name, "spec.workloadRef.workloadName", &mut errs);
+    rules::check_dns_label(
+        &spec.workload_ref.template_name,
+        "spec.workloadRef.templateName",
+        &mut errs,
+    );
+    rules::check_dns_subdomain(
+        &spec.workload_ref.workload_name,
+        "spec.workloadRef.workloadName",
+        &mut errs,
+    );
     if let Some(parent) = &spec.parent_composite_pod_group_name {
         rules::check_dns_subdomain(parent, "spec.parentCompositePodGroupName", &mut errs);
     }
     if let Some(old) = old {
         let o = &old.spec;
-        check_immutable(&spec.scheduling_policy, &o.scheduling_policy, &paths.policy, &mut errs);
-        check_immutable(&spec.disruption_mode, &o.disruption_mode, &paths.disruption, &mut errs);
-        check_immutable(&spec.scheduling_constraints, &o.scheduling_constraints, &paths.constraints, &mut errs);
-        check_immutable(&spec.priority_class_name, &o.priority_class_name, &paths.class, &mut errs);
+        check_immutable(
+            &spec.scheduling_policy,
+            &o.scheduling_policy,
+            &paths.policy,
+            &mut errs,
+        );
+        check_immutable(
+            &spec.disruption_mode,
+            &o.disruption_mode,
+            &paths.disruption,
+            &mut errs,
+        );
+        check_immutable(
+            &spec.scheduling_constraints,
+            &o.scheduling_constraints,
+            &paths.constraints,
+            &mut errs,
+        );
+        check_immutable(
+            &spec.priority_class_name,
+            &o.priority_class_name,
+            &paths.class,
+            &mut errs,
+        );
         check_immutable(&spec.priority, &o.priority, &paths.priority, &mut errs);
-        check_immutable(&spec.preemption_policy, &o.preemption_policy, &paths.preemption, &mut errs);
-        check_immutable(&spec.workload_ref, &o.workload_ref, "spec.workloadRef", &mut errs);
+        check_immutable(
+            &spec.preemption_policy,
+            &o.preemption_policy,
+            &paths.preemption,
+            &mut errs,
+        );
+        check_immutable(
+            &spec.workload_ref,
+            &o.workload_ref,
+            "spec.workloadRef",
+            &mut errs,
+        );
         check_immutable(
             &spec.parent_composite_pod_group_name,
             &o.parent_composite_pod_group_name,
@@ -700,25 +938,53 @@ pub struct PriorityClassRef {
 /// The PriorityClasses a Workload names, in template order, for the
 /// admission webhook to check against its cache.
 pub fn workload_priority_classes(w: &v1beta1::Workload) -> Vec<PriorityClassRef> {
-    fn composite(t: &v1beta1::CompositePodGroupTemplate, path: &str, out: &mut Vec<PriorityClassRef>) {
+    fn composite(
+        t: &v1beta1::CompositePodGroupTemplate,
+        path: &str,
+        out: &mut Vec<PriorityClassRef>,
+    ) {
         if let Some(name) = &t.priority_class_name {
-            out.push(PriorityClassRef { path: child(path, "priorityClassName"), name: name.clone() });
+            out.push(PriorityClassRef {
+                path: child(path, "priorityClassName"),
+                name: name.clone(),
+            });
         }
-        pods(t.pod_group_templates.as_deref().unwrap_or_default(), &child(path, "podGroupTemplates"), out);
+        pods(
+            t.pod_group_templates.as_deref().unwrap_or_default(),
+            &child(path, "podGroupTemplates"),
+            out,
+        );
         for (i, c) in t.composite_pod_group_templates.iter().flatten().enumerate() {
-            composite(c, &index(&child(path, "compositePodGroupTemplates"), i), out);
+            composite(
+                c,
+                &index(&child(path, "compositePodGroupTemplates"), i),
+                out,
+            );
         }
     }
     fn pods(list: &[v1beta1::PodGroupTemplate], path: &str, out: &mut Vec<PriorityClassRef>) {
         for (i, t) in list.iter().enumerate() {
             if let Some(name) = &t.priority_class_name {
-                out.push(PriorityClassRef { path: child(&index(path, i), "priorityClassName"), name: name.clone() });
+                out.push(PriorityClassRef {
+                    path: child(&index(path, i), "priorityClassName"),
+                    name: name.clone(),
+                });
             }
         }
     }
     let mut out = Vec::new();
-    pods(w.spec.pod_group_templates.as_deref().unwrap_or_default(), "spec.podGroupTemplates", &mut out);
-    for (i, t) in w.spec.composite_pod_group_templates.iter().flatten().enumerate() {
+    pods(
+        w.spec.pod_group_templates.as_deref().unwrap_or_default(),
+        "spec.podGroupTemplates",
+        &mut out,
+    );
+    for (i, t) in w
+        .spec
+        .composite_pod_group_templates
+        .iter()
+        .flatten()
+        .enumerate()
+    {
         composite(t, &index("spec.compositePodGroupTemplates", i), &mut out);
     }
     out
@@ -729,15 +995,23 @@ pub fn pod_group_priority_classes(pg: &v1beta1::PodGroup) -> Vec<PriorityClassRe
     pg.spec
         .priority_class_name
         .iter()
-        .map(|n| PriorityClassRef { path: "spec.priorityClassName".to_owned(), name: n.clone() })
+        .map(|n| PriorityClassRef {
+            path: "spec.priorityClassName".to_owned(),
+            name: n.clone(),
+        })
         .collect()
 }
 
 /// The PriorityClass a CompositePodGroup names, if any.
-pub fn composite_pod_group_priority_classes(cpg: &v1alpha3::CompositePodGroup) -> Vec<PriorityClassRef> {
+pub fn composite_pod_group_priority_classes(
+    cpg: &v1alpha3::CompositePodGroup,
+) -> Vec<PriorityClassRef> {
     cpg.spec
         .priority_class_name
         .iter()
-        .map(|n| PriorityClassRef { path: "spec.priorityClassName".to_owned(), name: n.clone() })
+        .map(|n| PriorityClassRef {
+            path: "spec.priorityClassName".to_owned(),
+            name: n.clone(),
+        })
         .collect()
 }

@@ -1,4 +1,21 @@
-//! kruntimes-scheduler
+//! kruntimes-scheduler: Run placement for kruntimes and workload-aware
+//! scheduling for Kubernetes, in one service.
+//!
+//! ```text
+//!            transport                     cache                    pure domain
+//!  ┌──────────────────────────┐    ┌─────────────────────┐    ┌──────────────────────┐
+//!  │ http (axum routers)      │───▶│ cache::Cache        │───▶│ model (quantities,   │
+//!  │ controller (Run loop)    │    │  Runtime Pod slots: │    │   ratios, pod facts, │
+//!  │ cluster (writes: store / │    │  facts, actual and  │    │   requests)          │
+//!  │   kube API)              │    │  assumed usage;     │    │ runs (filter, score, │
+//!  │ serve (assembly), main   │    │  Runs; reservations │    │   status, queue)     │
+//!  └──────────────────────────┘    └─────────────────────┘    │ workload (builder,   │
+//!                                                              │   validation)        │
+//!                                                              └──────────────────────┘
+//! ```
+//!
+//! Dependencies point one way: transport uses the cache, the cache uses the
+//! pure domain; never the reverse. Handlers keep no state of their own.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -11,3 +28,4 @@ pub mod metrics;
 pub mod model;
 pub mod runs;
 pub mod serve;
+pub mod workload;

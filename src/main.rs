@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kruntimes_scheduler::serve::{self, ServeArgs};
+use kruntimes_scheduler::workload::cli::WorkloadCommand;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -28,6 +29,9 @@ enum LogFormat {
 enum Command {
     /// Serve the HTTP API and run the Run scheduling loop.
     Serve(ServeArgs),
+    /// Compile and validate workload trees into Workload and PodGroups.
+    #[command(subcommand)]
+    Workload(WorkloadCommand),
 }
 
 fn init_logs(format: LogFormat) {
@@ -46,6 +50,15 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
+    let args = match cli.command {
+        Command::Workload(cmd) => {
+            return kruntimes_scheduler::workload::cli::run(cmd).unwrap_or_else(|e| {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            });
+        }
+        Command::Serve(args) => args,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,11 +69,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-        }
-    });
+    let result = runtime.block_on(serve::run(args));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -19,7 +19,10 @@ async fn plan_returns_exact_scores_and_changes_nothing() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let expected: Value = serde_json::from_str(&fixture("plan-gpu.expected.json")).unwrap();
     assert_eq!(r.body, expected);
-    assert_eq!(get(&app, "/v1/runtime-pods?namespace=team-a").await.body, before);
+    assert_eq!(
+        get(&app, "/v1/runtime-pods?namespace=team-a").await.body,
+        before
+    );
     assert_eq!(app.state.cache.queue().len(), 0, "plan enqueues nothing");
 }
 
@@ -27,13 +30,19 @@ async fn plan_returns_exact_scores_and_changes_nothing() {
 async fn plan_reports_every_rejected_pod_and_the_pending_reason() {
     let app = app("state.yaml");
     // Heartbeats are stale until refreshed: everything is unavailable.
-    let run = json!({"metadata": {"name": "x", "namespace": "team-a"}, "spec": {"runtime": "py"}}).to_string();
+    let run = json!({"metadata": {"name": "x", "namespace": "team-a"}, "spec": {"runtime": "py"}})
+        .to_string();
     let r = post(&app, "/v1/runs/plan", &run).await;
     assert_eq!(r.body["reason"], "RuntimePodUnavailable");
     assert_eq!(r.body["selected"], Value::Null);
     let rejected = r.body["rejected"].as_object().unwrap();
     assert_eq!(rejected.len(), 3);
-    assert!(rejected["rp-1"].as_str().unwrap().starts_with("RuntimePodUnavailable: runtimed heartbeat is "));
+    assert!(
+        rejected["rp-1"]
+            .as_str()
+            .unwrap()
+            .starts_with("RuntimePodUnavailable: runtimed heartbeat is ")
+    );
 
     heartbeat(&app, "team-a").await;
     let run = json!({"metadata": {"name": "x", "namespace": "team-a"},
@@ -42,24 +51,37 @@ async fn plan_reports_every_rejected_pod_and_the_pending_reason() {
     let r = post(&app, "/v1/runs/plan", &run).await;
     assert_eq!(r.body["reason"], "InsufficientCapacity");
     assert_eq!(r.body["feasible"], json!([]));
-    assert_eq!(r.body["rejected"]["rp-1"], "InsufficientCapacity: gpu: requested 2, used 1 of 2, free 1");
-    assert_eq!(r.body["rejected"]["rp-2"], "InsufficientCapacity: gpu: requested 2, used 0 of 1, free 1");
+    assert_eq!(
+        r.body["rejected"]["rp-1"],
+        "InsufficientCapacity: gpu: requested 2, used 1 of 2, free 1"
+    );
+    assert_eq!(
+        r.body["rejected"]["rp-2"],
+        "InsufficientCapacity: gpu: requested 2, used 0 of 1, free 1"
+    );
 
     let run = json!({"metadata": {"name": "x", "namespace": "team-a"},
                      "spec": {"runtime": "py", "resources": {"requests": {"fpga": "1"}}}})
     .to_string();
     let r = post(&app, "/v1/runs/plan", &run).await;
     assert_eq!(r.body["reason"], "ResourceNotDeclared");
-    assert_eq!(r.body["rejected"]["rp-1"], "ResourceNotDeclared: pod does not declare resource \"fpga\"");
+    assert_eq!(
+        r.body["rejected"]["rp-1"],
+        "ResourceNotDeclared: pod does not declare resource \"fpga\""
+    );
 
-    let run = json!({"metadata": {"name": "x", "namespace": "team-c"}, "spec": {"runtime": "py"}}).to_string();
+    let run = json!({"metadata": {"name": "x", "namespace": "team-c"}, "spec": {"runtime": "py"}})
+        .to_string();
     let r = post(&app, "/v1/runs/plan", &run).await;
     assert_eq!(r.body["reason"], "NoRuntimePods");
     assert_eq!(r.body["rejected"], json!({}));
 
     // namespace defaults to "default".
     let run = json!({"metadata": {"name": "x"}, "spec": {"runtime": "py"}}).to_string();
-    assert_eq!(post(&app, "/v1/runs/plan", &run).await.body["reason"], "NoRuntimePods");
+    assert_eq!(
+        post(&app, "/v1/runs/plan", &run).await.body["reason"],
+        "NoRuntimePods"
+    );
 }
 
 #[tokio::test]
@@ -86,11 +108,31 @@ async fn bad_plan_input_is_a_4xx_naming_the_field() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "spec.resources.requests[gpu]",
         ),
-        (r#"{"metadata":{},"spec":{"runtime":"py"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "metadata.name: Required value"),
-        (r#"{"metadata":{"name":"x"},"spec":{"runtime":""}}"#, StatusCode::UNPROCESSABLE_ENTITY, "spec.runtime"),
-        (r#"{"metadata":{"name":"x"},"spec":{"runtime":5}}"#, StatusCode::UNPROCESSABLE_ENTITY, "spec.runtime: invalid type"),
-        (r#"{"metadata":{"name":"x"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "missing field `spec`"),
-        (r#"{"metadata":{"name":"x"},"spec":{"runtime":"py","resources":{"requests":{"gpu":[1]}}}}"#, StatusCode::UNPROCESSABLE_ENTITY, "spec.resources.requests.gpu"),
+        (
+            r#"{"metadata":{},"spec":{"runtime":"py"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata.name: Required value",
+        ),
+        (
+            r#"{"metadata":{"name":"x"},"spec":{"runtime":""}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.runtime",
+        ),
+        (
+            r#"{"metadata":{"name":"x"},"spec":{"runtime":5}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.runtime: invalid type",
+        ),
+        (
+            r#"{"metadata":{"name":"x"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "missing field `spec`",
+        ),
+        (
+            r#"{"metadata":{"name":"x"},"spec":{"runtime":"py","resources":{"requests":{"gpu":[1]}}}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.resources.requests.gpu",
+        ),
         ("{not json", StatusCode::BAD_REQUEST, "malformed JSON"),
         ("", StatusCode::BAD_REQUEST, "request body is empty"),
         ("[1,2]", StatusCode::UNPROCESSABLE_ENTITY, "invalid type"),
@@ -98,7 +140,9 @@ async fn bad_plan_input_is_a_4xx_naming_the_field() {
     for (body, status, needle) in cases {
         let r = post(&app, "/v1/runs/plan", body).await;
         assert_eq!(r.status, *status, "{body} → {}", r.text);
-        let msg = r.body["error"].as_str().unwrap_or_else(|| panic!("JSON error for {body}: {}", r.text));
+        let msg = r.body["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("JSON error for {body}: {}", r.text));
         assert!(msg.contains(needle), "{body}: {msg:?} lacks {needle:?}");
     }
 }
@@ -106,7 +150,10 @@ async fn bad_plan_input_is_a_4xx_naming_the_field() {
 #[tokio::test]
 async fn oversized_bodies_are_rejected_with_413() {
     let app = app("");
-    let big = format!(r#"{{"metadata":{{"name":"{}"}},"spec":{{"runtime":"py"}}}}"#, "x".repeat(5 * 1024 * 1024));
+    let big = format!(
+        r#"{{"metadata":{{"name":"{}"}},"spec":{{"runtime":"py"}}}}"#,
+        "x".repeat(5 * 1024 * 1024)
+    );
     let r = post(&app, "/v1/runs/plan", &big).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(r.body["error"].as_str().unwrap().contains("larger than"));
@@ -127,8 +174,15 @@ async fn runtime_pods_view() {
                "capacity": {"runs": "4", "gpu": "2"}, "usage": {"runs": "2", "gpu": "1"}, "assumed": {}})
     );
     assert_eq!(items[2]["candidate"], false);
-    assert_eq!(items[2]["reason"], "RuntimePodUnavailable: pod phase is Pending");
-    assert_eq!(items[2]["capacity"], json!({"runs": "2"}), "default runs capacity");
+    assert_eq!(
+        items[2]["reason"],
+        "RuntimePodUnavailable: pod phase is Pending"
+    );
+    assert_eq!(
+        items[2]["capacity"],
+        json!({"runs": "2"}),
+        "default runs capacity"
+    );
     let all = get(&app, "/v1/runtime-pods").await.body;
     assert_eq!(all["items"].as_array().unwrap().len(), 5);
 }
@@ -141,17 +195,33 @@ async fn applied_run_is_scheduled_and_visible() {
     let r = post(&app, "/v1/objects", run).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let stored = &r.body["items"][0];
-    assert!(stored["metadata"]["uid"].as_str().is_some_and(|u| !u.is_empty()), "uid generated");
+    assert!(
+        stored["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty()),
+        "uid generated"
+    );
     app.controller.drain().await;
     let runs = get(&app, "/v1/runs?namespace=team-a").await.body;
-    let job = runs["items"].as_array().unwrap().iter().find(|i| i["name"] == "job-1").unwrap().clone();
+    let job = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "job-1")
+        .unwrap()
+        .clone();
     assert_eq!(job["phase"], "Scheduled");
     assert_eq!(job["assignedPod"], "rp-2");
     assert_eq!(job["reason"], "Scheduled");
-    let obj = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=job-1").await.body;
+    let obj = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=job-1")
+        .await
+        .body;
     let status = &obj["items"][0]["status"];
     assert_eq!(status["assignedPod"], "rp-2");
-    assert_eq!(status["assignedPodUID"], "0b7c1a4e-0000-4000-8000-000000000002");
+    assert_eq!(
+        status["assignedPodUID"],
+        "0b7c1a4e-0000-4000-8000-000000000002"
+    );
     assert_eq!(status["conditions"][0]["type"], "Scheduled");
     assert_eq!(status["conditions"][0]["status"], "True");
     // The reservation was handed over to actual usage.
@@ -170,18 +240,29 @@ async fn pending_run_explains_itself_and_is_scheduled_when_capacity_frees() {
     post(&app, "/v1/objects", &run.to_string()).await;
     app.controller.drain().await;
     let runs = get(&app, "/v1/runs?namespace=team-a").await.body;
-    let big = runs["items"].as_array().unwrap().iter().find(|i| i["name"] == "big").unwrap().clone();
+    let big = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "big")
+        .unwrap()
+        .clone();
     assert_eq!(big["phase"], "Pending");
     assert_eq!(big["reason"], "InsufficientCapacity");
-    assert_eq!(big["message"], "0/3 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 RuntimePodUnavailable");
-    let rv_before = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big").await.body["items"][0]["metadata"]
-        ["resourceVersion"]
+    assert_eq!(
+        big["message"],
+        "0/3 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 RuntimePodUnavailable"
+    );
+    let rv_before = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big")
+        .await
+        .body["items"][0]["metadata"]["resourceVersion"]
         .clone();
     // Nothing changed: another cycle writes nothing.
     app.state.cache.resync();
     app.controller.drain().await;
-    let rv_after = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big").await.body["items"][0]["metadata"]
-        ["resourceVersion"]
+    let rv_after = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big")
+        .await
+        .body["items"][0]["metadata"]["resourceVersion"]
         .clone();
     assert_eq!(rv_before, rv_after, "status written only on change");
     // busy-1 finishes: its gpu on rp-1 frees, the wakeup schedules big there.
@@ -192,7 +273,13 @@ async fn pending_run_explains_itself_and_is_scheduled_when_capacity_frees() {
     post(&app, "/v1/objects", &done.to_string()).await;
     assert!(app.controller.drain().await >= 1);
     let runs = get(&app, "/v1/runs?namespace=team-a").await.body;
-    let big = runs["items"].as_array().unwrap().iter().find(|i| i["name"] == "big").unwrap().clone();
+    let big = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "big")
+        .unwrap()
+        .clone();
     assert_eq!(big["phase"], "Scheduled");
     assert_eq!(big["assignedPod"], "rp-1");
 }
@@ -204,11 +291,18 @@ async fn invalid_run_is_failed_by_the_scheduler() {
         "spec": {"runtime": "py", "resources": {"requests": {"gpu": "0.5"}}}});
     post(&app, "/v1/objects", &run.to_string()).await;
     app.controller.drain().await;
-    let obj = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=bad").await.body;
+    let obj = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=bad")
+        .await
+        .body;
     let st = &obj["items"][0]["status"];
     assert_eq!(st["phase"], "Failed");
     assert_eq!(st["reason"], "InvalidResourceRequest");
-    assert!(st["message"].as_str().unwrap().contains("spec.resources.requests[gpu]"));
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.resources.requests[gpu]")
+    );
 }
 
 #[tokio::test]
@@ -222,45 +316,125 @@ async fn objects_api_round_trip_and_errors() {
     assert_eq!(got["items"][0]["metadata"]["namespace"], "default");
     let uid = got["items"][0]["metadata"]["uid"].clone();
     // An update without uid keeps the object's identity.
-    post(&app, "/v1/objects", r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","labels":{"a":"b"}}}"#).await;
-    let got = get(&app, "/v1/objects?kind=pods&namespace=default&name=p").await.body;
+    post(
+        &app,
+        "/v1/objects",
+        r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","labels":{"a":"b"}}}"#,
+    )
+    .await;
+    let got = get(&app, "/v1/objects?kind=pods&namespace=default&name=p")
+        .await
+        .body;
     assert_eq!(got["items"][0]["metadata"]["uid"], uid);
     assert_eq!(got["items"][0]["metadata"]["labels"]["a"], "b");
-    assert_eq!(get(&app, "/v1/objects?kind=Runtime&namespace=x").await.body["items"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        get(&app, "/v1/objects?kind=Runtime&namespace=x").await.body["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 
     // A stale resourceVersion is a conflict and changes nothing.
-    let r = post(&app, "/v1/objects", r#"{"kind":"Pod","metadata":{"name":"p","resourceVersion":"1"}}"#).await;
+    let r = post(
+        &app,
+        "/v1/objects",
+        r#"{"kind":"Pod","metadata":{"name":"p","resourceVersion":"1"}}"#,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 
     let bad: &[(&str, StatusCode, &str)] = &[
-        (r#"{"kind":"Node","metadata":{"name":"n"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "kind: Unsupported value: \"Node\""),
-        (r#"{"metadata":{"name":"n"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "kind: Required value"),
-        (r#"{"kind":"Pod","metadata":{}}"#, StatusCode::UNPROCESSABLE_ENTITY, "metadata.name: Required value"),
-        (r#"{"kind":"Pod","apiVersion":"v2","metadata":{"name":"q"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "apiVersion"),
-        (r#"{"kind":"Pod","metadata":{"name":"q"},"spec":{"containers":"nope"}}"#, StatusCode::UNPROCESSABLE_ENTITY, "spec.containers"),
-        (r#"{"kind":"Run","metadata":{"name":"q"},"spec":{}}"#, StatusCode::UNPROCESSABLE_ENTITY, "missing field `runtime`"),
-        ("kind: Pod\nmetadata: {name: [\n", StatusCode::BAD_REQUEST, "invalid YAML"),
+        (
+            r#"{"kind":"Node","metadata":{"name":"n"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "kind: Unsupported value: \"Node\"",
+        ),
+        (
+            r#"{"metadata":{"name":"n"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "kind: Required value",
+        ),
+        (
+            r#"{"kind":"Pod","metadata":{}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "metadata.name: Required value",
+        ),
+        (
+            r#"{"kind":"Pod","apiVersion":"v2","metadata":{"name":"q"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "apiVersion",
+        ),
+        (
+            r#"{"kind":"Pod","metadata":{"name":"q"},"spec":{"containers":"nope"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "spec.containers",
+        ),
+        (
+            r#"{"kind":"Run","metadata":{"name":"q"},"spec":{}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "missing field `runtime`",
+        ),
+        (
+            "kind: Pod\nmetadata: {name: [\n",
+            StatusCode::BAD_REQUEST,
+            "invalid YAML",
+        ),
         ("{", StatusCode::BAD_REQUEST, "invalid JSON"),
         ("   ", StatusCode::BAD_REQUEST, "empty"),
     ];
     for (body, status, needle) in bad {
         let r = post(&app, "/v1/objects", body).await;
         assert_eq!(r.status, *status, "{body}: {}", r.text);
-        assert!(r.body["error"].as_str().unwrap().contains(needle), "{body}: {}", r.text);
+        assert!(
+            r.body["error"].as_str().unwrap().contains(needle),
+            "{body}: {}",
+            r.text
+        );
     }
     // All or nothing: the valid first object of a failing batch is not stored.
-    let r = post(&app, "/v1/objects", "kind: Pod\nmetadata: {name: ok}\n---\nkind: Pod\nmetadata: {}\n").await;
+    let r = post(
+        &app,
+        "/v1/objects",
+        "kind: Pod\nmetadata: {name: ok}\n---\nkind: Pod\nmetadata: {}\n",
+    )
+    .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(r.body["error"].as_str().unwrap().starts_with("object 1:"), "{}", r.text);
-    assert_eq!(get(&app, "/v1/objects?kind=Pod&name=ok").await.body["items"], json!([]));
+    assert!(
+        r.body["error"].as_str().unwrap().starts_with("object 1:"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        get(&app, "/v1/objects?kind=Pod&name=ok").await.body["items"],
+        json!([])
+    );
 
     // Delete: 204, then 404; kind is required and checked.
-    let r = call(&app, Method::DELETE, "/v1/objects?kind=Pod&namespace=default&name=p", None).await;
+    let r = call(
+        &app,
+        Method::DELETE,
+        "/v1/objects?kind=Pod&namespace=default&name=p",
+        None,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let r = call(&app, Method::DELETE, "/v1/objects?kind=Pod&namespace=default&name=p", None).await;
+    let r = call(
+        &app,
+        Method::DELETE,
+        "/v1/objects?kind=Pod&namespace=default&name=p",
+        None,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert_eq!(get(&app, "/v1/objects").await.status, StatusCode::BAD_REQUEST);
-    assert_eq!(get(&app, "/v1/objects?kind=Widget").await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        get(&app, "/v1/objects").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&app, "/v1/objects?kind=Widget").await.status,
+        StatusCode::BAD_REQUEST
+    );
     let r = call(&app, Method::DELETE, "/v1/objects?kind=Pod", None).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.body["error"].as_str().unwrap().contains("name"));
@@ -272,7 +446,10 @@ async fn health_metrics_and_unknown_routes() {
     assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/readyz").await.status, StatusCode::OK);
     app.state.cache.set_synced(false);
-    assert_eq!(get(&app, "/readyz").await.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        get(&app, "/readyz").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     heartbeat(&app, "team-a").await;
     post(&app, "/v1/runs/plan", &fixture("plan-gpu.json")).await;
     post(&app, "/v1/objects", r#"{"kind":"Run","metadata":{"name":"m","namespace":"team-a"},"spec":{"runtime":"py","resources":{"requests":{"gpu":"9"}}}}"#).await;
@@ -289,7 +466,10 @@ async fn health_metrics_and_unknown_routes() {
         assert!(m.contains(needle), "metrics lack {needle}:\n{m}");
     }
     for user_value in ["team-a", "rp-1", "gpu", "\"m\""] {
-        assert!(!m.contains(user_value), "user value {user_value} leaked into metrics");
+        assert!(
+            !m.contains(user_value),
+            "user value {user_value} leaked into metrics"
+        );
     }
     let r = get(&app, "/nope").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
@@ -302,11 +482,22 @@ async fn health_metrics_and_unknown_routes() {
 #[tokio::test]
 async fn heartbeat_endpoint() {
     let app = app("state.yaml");
-    let r = post(&app, "/v1/runtime-pods/heartbeat?namespace=team-a&runtime=node", "").await;
+    let r = post(
+        &app,
+        "/v1/runtime-pods/heartbeat?namespace=team-a&runtime=node",
+        "",
+    )
+    .await;
     assert_eq!(r.body["pods"], json!(["node-1"]));
     let r = post(&app, "/v1/runtime-pods/heartbeat?namespace=nowhere", "").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let pods = get(&app, "/v1/runtime-pods?namespace=team-a").await.body;
-    let node = pods["items"].as_array().unwrap().iter().find(|p| p["name"] == "node-1").unwrap().clone();
+    let node = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "node-1")
+        .unwrap()
+        .clone();
     assert_eq!(node["candidate"], true);
 }

@@ -17,15 +17,21 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
 
 fn pod(name: &str, caps: &[(&str, u64)]) -> Value {
-    let now = kruntimes_scheduler::cluster::standalone::kube_time(k8s_openapi::jiff::Timestamp::now());
-    let annotations: serde_json::Map<String, Value> =
-        caps.iter().map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), json!(v.to_string()))).collect();
+    let now =
+        kruntimes_scheduler::cluster::standalone::kube_time(k8s_openapi::jiff::Timestamp::now());
+    let annotations: serde_json::Map<String, Value> = caps
+        .iter()
+        .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), json!(v.to_string())))
+        .collect();
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "sim", "labels": {"runtime": "py"}, "annotations": annotations},
         "status": {"phase": "Running", "conditions": [
@@ -56,7 +62,11 @@ async fn settle(app: &kruntimes_scheduler::serve::Standalone) {
 fn amounts(reqs: &Value) -> BTreeMap<String, u64> {
     let mut m: BTreeMap<String, u64> = reqs
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), parse_amount(v.as_str().unwrap()).unwrap())).collect())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), parse_amount(v.as_str().unwrap()).unwrap()))
+                .collect()
+        })
         .unwrap_or_default();
     m.retain(|_, v| *v > 0);
     m.entry("runs".into()).or_insert(1);
@@ -64,7 +74,10 @@ fn amounts(reqs: &Value) -> BTreeMap<String, u64> {
 }
 
 /// Checks capacity on every pod from the stored objects alone.
-async fn check(app: &kruntimes_scheduler::serve::Standalone, caps: &BTreeMap<String, BTreeMap<String, u64>>) -> (usize, usize) {
+async fn check(
+    app: &kruntimes_scheduler::serve::Standalone,
+    caps: &BTreeMap<String, BTreeMap<String, u64>>,
+) -> (usize, usize) {
     let runs = get(app, "/v1/objects?kind=Run&namespace=sim").await.body;
     let mut used: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let (mut scheduled, mut pending) = (0, 0);
@@ -82,8 +95,17 @@ async fn check(app: &kruntimes_scheduler::serve::Standalone, caps: &BTreeMap<Str
                 pending += 1;
                 // It really fits nowhere now, for the reason it states.
                 let plan = post(app, "/v1/runs/plan", &r.to_string()).await.body;
-                assert_eq!(plan["selected"], Value::Null, "{} is Pending but fits: {plan}", r["metadata"]["name"]);
-                assert_eq!(plan["reason"], r["status"]["reason"], "{}", r["metadata"]["name"]);
+                assert_eq!(
+                    plan["selected"],
+                    Value::Null,
+                    "{} is Pending but fits: {plan}",
+                    r["metadata"]["name"]
+                );
+                assert_eq!(
+                    plan["reason"], r["status"]["reason"],
+                    "{}",
+                    r["metadata"]["name"]
+                );
             }
             "Succeeded" => {}
             other => panic!("unexpected phase {other:?} for {}", r["metadata"]["name"]),
@@ -92,7 +114,10 @@ async fn check(app: &kruntimes_scheduler::serve::Standalone, caps: &BTreeMap<Str
     for (pod, u) in &used {
         for (res, amount) in u {
             let cap = caps[pod].get(res).copied().unwrap_or(0);
-            assert!(*amount <= cap, "{pod} over capacity on {res}: {amount} > {cap}");
+            assert!(
+                *amount <= cap,
+                "{pod} over capacity on {res}: {amount} > {cap}"
+            );
         }
     }
     // The cache's own index agrees with the objects.
@@ -115,7 +140,10 @@ async fn many_runs_never_overbook_and_pending_runs_get_in() {
         if i % 2 == 0 {
             c.push(("gpu", 1 + rng.next(2)));
         }
-        caps.insert(name.clone(), c.iter().map(|(k, v)| (k.to_string(), *v)).collect());
+        caps.insert(
+            name.clone(),
+            c.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        );
         objects.push(pod(&name, &c));
     }
     post(&app, "/v1/objects", &Value::Array(objects).to_string()).await;
@@ -136,16 +164,27 @@ async fn many_runs_never_overbook_and_pending_runs_get_in() {
         batches.push(Value::Array(batch).to_string());
     }
     let app_ref = &app;
-    futures::future::join_all(batches.iter().map(|b| async move { post(app_ref, "/v1/objects", b).await })).await;
+    futures::future::join_all(
+        batches
+            .iter()
+            .map(|b| async move { post(app_ref, "/v1/objects", b).await }),
+    )
+    .await;
     // Two that can never fit: an undeclared resource and more gpu than any pod has.
     let never = vec![
-        run("never-fpga", &[("fpga".to_string(), "1".to_string())].into()),
+        run(
+            "never-fpga",
+            &[("fpga".to_string(), "1".to_string())].into(),
+        ),
         run("never-gpu", &[("gpu".to_string(), "5".to_string())].into()),
     ];
     post(&app, "/v1/objects", &Value::Array(never).to_string()).await;
     settle(&app).await;
     let (scheduled, pending) = check(&app, &caps).await;
-    assert!(scheduled > 0 && pending > 2, "scheduled {scheduled}, pending {pending}");
+    assert!(
+        scheduled > 0 && pending > 2,
+        "scheduled {scheduled}, pending {pending}"
+    );
 
     // Complete Runs round by round; Pending Runs get in until only the
     // impossible two are left.
@@ -167,7 +206,10 @@ async fn many_runs_never_overbook_and_pending_runs_get_in() {
             .filter(|(i, _)| (i + round) % 2 == 0)
             .map(|(_, mut r)| {
                 r["status"]["phase"] = json!("Succeeded");
-                r["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+                r["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("resourceVersion");
                 r
             })
             .collect();
@@ -181,7 +223,12 @@ async fn many_runs_never_overbook_and_pending_runs_get_in() {
         .unwrap()
         .iter()
         .filter(|r| r["phase"] != "Succeeded")
-        .map(|r| (r["name"].as_str().unwrap().to_owned(), r["reason"].as_str().unwrap_or("").to_owned()))
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     assert_eq!(
         left,

@@ -17,8 +17,8 @@ pub mod views;
 
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
-use crate::model::pod::PodFacts;
-use crate::model::resources::{RequestError, Requests, ResourceNames, ResourceVec};
+use crate::model::pod::{PodFacts, Unavailable};
+use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub use runs::{Decision, PlanResult};
+pub use runs::{Decision, PlanOutcome, PlanResult};
 
 /// Settings that change how objects are read.
 #[derive(Debug, Clone)]
@@ -74,6 +74,8 @@ pub struct State {
     namespaces: HashMap<String, NsState>,
     /// Runtimes by (namespace, name).
     runtimes: BTreeMap<(String, String), Runtime>,
+    /// Interned runtime label values.
+    runtime_ids: HashMap<String, u32>,
 }
 
 /// One namespace: accounting is namespace-local.
@@ -95,21 +97,35 @@ struct NsState {
 struct PodSlot {
     /// The pod, when it exists and carries the runtime label.
     pod: Option<RuntimePod>,
-    /// Effective requests of active Runs assigned here.
-    actual: ResourceVec,
-    /// Reservations not yet observed through the Run watch.
-    assumed: ResourceVec,
+    /// Declared capacity (zero while the pod is absent), effective requests
+    /// of active Runs assigned here, and reservations not yet observed.
+    res: PodResources,
 }
 
 impl PodSlot {
     fn is_empty(&self) -> bool {
-        self.pod.is_none() && self.actual.is_empty() && self.assumed.is_empty()
+        self.pod.is_none() && self.res.is_empty()
     }
 }
 
-/// Pod facts plus interned capacity.
+/// What the placement hot path reads about a pod, precomputed and inline;
+/// the rest sits behind a box so slots stay small.
 struct RuntimePod {
+    /// Interned runtime label value.
+    runtime_id: u32,
+    /// The candidate rules that do not depend on the clock hold.
+    base_ok: bool,
+    /// The runtimed heartbeat.
+    heartbeat: Option<Timestamp>,
+    /// Facts and the clock-free verdict, for views and rejections.
+    cold: Box<ColdPod>,
+}
+
+/// The parts of a Runtime Pod only views and rejection messages read.
+struct ColdPod {
     facts: PodFacts,
+    base: Result<(), Unavailable>,
+    /// Interned declared capacity (also in the slot's ledger).
     capacity: ResourceVec,
 }
 
@@ -201,30 +217,45 @@ impl Cache {
         let mut wake: Vec<String> = Vec::new();
         let mut st = self.state.write();
         let State {
-            names, namespaces, ..
+            names,
+            namespaces,
+            runtime_ids,
+            ..
         } = &mut *st;
         let nss = namespaces.entry(ns.to_owned()).or_default();
         let old = nss.pods.get(name).and_then(|s| s.pod.as_ref());
         let stale = self.config.heartbeat_stale_after;
-        let new = facts.runtime.is_some().then(|| {
+        let new = facts.runtime.clone().map(|rt| {
+            let next = runtime_ids.len() as u32;
+            let runtime_id = *runtime_ids.entry(rt).or_insert(next);
             let capacity =
                 ResourceVec::from_pairs(facts.capacity.iter().map(|(n, a)| (names.intern(n), *a)));
-            RuntimePod { facts, capacity }
+            let base = facts.static_availability();
+            RuntimePod {
+                runtime_id,
+                base_ok: base.is_ok(),
+                heartbeat: facts.heartbeat,
+                cold: Box::new(ColdPod {
+                    facts,
+                    base,
+                    capacity,
+                }),
+            }
         });
         let changed = match (old, &new) {
             (None, None) => false,
             (Some(o), Some(n)) => {
-                o.capacity != n.capacity
-                    || o.facts.runtime != n.facts.runtime
-                    || o.facts.availability(now, stale).is_ok()
-                        != n.facts.availability(now, stale).is_ok()
+                o.cold.capacity != n.cold.capacity
+                    || o.runtime_id != n.runtime_id
+                    || o.cold.facts.availability(now, stale).is_ok()
+                        != n.cold.facts.availability(now, stale).is_ok()
             }
             _ => true,
         };
         if changed {
             for rt in [
-                old.and_then(|o| o.facts.runtime.clone()),
-                new.as_ref().and_then(|n| n.facts.runtime.clone()),
+                old.and_then(|o| o.cold.facts.runtime.clone()),
+                new.as_ref().and_then(|n| n.cold.facts.runtime.clone()),
             ]
             .into_iter()
             .flatten()
@@ -235,10 +266,15 @@ impl Cache {
             }
         }
         match new {
-            Some(n) => nss.pods.entry(Arc::from(name)).or_default().pod = Some(n),
+            Some(n) => {
+                let slot = nss.pods.entry(Arc::from(name)).or_default();
+                slot.res.set_capacity(&n.cold.capacity);
+                slot.pod = Some(n);
+            }
             None => {
                 if let Some(slot) = nss.pods.get_mut(name) {
                     slot.pod = None;
+                    slot.res.set_capacity(&ResourceVec::new());
                     if slot.is_empty() {
                         nss.pods.remove(name);
                     }
@@ -259,7 +295,8 @@ impl Cache {
         let Some(slot) = nss.pods.get_mut(name) else {
             return;
         };
-        let runtime = slot.pod.take().and_then(|p| p.facts.runtime);
+        let runtime = slot.pod.take().and_then(|p| p.cold.facts.runtime);
+        slot.res.set_capacity(&ResourceVec::new());
         if slot.is_empty() {
             nss.pods.remove(name);
         }

@@ -3,12 +3,15 @@
 use super::{Assumption, Cache, NsState, PodSlot, RunEntry, State, ns_of};
 use crate::crd::{Run, RunStatus, phase};
 use crate::metrics::WakeCause;
-use crate::model::resources::{Requests, ResourceVec, accounted_requests, effective_requests};
+use crate::model::pod::Freshness;
+use crate::model::resources::{
+    Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
+};
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score, evaluate};
 use crate::runs::queue::RunKey;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// The outcome of one scheduling cycle's decision, taken under the write
@@ -40,12 +43,41 @@ pub enum Decision {
     },
 }
 
-/// A dry-run placement: every feasible pod best first, every rejected pod.
+/// A dry-run placement: every feasible pod best first, every rejected pod
+/// with its `"<Reason>: <detail>"`.
 #[derive(Debug, Clone)]
 pub struct PlanResult {
-    pub feasible: Vec<(Arc<str>, Score)>,
-    pub rejected: Vec<(Arc<str>, String)>,
+    pub feasible: Vec<(String, Score)>,
+    pub rejected: Vec<(String, String)>,
     pub counts: RejectionCounts,
+}
+
+/// A dry-run placement borrowed from the cache snapshot.
+pub struct PlanOutcome<'a> {
+    /// Feasible pods, best first.
+    pub feasible: Vec<(&'a str, Score)>,
+    /// Rejected pods in name order.
+    pub rejected: Vec<(&'a str, Rejection)>,
+    pub counts: RejectionCounts,
+    names: &'a ResourceNames,
+    unknown: Vec<String>,
+}
+
+impl PlanOutcome<'_> {
+    pub fn selected(&self) -> Option<&str> {
+        self.feasible.first().map(|(n, _)| *n)
+    }
+
+    pub fn reason(&self) -> Option<PendingReason> {
+        self.feasible
+            .is_empty()
+            .then(|| self.counts.pending_reason())
+    }
+
+    /// `"<Reason>: <detail>"` for a rejection.
+    pub fn describe(&self, r: &Rejection) -> String {
+        r.describe(self.names, &self.unknown)
+    }
 }
 
 impl PlanResult {
@@ -62,6 +94,7 @@ impl PlanResult {
 
 /// Walks the Runtime Pods of `runtime` in name order, evaluating each.
 fn for_each_pod<'a>(
+    runtime_ids: &HashMap<String, u32>,
     nss: &'a NsState,
     runtime: &'a str,
     request: &'a ResourceVec,
@@ -70,20 +103,23 @@ fn for_each_pod<'a>(
     stale: std::time::Duration,
     mut f: impl FnMut(&'a Arc<str>, &'a PodSlot, Result<Score, Rejection>),
 ) {
+    let window = Freshness::new(now, stale);
+    let Some(&runtime_id) = runtime_ids.get(runtime) else {
+        return;
+    };
     for (name, slot) in &nss.pods {
         let Some(pod) = &slot.pod else { continue };
-        if pod.facts.runtime.as_deref() != Some(runtime) {
+        if pod.runtime_id != runtime_id {
             continue;
         }
-        let result = match pod.facts.availability(now, stale) {
+        let available = if pod.base_ok {
+            window.check(pod.heartbeat)
+        } else {
+            pod.cold.base.clone()
+        };
+        let result = match available {
             Err(u) => Err(Rejection::Unavailable(u)),
-            Ok(()) => evaluate(
-                &pod.capacity,
-                &slot.actual,
-                &slot.assumed,
-                request,
-                has_unknown,
-            ),
+            Ok(()) => evaluate(&slot.res, request, has_unknown),
         };
         f(name, slot, result);
     }
@@ -91,6 +127,7 @@ fn for_each_pod<'a>(
 
 /// Best pod (lowest load, then name) and rejection counts.
 fn best_in<'a>(
+    runtime_ids: &HashMap<String, u32>,
     nss: &'a NsState,
     runtime: &'a str,
     request: &'a ResourceVec,
@@ -101,6 +138,7 @@ fn best_in<'a>(
     let mut counts = RejectionCounts::default();
     let mut best: Option<(&Arc<str>, Score)> = None;
     for_each_pod(
+        runtime_ids,
         nss,
         runtime,
         request,
@@ -164,8 +202,8 @@ impl Cache {
                 nss.pods
                     .entry(Arc::clone(&key))
                     .or_default()
-                    .actual
-                    .add(&amounts);
+                    .res
+                    .add_actual(&amounts);
                 released_on.retain(|p| **p != *pod);
                 Some((key, amounts))
             }
@@ -191,7 +229,7 @@ impl Cache {
             if handed_over || moved_on {
                 let a = nss.assumed.remove(&uid).expect("present");
                 if let Some(slot) = nss.pods.get_mut(&a.pod) {
-                    slot.assumed.sub(&a.amounts);
+                    slot.res.sub_assumed(&a.amounts);
                 }
                 self.metrics.assumed_reservations.dec();
                 if !handed_over {
@@ -263,7 +301,7 @@ impl Cache {
         unindex(nss, name, &old, released_on);
         if let Some(a) = nss.assumed.remove(&old.uid) {
             if let Some(slot) = nss.pods.get_mut(&a.pod) {
-                slot.assumed.sub(&a.amounts);
+                slot.res.sub_assumed(&a.amounts);
             }
             self.metrics.assumed_reservations.dec();
             released_on.push(a.pod);
@@ -275,7 +313,7 @@ impl Cache {
         let mut runtimes: Vec<String> = Vec::new();
         for pod in released_on {
             if let Some(slot) = nss.pods.get(&pod) {
-                if let Some(rt) = slot.pod.as_ref().and_then(|p| p.facts.runtime.clone())
+                if let Some(rt) = slot.pod.as_ref().and_then(|p| p.cold.facts.runtime.clone())
                     && !runtimes.contains(&rt)
                 {
                     runtimes.push(rt);
@@ -297,7 +335,10 @@ impl Cache {
         let stale = self.config.heartbeat_stale_after;
         let mut st = self.state.write();
         let State {
-            names, namespaces, ..
+            names,
+            namespaces,
+            runtime_ids,
+            ..
         } = &mut *st;
         let Some(nss) = namespaces.get_mut(&key.namespace) else {
             return Decision::Skip;
@@ -323,7 +364,15 @@ impl Cache {
         };
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
-        let (best, counts) = best_in(nss, &runtime, &request, !unknown.is_empty(), now, stale);
+        let (best, counts) = best_in(
+            runtime_ids,
+            nss,
+            &runtime,
+            &request,
+            !unknown.is_empty(),
+            now,
+            stale,
+        );
         let best = best.map(|(n, _)| Arc::clone(n));
         let entry = nss.runs.get(&key.name).expect("present above");
 
@@ -340,9 +389,9 @@ impl Cache {
                 let pod_uid = slot
                     .pod
                     .as_ref()
-                    .map(|p| p.facts.uid.clone())
+                    .map(|p| p.cold.facts.uid.clone())
                     .unwrap_or_default();
-                slot.assumed.add(&request);
+                slot.res.add_assumed(&request);
                 let status =
                     status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);
                 let uid = entry.uid.clone();
@@ -393,14 +442,15 @@ impl Cache {
         }
         let a = nss.assumed.remove(uid).expect("present");
         if let Some(slot) = nss.pods.get_mut(&a.pod) {
-            slot.assumed.sub(&a.amounts);
+            slot.res.sub_assumed(&a.amounts);
         }
         self.metrics.assumed_reservations.dec();
         self.wake_released(nss, namespace, vec![a.pod]);
         true
     }
 
-    /// Dry-run placement of a request against the current snapshot.
+    /// Dry-run placement of a request against the current snapshot, with
+    /// owned results.
     pub fn plan(
         &self,
         namespace: &str,
@@ -408,39 +458,66 @@ impl Cache {
         requests: &Requests,
         now: Timestamp,
     ) -> PlanResult {
+        self.plan_with(namespace, runtime, requests, now, |o| PlanResult {
+            feasible: o
+                .feasible
+                .iter()
+                .map(|(n, s)| (n.to_string(), s.clone()))
+                .collect(),
+            rejected: o
+                .rejected
+                .iter()
+                .map(|(n, r)| (n.to_string(), o.describe(r)))
+                .collect(),
+            counts: o.counts.clone(),
+        })
+    }
+
+    /// Dry-run placement; `f` reads the outcome while the snapshot is held,
+    /// so pod names are borrowed, not copied.
+    pub fn plan_with<R>(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        requests: &Requests,
+        now: Timestamp,
+        f: impl FnOnce(&PlanOutcome<'_>) -> R,
+    ) -> R {
         let stale = self.config.heartbeat_stale_after;
         let st = self.state.read();
         let (request, unknown) = requests.resolve(&st.names);
-        let mut feasible: Vec<(Arc<str>, Score)> = Vec::new();
-        let mut rejected: Vec<(Arc<str>, String)> = Vec::new();
-        let mut counts = RejectionCounts::default();
+        let mut outcome = PlanOutcome {
+            feasible: Vec::new(),
+            rejected: Vec::new(),
+            counts: RejectionCounts::default(),
+            names: &st.names,
+            unknown,
+        };
         if let Some(nss) = st.namespaces.get(namespace) {
+            let has_unknown = !outcome.unknown.is_empty();
             for_each_pod(
+                &st.runtime_ids,
                 nss,
                 runtime,
                 &request,
-                !unknown.is_empty(),
+                has_unknown,
                 now,
                 stale,
                 |name, _, r| {
-                    counts.total_pods += 1;
+                    outcome.counts.total_pods += 1;
                     match r {
-                        Ok(score) => feasible.push((Arc::clone(name), score)),
+                        Ok(score) => outcome.feasible.push((&**name, score)),
                         Err(rej) => {
-                            counts.record(&rej);
-                            rejected.push((Arc::clone(name), rej.describe(&st.names, &unknown)));
+                            outcome.counts.record(&rej);
+                            outcome.rejected.push((&**name, rej));
                         }
                     }
                 },
             );
         }
         // Stable sort keeps name order among equal loads.
-        feasible.sort_by(|a, b| a.1.cmp_load(&b.1));
-        PlanResult {
-            feasible,
-            rejected,
-            counts,
-        }
+        outcome.feasible.sort_by(|a, b| a.1.cmp_load(&b.1));
+        f(&outcome)
     }
 
     /// Whether Run `uid` in `namespace` holds an assumed reservation, and where.
@@ -480,17 +557,19 @@ impl Cache {
             }
             for (name, slot) in &nss.pods {
                 let want = actual.remove(&**name).unwrap_or_default();
-                if slot.actual != want {
+                if slot.res.actual() != want {
                     return Err(format!(
                         "{ns}/{name}: actual {:?} != recount {:?}",
-                        slot.actual, want
+                        slot.res.actual(),
+                        want
                     ));
                 }
                 let want = assumed.remove(&**name).unwrap_or_default();
-                if slot.assumed != want {
+                if slot.res.assumed() != want {
                     return Err(format!(
                         "{ns}/{name}: assumed {:?} != recount {:?}",
-                        slot.assumed, want
+                        slot.res.assumed(),
+                        want
                     ));
                 }
             }
@@ -506,7 +585,7 @@ impl Cache {
 fn unindex(nss: &mut NsState, name: &str, old: &RunEntry, released_on: &mut Vec<Arc<str>>) {
     if let Some((pod, amounts)) = &old.counted {
         if let Some(slot) = nss.pods.get_mut(pod) {
-            slot.actual.sub(amounts);
+            slot.res.sub_actual(amounts);
         }
         released_on.push(Arc::clone(pod));
     }

@@ -2,9 +2,9 @@
 //! decisions, usage and wakeups. No HTTP, no cluster.
 
 use super::*;
+use crate::crd::{Run, RunResources, RunSpec, RunStatus};
 use crate::model::resources::effective_requests;
 use crate::runs::placement::PendingReason;
-use crate::crd::{Run, RunResources, RunSpec, RunStatus};
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -16,7 +16,11 @@ fn now() -> Timestamp {
 }
 
 fn mk_cache() -> Cache {
-    Cache::new(CacheConfig::default(), Arc::new(WorkQueue::default()), Arc::new(Metrics::default()))
+    Cache::new(
+        CacheConfig::default(),
+        Arc::new(WorkQueue::default()),
+        Arc::new(Metrics::default()),
+    )
 }
 
 fn mk_pod(name: &str, runtime: &str, caps: &[(&str, &str)]) -> Pod {
@@ -27,7 +31,9 @@ fn mk_pod(name: &str, runtime: &str, caps: &[(&str, &str)]) -> Pod {
             uid: Some(format!("uid-{name}")),
             labels: Some([("runtime".to_string(), runtime.to_string())].into()),
             annotations: Some(
-                caps.iter().map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string())).collect(),
+                caps.iter()
+                    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
+                    .collect(),
             ),
             ..Default::default()
         },
@@ -35,7 +41,11 @@ fn mk_pod(name: &str, runtime: &str, caps: &[(&str, &str)]) -> Pod {
         status: Some(PodStatus {
             phase: Some("Running".into()),
             conditions: Some(vec![
-                PodCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() },
+                PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
                 PodCondition {
                     type_: "kruntimes.io/RuntimedReady".into(),
                     status: "True".into(),
@@ -54,7 +64,11 @@ fn mk_run(name: &str, runtime: &str, reqs: &[(&str, &str)]) -> Run {
         RunSpec {
             runtime: runtime.into(),
             resources: Some(RunResources {
-                requests: Some(reqs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()),
+                requests: Some(
+                    reqs.iter()
+                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                        .collect(),
+                ),
             }),
         },
     );
@@ -94,7 +108,10 @@ fn usage(c: &Cache, pod: &str) -> (BTreeMap<String, String>, BTreeMap<String, St
 }
 
 fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn reserved_pod(d: &Decision) -> &str {
@@ -108,13 +125,27 @@ fn reserved_pod(d: &Decision) -> &str {
 fn active_runs_count_and_release_wakes_pending() {
     let c = mk_cache();
     c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "2")]), now());
-    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Running", Some("rp-1")));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[("runs", "2")]),
+        "Running",
+        Some("rp-1"),
+    ));
     assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "2")]));
     c.apply_run(&mk_run("b", "py", &[]));
     assert_eq!(drain(&c), vec!["b"]);
-    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { reason: PendingReason::InsufficientCapacity, .. }));
+    assert!(matches!(
+        c.schedule_one(&key("b"), now()),
+        Decision::Pending {
+            reason: PendingReason::InsufficientCapacity,
+            ..
+        }
+    ));
     // a finishes: usage released, b woken.
-    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Succeeded", Some("rp-1")));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[("runs", "2")]),
+        "Succeeded",
+        Some("rp-1"),
+    ));
     assert_eq!(usage(&c, "rp-1").0, m(&[]));
     assert_eq!(drain(&c), vec!["b"]);
     c.check_invariants().unwrap();
@@ -128,7 +159,10 @@ fn reservation_blocks_double_booking_until_handoff() {
     c.apply_run(&mk_run("b", "py", &[]));
     assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
     // a's write is in flight (the watch has not shown it): b must not fit.
-    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    assert!(matches!(
+        c.schedule_one(&key("b"), now()),
+        Decision::Pending { .. }
+    ));
     // a cycle for a again while its reservation stands is skipped.
     assert_eq!(c.schedule_one(&key("a"), now()), Decision::Skip);
     assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[("runs", "1")])));
@@ -136,11 +170,22 @@ fn reservation_blocks_double_booking_until_handoff() {
     c.apply_run(&with_status(mk_run("a", "py", &[]), "Pending", None));
     assert_eq!(usage(&c, "rp-1").1, m(&[("runs", "1")]));
     // The watch shows a Scheduled on rp-1: assumed becomes actual, exactly once.
-    c.apply_run(&with_status(mk_run("a", "py", &[]), "Scheduled", Some("rp-1")));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[]),
+        "Scheduled",
+        Some("rp-1"),
+    ));
     assert_eq!(usage(&c, "rp-1"), (m(&[("runs", "1")]), m(&[])));
-    c.apply_run(&with_status(mk_run("a", "py", &[]), "Running", Some("rp-1")));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[]),
+        "Running",
+        Some("rp-1"),
+    ));
     assert_eq!(usage(&c, "rp-1"), (m(&[("runs", "1")]), m(&[])));
-    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    assert!(matches!(
+        c.schedule_one(&key("b"), now()),
+        Decision::Pending { .. }
+    ));
     c.check_invariants().unwrap();
 }
 
@@ -151,8 +196,13 @@ fn failed_write_releases_and_wakes() {
     c.apply_run(&mk_run("a", "py", &[]));
     c.apply_run(&mk_run("b", "py", &[]));
     drain(&c);
-    let Decision::Reserved { uid, pod, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
-    assert!(matches!(c.schedule_one(&key("b"), now()), Decision::Pending { .. }));
+    let Decision::Reserved { uid, pod, .. } = c.schedule_one(&key("a"), now()) else {
+        panic!()
+    };
+    assert!(matches!(
+        c.schedule_one(&key("b"), now()),
+        Decision::Pending { .. }
+    ));
     assert!(c.release("ns", &uid, &pod));
     assert!(!c.release("ns", &uid, &pod), "released once");
     assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[])));
@@ -170,7 +220,11 @@ fn assigned_elsewhere_terminal_or_deleted_drops_reservation() {
     }
     let pa = reserved_pod(&c.schedule_one(&key("a"), now())).to_owned();
     let other = if pa == "rp-1" { "rp-2" } else { "rp-1" };
-    c.apply_run(&with_status(mk_run("a", "py", &[]), "Scheduled", Some(other)));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[]),
+        "Scheduled",
+        Some(other),
+    ));
     assert_eq!(usage(&c, &pa), (m(&[]), m(&[])));
     assert_eq!(usage(&c, other).0, m(&[("runs", "1")]));
 
@@ -190,14 +244,26 @@ fn least_loaded_with_exact_ties_by_name() {
     c.apply_pod(&mk_pod("rp-b", "py", &[("runs", "4")]), now());
     c.apply_pod(&mk_pod("rp-a", "py", &[("runs", "4")]), now());
     c.apply_pod(&mk_pod("rp-c", "py", &[("runs", "8")]), now());
-    c.apply_run(&with_status(mk_run("x", "py", &[("runs", "2")]), "Running", Some("rp-c")));
+    c.apply_run(&with_status(
+        mk_run("x", "py", &[("runs", "2")]),
+        "Running",
+        Some("rp-c"),
+    ));
     let reqs = effective_requests(None).unwrap();
     let plan = c.plan("ns", "py", &reqs, now());
-    let order: Vec<_> = plan.feasible.iter().map(|(n, s)| (n.to_string(), s.max.to_string())).collect();
+    let order: Vec<_> = plan
+        .feasible
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.max.to_string()))
+        .collect();
     // rp-a and rp-b: 1/4; rp-c: 3/8 — a before b by name.
     assert_eq!(
         order,
-        vec![("rp-a".into(), "1/4".into()), ("rp-b".into(), "1/4".into()), ("rp-c".into(), "3/8".into())]
+        vec![
+            ("rp-a".into(), "1/4".into()),
+            ("rp-b".into(), "1/4".into()),
+            ("rp-c".into(), "3/8".into())
+        ]
     );
     c.apply_run(&mk_run("r", "py", &[]));
     assert_eq!(reserved_pod(&c.schedule_one(&key("r"), now())), "rp-a");
@@ -214,14 +280,28 @@ fn c_sum_case() {
     let c = mk_cache();
     c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "4"), ("gpu", "4")]), now());
     c.apply_pod(&mk_pod("rp-2", "py", &[("runs", "4"), ("gpu", "2")]), now());
-    c.apply_run(&with_status(mk_run("g", "py", &[("gpu", "1")]), "Running", Some("rp-1")));
-    c.apply_run(&with_status(mk_run("h", "py", &[]), "Running", Some("rp-2")));
+    c.apply_run(&with_status(
+        mk_run("g", "py", &[("gpu", "1")]),
+        "Running",
+        Some("rp-1"),
+    ));
+    c.apply_run(&with_status(
+        mk_run("h", "py", &[]),
+        "Running",
+        Some("rp-2"),
+    ));
     let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
-    let got: Vec<_> =
-        plan.feasible.iter().map(|(n, s)| (n.to_string(), s.max.to_string(), s.sum.to_string())).collect();
+    let got: Vec<_> = plan
+        .feasible
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.max.to_string(), s.sum.to_string()))
+        .collect();
     assert_eq!(
         got,
-        vec![("rp-2".into(), "1/2".into(), "1/2".into()), ("rp-1".into(), "1/2".into(), "3/4".into())]
+        vec![
+            ("rp-2".into(), "1/2".into(), "1/2".into()),
+            ("rp-1".into(), "1/2".into(), "3/4".into())
+        ]
     );
 }
 
@@ -237,7 +317,11 @@ fn capacity_changes_wake_only_that_runtime() {
     c.apply_pod(&p, now());
     assert!(drain(&c).is_empty());
     // Declaring gpu wakes the py Run only.
-    p.metadata.annotations.as_mut().unwrap().insert("kruntimes.io/capacity.gpu".into(), "1".into());
+    p.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("kruntimes.io/capacity.gpu".into(), "1".into());
     c.apply_pod(&p, now());
     assert_eq!(drain(&c), vec!["p"]);
     // Not ready, then ready again: each is a capacity change.
@@ -258,23 +342,41 @@ fn capacity_changes_wake_only_that_runtime() {
 fn pending_reasons_and_write_only_on_change() {
     let c = mk_cache();
     c.apply_run(&mk_run("a", "py", &[]));
-    let Decision::Pending { reason, status, write, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
+    let Decision::Pending {
+        reason,
+        status,
+        write,
+        ..
+    } = c.schedule_one(&key("a"), now())
+    else {
+        panic!()
+    };
     assert_eq!(reason, PendingReason::NoRuntimePods);
     assert!(write);
-    assert_eq!(status.message.as_deref(), Some("no Runtime Pods of runtime \"py\" in this namespace"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("no Runtime Pods of runtime \"py\" in this namespace")
+    );
     // The written status comes back through the watch: same decision, no write.
     let mut r = mk_run("a", "py", &[]);
     r.status = Some(status);
     c.apply_run(&r);
-    let Decision::Pending { write, .. } = c.schedule_one(&key("a"), now()) else { panic!() };
+    let Decision::Pending { write, .. } = c.schedule_one(&key("a"), now()) else {
+        panic!()
+    };
     assert!(!write);
     // A pod appears that does not declare gpu.
     c.apply_pod(&mk_pod("rp-1", "py", &[]), now());
     c.apply_run(&mk_run("g", "py", &[("gpu", "1")]));
-    let Decision::Pending { reason, status, .. } = c.schedule_one(&key("g"), now()) else { panic!() };
+    let Decision::Pending { reason, status, .. } = c.schedule_one(&key("g"), now()) else {
+        panic!()
+    };
     assert_eq!(reason, PendingReason::ResourceNotDeclared);
     assert_eq!(status.conditions[0].reason, "ResourceNotDeclared");
-    assert_eq!(status.message.as_deref(), Some("0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared")
+    );
 }
 
 #[test]
@@ -282,11 +384,19 @@ fn invalid_requests_fail_in_prefilter() {
     let c = mk_cache();
     c.apply_pod(&mk_pod("rp-1", "py", &[("gpu", "4")]), now());
     c.apply_run(&mk_run("bad", "py", &[("gpu", "-1")]));
-    let Decision::Invalid { status, write, .. } = c.schedule_one(&key("bad"), now()) else { panic!() };
+    let Decision::Invalid { status, write, .. } = c.schedule_one(&key("bad"), now()) else {
+        panic!()
+    };
     assert!(write);
     assert_eq!(status.phase.as_deref(), Some("Failed"));
     assert_eq!(status.reason.as_deref(), Some("InvalidResourceRequest"));
-    assert!(status.message.as_deref().unwrap().contains("spec.resources.requests[gpu]"));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("spec.resources.requests[gpu]")
+    );
     assert_eq!(usage(&c, "rp-1").1, m(&[]), "nothing reserved");
 }
 
@@ -298,17 +408,32 @@ fn unavailable_pods_are_rejected_with_their_reason() {
     c.apply_pod(&p, now());
     let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
     assert_eq!(plan.reason(), Some(PendingReason::RuntimePodUnavailable));
-    assert_eq!(plan.rejected[0].1, "RuntimePodUnavailable: pod is being deleted");
+    assert_eq!(
+        plan.rejected[0].1,
+        "RuntimePodUnavailable: pod is being deleted"
+    );
     // Other namespaces and runtimes are never candidates.
-    assert_eq!(c.plan("other", "py", &effective_requests(None).unwrap(), now()).reason(), Some(PendingReason::NoRuntimePods));
-    assert_eq!(c.plan("ns", "node", &effective_requests(None).unwrap(), now()).reason(), Some(PendingReason::NoRuntimePods));
+    assert_eq!(
+        c.plan("other", "py", &effective_requests(None).unwrap(), now())
+            .reason(),
+        Some(PendingReason::NoRuntimePods)
+    );
+    assert_eq!(
+        c.plan("ns", "node", &effective_requests(None).unwrap(), now())
+            .reason(),
+        Some(PendingReason::NoRuntimePods)
+    );
 }
 
 #[test]
 fn recreated_run_with_same_name_replaces_the_old_one() {
     let c = mk_cache();
     c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "2")]), now());
-    c.apply_run(&with_status(mk_run("a", "py", &[("runs", "2")]), "Running", Some("rp-1")));
+    c.apply_run(&with_status(
+        mk_run("a", "py", &[("runs", "2")]),
+        "Running",
+        Some("rp-1"),
+    ));
     let mut again = mk_run("a", "py", &[]);
     again.metadata.uid = Some("uid-a-2".into());
     c.apply_run(&again);

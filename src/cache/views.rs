@@ -54,13 +54,13 @@ impl Cache {
         for (ns, state) in nss {
             for (name, slot) in &state.pods {
                 let Some(pod) = &slot.pod else { continue };
-                let Some(rt) = pod.facts.runtime.as_deref() else {
+                let Some(rt) = pod.cold.facts.runtime.as_deref() else {
                     continue;
                 };
                 if runtime.is_some_and(|r| r != rt) {
                     continue;
                 }
-                let avail = pod.facts.availability(now, stale);
+                let avail = pod.cold.facts.availability(now, stale);
                 out.push(RuntimePodView {
                     namespace: ns.clone(),
                     name: name.to_string(),
@@ -69,9 +69,9 @@ impl Cache {
                     reason: avail
                         .err()
                         .map(|u| format!("{}: {u}", PendingReason::RuntimePodUnavailable)),
-                    capacity: pod.capacity.to_named(&st.names),
-                    usage: slot.actual.to_named(&st.names),
-                    assumed: slot.assumed.to_named(&st.names),
+                    capacity: pod.cold.capacity.to_named(&st.names),
+                    usage: slot.res.actual().to_named(&st.names),
+                    assumed: slot.res.assumed().to_named(&st.names),
                 });
             }
         }

@@ -2,40 +2,84 @@
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, Params};
+use crate::cache::PlanResult;
 use crate::crd::Run;
 use crate::metrics::Endpoint;
 use crate::model::resources::effective_requests;
+use crate::runs::placement::Score;
 use axum::Json;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// One feasible pod in a plan.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct FeasibleView {
-    pod: String,
-    max_utilization: String,
-    sum_utilization: String,
+/// The plan response, serialized straight from the plan result (ratios are
+/// written with `collect_str`, no intermediate strings).
+struct PlanView(PlanResult);
+
+impl Serialize for PlanView {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Feasible<'a>(&'a [(String, Score)]);
+        impl Serialize for Feasible<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                struct One<'a>(&'a str, &'a Score);
+                impl Serialize for One<'_> {
+                    fn serialize<S: serde::Serializer>(
+                        &self,
+                        serializer: S,
+                    ) -> Result<S::Ok, S::Error> {
+                        let mut m = serializer.serialize_map(Some(3))?;
+                        m.serialize_entry("pod", self.0)?;
+                        m.serialize_entry("maxUtilization", &Collect(&self.1.max))?;
+                        m.serialize_entry("sumUtilization", &Collect(&self.1.sum))?;
+                        m.end()
+                    }
+                }
+                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                for (pod, score) in self.0 {
+                    seq.serialize_element(&One(pod, score))?;
+                }
+                seq.end()
+            }
+        }
+        struct Rejected<'a>(&'a [(String, String)]);
+        impl Serialize for Rejected<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                // Already in pod-name order.
+                let mut m = serializer.serialize_map(Some(self.0.len()))?;
+                for (pod, why) in self.0 {
+                    m.serialize_entry(pod, why)?;
+                }
+                m.end()
+            }
+        }
+        let p = &self.0;
+        let mut m = serializer.serialize_map(Some(4))?;
+        m.serialize_entry("feasible", &Feasible(&p.feasible))?;
+        m.serialize_entry("rejected", &Rejected(&p.rejected))?;
+        m.serialize_entry("selected", &p.selected())?;
+        m.serialize_entry("reason", &p.reason().map(|r| r.as_str()))?;
+        m.end()
+    }
 }
 
-/// The plan response.
-#[derive(Serialize)]
-struct PlanView {
-    feasible: Vec<FeasibleView>,
-    rejected: BTreeMap<String, String>,
-    selected: Option<String>,
-    reason: Option<&'static str>,
+/// Serializes a `Display` value as a JSON string.
+struct Collect<'a, T>(&'a T);
+
+impl<T: std::fmt::Display> Serialize for Collect<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self.0)
+    }
 }
 
 /// Dry-run placement of a Run against the current cache. Changes nothing.
 pub(super) async fn plan(
     State(s): State<AppState>,
     JsonBody(run): JsonBody<Run>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let start = Instant::now();
     if run.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::unprocessable("metadata.name: Required value"));
@@ -54,28 +98,9 @@ pub(super) async fn plan(
     let result = s
         .cache
         .plan(namespace, &run.spec.runtime, &requests, Timestamp::now());
-    let view = PlanView {
-        selected: result.selected().map(str::to_owned),
-        reason: result.reason().map(|r| r.as_str()),
-        feasible: result
-            .feasible
-            .iter()
-            .map(|(pod, score)| FeasibleView {
-                pod: pod.to_string(),
-                max_utilization: score.max.to_string(),
-                sum_utilization: score.sum.to_string(),
-            })
-            .collect(),
-        rejected: result
-            .rejected
-            .into_iter()
-            .map(|(p, r)| (p.to_string(), r))
-            .collect(),
-    };
+    let response = Json(PlanView(result)).into_response();
     s.metrics.observe(Endpoint::Plan, start);
-    Ok(Json(serde_json::to_value(view).map_err(|e| {
-        ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-    })?))
+    Ok(response)
 }
 
 /// Runs as the cache sees them (including the scheduler's own writes).

@@ -30,6 +30,28 @@ pub struct PodFacts {
     pub capacity: Vec<(String, u64)>,
 }
 
+/// The window of fresh heartbeats at one instant: `[now - stale_after,
+/// now + stale_after]` (the future side tolerates clock skew).
+#[derive(Debug, Clone, Copy)]
+pub struct Freshness {
+    pub now: Timestamp,
+    pub stale_after: Duration,
+    oldest: Timestamp,
+    newest: Timestamp,
+}
+
+impl Freshness {
+    pub fn new(now: Timestamp, stale_after: Duration) -> Self {
+        let window = SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX);
+        Freshness {
+            now,
+            stale_after,
+            oldest: now.checked_sub(window).unwrap_or(Timestamp::MIN),
+            newest: now.checked_add(window).unwrap_or(Timestamp::MAX),
+        }
+    }
+}
+
 /// Why a Runtime Pod is not a candidate (reason `RuntimePodUnavailable`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unavailable {
@@ -109,6 +131,18 @@ impl PodFacts {
     /// `stale_after`. A heartbeat from the future (clock skew) counts as fresh
     /// only within the same window.
     pub fn availability(&self, now: Timestamp, stale_after: Duration) -> Result<(), Unavailable> {
+        self.available_in(&Freshness::new(now, stale_after))
+    }
+
+    /// [`availability`](Self::availability) with the freshness window
+    /// computed once per decision instead of once per pod.
+    pub fn available_in(&self, w: &Freshness) -> Result<(), Unavailable> {
+        self.static_availability()?;
+        w.check(self.heartbeat)
+    }
+
+    /// The candidate rules that do not depend on the clock.
+    pub fn static_availability(&self) -> Result<(), Unavailable> {
         if self.phase.as_deref() != Some("Running") {
             return Err(Unavailable::NotRunning(self.phase.clone()));
         }
@@ -121,15 +155,25 @@ impl PodFacts {
         if !self.runtimed_ready {
             return Err(Unavailable::RuntimedNotReady);
         }
-        let Some(hb) = self.heartbeat else {
+        if self.heartbeat.is_none() {
+            return Err(Unavailable::NoHeartbeat);
+        }
+        Ok(())
+    }
+}
+
+impl Freshness {
+    /// Whether a heartbeat is inside the window.
+    #[inline]
+    pub fn check(&self, heartbeat: Option<Timestamp>) -> Result<(), Unavailable> {
+        let Some(hb) = heartbeat else {
             return Err(Unavailable::NoHeartbeat);
         };
-        let age = now.duration_since(hb);
-        let window = SignedDuration::try_from(stale_after).unwrap_or(SignedDuration::MAX);
-        if age > window || age < -window {
+        let w = self;
+        if hb < w.oldest || hb > w.newest {
             return Err(Unavailable::StaleHeartbeat {
-                age_secs: age.as_secs(),
-                stale_after_secs: stale_after.as_secs(),
+                age_secs: w.now.duration_since(hb).as_secs(),
+                stale_after_secs: w.stale_after.as_secs(),
             });
         }
         Ok(())

@@ -171,7 +171,7 @@ impl ParsedQuantity {
             let twos_available = m.trailing_zeros() + 10 * self.pow1024;
             let mut fives = 0u32;
             let mut t = m;
-            while fives < n && t % 5 == 0 {
+            while fives < n && t.is_multiple_of(5) {
                 t /= 5;
                 fives += 1;
             }

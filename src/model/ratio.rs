@@ -10,40 +10,63 @@ use num_rational::Ratio as BigRatio;
 use std::cmp::Ordering;
 use std::fmt;
 
-/// A reduced fraction `num/den`, `den > 0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A fraction `num/den`, `den > 0`. Kept unreduced on the hot path
+/// (comparison is by cross-multiplication); reduced when shown.
+#[derive(Debug, Clone, Copy)]
 pub struct Ratio {
     num: u128,
     den: u128,
 }
 
-fn gcd(mut a: u128, mut b: u128) -> u128 {
-    while b != 0 {
-        (a, b) = (b, a % b);
+/// Binary GCD: shifts and subtractions only (u128 division is slow).
+pub fn gcd(mut a: u128, mut b: u128) -> u128 {
+    if a == 0 {
+        return b;
     }
-    a
+    if b == 0 {
+        return a;
+    }
+    let shift = (a | b).trailing_zeros();
+    a >>= a.trailing_zeros();
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            std::mem::swap(&mut a, &mut b);
+        }
+        b -= a;
+        if b == 0 {
+            return a << shift;
+        }
+    }
 }
 
 impl Ratio {
     pub const ZERO: Ratio = Ratio { num: 0, den: 1 };
 
-    /// `num/den`, reduced. A zero denominator is treated as 1 (never produced
-    /// by callers: capacities are positive).
+    /// `num/den`. A zero denominator is treated as 1 (never produced by
+    /// callers: capacities are positive).
     pub fn new(num: u128, den: u128) -> Self {
-        let den = den.max(1);
-        let g = gcd(num, den).max(1);
         Ratio {
-            num: num / g,
-            den: den / g,
+            num,
+            den: den.max(1),
+        }
+    }
+
+    /// The same value in lowest terms.
+    pub fn reduced(self) -> Self {
+        let g = gcd(self.num, self.den).max(1);
+        Ratio {
+            num: self.num / g,
+            den: self.den / g,
         }
     }
 
     pub fn num(&self) -> u128 {
-        self.num
+        self.reduced().num
     }
 
     pub fn den(&self) -> u128 {
-        self.den
+        self.reduced().den
     }
 
     fn to_big(self) -> BigRatio<BigUint> {
@@ -51,8 +74,29 @@ impl Ratio {
     }
 }
 
+impl PartialEq for Ratio {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ratio {}
+
+/// Both fit in 64 bits, so their product fits in 128.
+#[inline]
+fn small(a: u128, b: u128) -> bool {
+    (a | b) >> 64 == 0
+}
+
 impl Ord for Ratio {
+    #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
+        if small(self.num | self.den, other.num | other.den) {
+            // Single widening multiplies.
+            let l = (self.num as u64 as u128) * (other.den as u64 as u128);
+            let r = (other.num as u64 as u128) * (self.den as u64 as u128);
+            return l.cmp(&r);
+        }
         match (
             self.num.checked_mul(other.den),
             other.num.checked_mul(self.den),
@@ -71,15 +115,16 @@ impl PartialOrd for Ratio {
 
 impl fmt::Display for Ratio {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.num, self.den)
+        let r = self.reduced();
+        write!(f, "{}/{}", r.num, r.den)
     }
 }
 
 /// An exact sum of ratios.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum RatioSum {
     Small(Ratio),
-    Big(BigRatio<BigUint>),
+    Big(Box<BigRatio<BigUint>>),
 }
 
 impl Default for RatioSum {
@@ -95,30 +140,51 @@ impl RatioSum {
                 if let Some(sum) = checked_add(*s, r) {
                     *s = sum;
                 } else {
-                    *self = RatioSum::Big(s.to_big() + r.to_big());
+                    *self = RatioSum::Big(Box::new(s.to_big() + r.to_big()));
                 }
             }
-            RatioSum::Big(b) => *b += r.to_big(),
+            RatioSum::Big(b) => **b += r.to_big(),
         }
     }
 
     fn to_big(&self) -> BigRatio<BigUint> {
         match self {
             RatioSum::Small(s) => s.to_big(),
-            RatioSum::Big(b) => b.clone(),
+            RatioSum::Big(b) => (**b).clone(),
         }
     }
 }
 
 fn checked_add(a: Ratio, b: Ratio) -> Option<Ratio> {
+    if a.num == 0 {
+        return Some(b);
+    }
+    if a.den == b.den {
+        return Some(Ratio::new(a.num.checked_add(b.num)?, a.den));
+    }
+    if small(a.num | a.den, b.num | b.den) {
+        // Cross-multiply with single widening multiplies; no gcd, no division.
+        // Products of small denominators stay small; reduce once they do not.
+        let den = (a.den as u64 as u128) * (b.den as u64 as u128);
+        let num = ((a.num as u64 as u128) * (b.den as u64 as u128))
+            .checked_add((b.num as u64 as u128) * (a.den as u64 as u128))?;
+        let sum = Ratio::new(num, den);
+        return Some(if small(num, den) { sum } else { sum.reduced() });
+    }
     let g = gcd(a.den, b.den);
-    let den = (a.den / g).checked_mul(b.den)?;
-    let num = a
-        .num
-        .checked_mul(den / a.den)?
-        .checked_add(b.num.checked_mul(den / b.den)?)?;
-    Some(Ratio::new(num, den))
+    let (fa, fb) = (b.den / g, a.den / g);
+    let den = a.den.checked_mul(fa)?;
+    let num = a.num.checked_mul(fa)?.checked_add(b.num.checked_mul(fb)?)?;
+    Some(Ratio::new(num, den).reduced())
 }
+
+impl PartialEq for RatioSum {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for RatioSum {}
 
 impl Ord for RatioSum {
     fn cmp(&self, other: &Self) -> Ordering {
@@ -139,6 +205,7 @@ impl fmt::Display for RatioSum {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RatioSum::Small(s) => s.fmt(f),
+            // num_rational keeps big ratios in lowest terms.
             RatioSum::Big(b) => write!(f, "{}/{}", b.numer(), b.denom()),
         }
     }
@@ -147,6 +214,20 @@ impl fmt::Display for RatioSum {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_gcd() {
+        for (a, b, g) in [
+            (0, 5, 5),
+            (5, 0, 5),
+            (12, 18, 6),
+            (17, 5, 1),
+            (1 << 100, 3 << 90, 1 << 90),
+            (u128::MAX, u128::MAX, u128::MAX),
+        ] {
+            assert_eq!(gcd(a, b), g, "gcd({a}, {b})");
+        }
+    }
 
     #[test]
     fn reduces_and_orders() {
@@ -158,6 +239,33 @@ mod tests {
         let a = Ratio::new(u128::MAX - 1, u128::MAX);
         let b = Ratio::new(u128::MAX - 2, u128::MAX - 1);
         assert!(a > b);
+    }
+
+    #[test]
+    fn sums_match_a_big_rational_reference() {
+        let dens: [u128; 7] = [1, 3, 8, 1000, 1 << 36, 999_999_937, (1 << 63) - 25];
+        for (i, d1) in dens.iter().enumerate() {
+            for d2 in &dens[i..] {
+                for d3 in &dens {
+                    let parts = [
+                        Ratio::new(d1 / 2, *d1),
+                        Ratio::new(d2 - 1, *d2),
+                        Ratio::new(*d3, *d3),
+                    ];
+                    let mut s = RatioSum::default();
+                    let mut reference = BigRatio::new(BigUint::from(0u8), BigUint::from(1u8));
+                    for p in parts {
+                        s.add(p);
+                        reference += p.to_big();
+                    }
+                    assert_eq!(s.to_big(), reference, "{d1} {d2} {d3}");
+                    assert_eq!(
+                        s.to_string(),
+                        format!("{}/{}", reference.numer(), reference.denom())
+                    );
+                }
+            }
+        }
     }
 
     #[test]

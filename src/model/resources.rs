@@ -94,6 +94,11 @@ impl ResourceVec {
         self.0.iter().copied()
     }
 
+    /// The entries, sorted by id.
+    pub fn as_slice(&self) -> &[(ResId, u64)] {
+        &self.0
+    }
+
     /// Adds, saturating at [`MAX_AMOUNT`] (a saturated pod simply looks full).
     pub fn add_one(&mut self, id: ResId, amount: u64) {
         if amount == 0 {
@@ -134,6 +139,156 @@ impl ResourceVec {
         self.iter()
             .map(|(id, a)| (names.name(id).to_owned(), a.to_string()))
             .collect()
+    }
+}
+
+/// One resource of one Runtime Pod: declared capacity, usage of active Runs
+/// and reservations not yet observed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub id: ResId,
+    pub capacity: u64,
+    pub actual: u64,
+    pub assumed: u64,
+    /// `sum_den / capacity` (see [`PodResources::sum_den`]); 0 when unused.
+    pub mult: u64,
+}
+
+impl Ledger {
+    fn is_zero(&self) -> bool {
+        self.capacity == 0 && self.actual == 0 && self.assumed == 0
+    }
+}
+
+/// Everything placement reads about one pod's resources, inline and sorted
+/// by id, so a decision walks one small array per pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResources(SmallVec<[Ledger; 4]>, u128);
+
+impl PodResources {
+    pub fn as_slice(&self) -> &[Ledger] {
+        &self.0
+    }
+
+    /// The least common multiple of the declared capacities, so the sum of
+    /// utilizations is `Σ (used + request) * mult / sum_den` with no
+    /// per-decision gcd. 0 when it does not fit (callers add exactly instead).
+    pub fn sum_den(&self) -> u128 {
+        self.1
+    }
+
+    fn recompute_sum_den(&mut self) {
+        let mut den: u128 = 1;
+        for l in self.0.iter().filter(|l| l.capacity > 0) {
+            let c = u128::from(l.capacity);
+            let g = crate::model::ratio::gcd(den, c);
+            match den.checked_mul(c / g) {
+                Some(d) => den = d,
+                None => {
+                    den = 0;
+                    break;
+                }
+            }
+        }
+        for l in self.0.iter_mut() {
+            l.mult = match (den, l.capacity) {
+                (0, _) | (_, 0) => 0,
+                (d, c) => u64::try_from(d / u128::from(c)).unwrap_or(0),
+            };
+        }
+        if self.0.iter().any(|l| l.capacity > 0 && l.mult == 0) {
+            den = 0;
+        }
+        self.1 = den;
+    }
+
+    /// True when nothing is declared, used or reserved.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn entry(&mut self, id: ResId) -> &mut Ledger {
+        let pos = match self.0.binary_search_by_key(&id, |l| l.id) {
+            Ok(pos) => pos,
+            Err(pos) => {
+                self.0.insert(
+                    pos,
+                    Ledger {
+                        id,
+                        ..Ledger::default()
+                    },
+                );
+                pos
+            }
+        };
+        &mut self.0[pos]
+    }
+
+    fn prune(&mut self) {
+        self.0.retain(|l| !l.is_zero());
+    }
+
+    /// Replaces the declared capacity.
+    pub fn set_capacity(&mut self, capacity: &ResourceVec) {
+        for l in self.0.iter_mut() {
+            l.capacity = 0;
+        }
+        for (id, c) in capacity.iter() {
+            self.entry(id).capacity = c;
+        }
+        self.prune();
+        self.recompute_sum_den();
+    }
+
+    /// Adds (saturating) to actual usage.
+    pub fn add_actual(&mut self, v: &ResourceVec) {
+        for (id, a) in v.iter() {
+            let l = self.entry(id);
+            l.actual = l.actual.saturating_add(a).min(MAX_AMOUNT);
+        }
+    }
+
+    /// Subtracts (saturating at zero) from actual usage.
+    pub fn sub_actual(&mut self, v: &ResourceVec) {
+        for (id, a) in v.iter() {
+            let l = self.entry(id);
+            l.actual = l.actual.saturating_sub(a);
+        }
+        self.prune();
+    }
+
+    /// Adds (saturating) to assumed reservations.
+    pub fn add_assumed(&mut self, v: &ResourceVec) {
+        for (id, a) in v.iter() {
+            let l = self.entry(id);
+            l.assumed = l.assumed.saturating_add(a).min(MAX_AMOUNT);
+        }
+    }
+
+    /// Subtracts (saturating at zero) from assumed reservations.
+    pub fn sub_assumed(&mut self, v: &ResourceVec) {
+        for (id, a) in v.iter() {
+            let l = self.entry(id);
+            l.assumed = l.assumed.saturating_sub(a);
+        }
+        self.prune();
+    }
+
+    pub fn capacity(&self) -> ResourceVec {
+        ResourceVec::from_pairs(self.0.iter().map(|l| (l.id, l.capacity)))
+    }
+
+    pub fn actual(&self) -> ResourceVec {
+        ResourceVec::from_pairs(self.0.iter().map(|l| (l.id, l.actual)))
+    }
+
+    pub fn assumed(&self) -> ResourceVec {
+        ResourceVec::from_pairs(self.0.iter().map(|l| (l.id, l.assumed)))
+    }
+
+    /// No usage and no reservation counted here.
+    pub fn is_unused(&self) -> bool {
+        self.0.iter().all(|l| l.actual == 0 && l.assumed == 0)
     }
 }
 
@@ -487,6 +642,22 @@ mod tests {
         ] {
             assert!(validate_resource_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn pod_resources_keep_capacity_and_usage_apart() {
+        let mut p = PodResources::default();
+        p.set_capacity(&ResourceVec::from_pairs([(0, 4), (2, 1)]));
+        p.add_actual(&ResourceVec::from_pairs([(0, 1), (5, 2)]));
+        p.add_assumed(&ResourceVec::from_pairs([(0, 1)]));
+        assert_eq!(p.capacity(), ResourceVec::from_pairs([(0, 4), (2, 1)]));
+        assert_eq!(p.actual(), ResourceVec::from_pairs([(0, 1), (5, 2)]));
+        assert_eq!(p.as_slice().len(), 3);
+        p.set_capacity(&ResourceVec::new());
+        p.sub_actual(&ResourceVec::from_pairs([(0, 1), (5, 2)]));
+        assert!(!p.is_unused());
+        p.sub_assumed(&ResourceVec::from_pairs([(0, 1)]));
+        assert!(p.is_empty());
     }
 
     #[test]

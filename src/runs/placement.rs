@@ -3,7 +3,7 @@
 
 use crate::model::pod::Unavailable;
 use crate::model::ratio::{Ratio, RatioSum};
-use crate::model::resources::{ResId, ResourceNames, ResourceVec};
+use crate::model::resources::{PodResources, ResId, ResourceNames, ResourceVec};
 use std::cmp::Ordering;
 use std::fmt::{self, Write as _};
 
@@ -114,46 +114,86 @@ impl Score {
 }
 
 /// Filter then score: feasible iff the pod declares every requested resource
-/// and `used + request <= capacity` for each. `used` is actual usage plus
-/// assumed reservations. `has_unknown` says the request names a resource that
-/// no pod declares (so no pod can take it).
+/// and `actual + assumed + request <= capacity` for each. `has_unknown` says
+/// the request names a resource that no pod declares (so no pod can take it).
+/// Utilization counts every declared resource of the pod.
 pub fn evaluate(
-    capacity: &ResourceVec,
-    actual: &ResourceVec,
-    assumed: &ResourceVec,
+    pod: &PodResources,
     request: &ResourceVec,
     has_unknown: bool,
 ) -> Result<Score, Rejection> {
     if has_unknown {
         return Err(Rejection::UnknownResource);
     }
-    for (id, req) in request.iter() {
-        let cap = capacity.get(id);
-        if cap == 0 {
-            return Err(Rejection::NotDeclared(id));
+    // One merge-walk over two id-sorted arrays: no lookups, no allocation.
+    let req = request.as_slice();
+    let mut ir = 0;
+    let mut max = Ratio::ZERO;
+    // Σ projected * mult over sum_den; None once it would overflow.
+    let sum_den = pod.sum_den();
+    let mut fast_sum: Option<u128> = (sum_den != 0).then_some(0);
+    for l in pod.as_slice() {
+        if ir < req.len() && req[ir].0 < l.id {
+            return Err(Rejection::NotDeclared(req[ir].0));
         }
-        let used = actual.get(id).saturating_add(assumed.get(id));
-        if used.checked_add(req).is_none_or(|total| total > cap) {
+        let requested = if ir < req.len() && req[ir].0 == l.id {
+            ir += 1;
+            req[ir - 1].1
+        } else {
+            0
+        };
+        if l.capacity == 0 {
+            if requested > 0 {
+                return Err(Rejection::NotDeclared(l.id));
+            }
+            continue;
+        }
+        let used = l.actual.saturating_add(l.assumed);
+        if requested > 0
+            && used
+                .checked_add(requested)
+                .is_none_or(|total| total > l.capacity)
+        {
             return Err(Rejection::Insufficient {
-                resource: id,
-                requested: req,
+                resource: l.id,
+                requested,
                 used,
-                capacity: cap,
+                capacity: l.capacity,
             });
         }
-    }
-    let mut max = Ratio::ZERO;
-    let mut sum = RatioSum::default();
-    for (id, cap) in capacity.iter() {
-        let projected =
-            u128::from(actual.get(id)) + u128::from(assumed.get(id)) + u128::from(request.get(id));
-        let r = Ratio::new(projected, u128::from(cap));
-        if r > max {
-            max = r;
+        let ratio = Ratio::new(
+            u128::from(used) + u128::from(requested),
+            u128::from(l.capacity),
+        );
+        if ratio > max {
+            max = ratio;
         }
-        sum.add(r);
+        fast_sum = fast_sum.and_then(|s| {
+            (u128::from(used) + u128::from(requested))
+                .checked_mul(u128::from(l.mult))?
+                .checked_add(s)
+        });
     }
+    if ir < req.len() {
+        return Err(Rejection::NotDeclared(req[ir].0));
+    }
+    let sum = match fast_sum {
+        Some(num) => RatioSum::Small(Ratio::new(num, sum_den)),
+        None => exact_sum(pod, request),
+    };
     Ok(Score { max, sum })
+}
+
+/// The utilization sum added term by term (capacities whose common
+/// denominator does not fit 128 bits).
+fn exact_sum(pod: &PodResources, request: &ResourceVec) -> RatioSum {
+    let mut sum = RatioSum::default();
+    for l in pod.as_slice().iter().filter(|l| l.capacity > 0) {
+        let projected =
+            u128::from(l.actual.saturating_add(l.assumed)) + u128::from(request.get(l.id));
+        sum.add(Ratio::new(projected, u128::from(l.capacity)));
+    }
+    sum
 }
 
 /// Counts of rejections per reason while planning one Run.
@@ -240,6 +280,20 @@ pub fn truncate(mut s: String, max: usize) -> String {
 mod tests {
     use super::*;
 
+    fn ev(
+        cap: &ResourceVec,
+        actual: &ResourceVec,
+        assumed: &ResourceVec,
+        req: &ResourceVec,
+        unknown: bool,
+    ) -> Result<Score, Rejection> {
+        let mut p = PodResources::default();
+        p.set_capacity(cap);
+        p.add_actual(actual);
+        p.add_assumed(assumed);
+        evaluate(&p, req, unknown)
+    }
+
     fn rv(pairs: &[(ResId, u64)]) -> ResourceVec {
         ResourceVec::from_pairs(pairs.iter().copied())
     }
@@ -248,9 +302,9 @@ mod tests {
     fn filter_rules() {
         let cap = rv(&[(0, 4), (1, 2)]);
         let none = ResourceVec::new();
-        assert!(evaluate(&cap, &none, &none, &rv(&[(0, 4)]), false).is_ok());
+        assert!(ev(&cap, &none, &none, &rv(&[(0, 4)]), false).is_ok());
         assert_eq!(
-            evaluate(&cap, &rv(&[(0, 3)]), &rv(&[(0, 1)]), &rv(&[(0, 1)]), false),
+            ev(&cap, &rv(&[(0, 3)]), &rv(&[(0, 1)]), &rv(&[(0, 1)]), false),
             Err(Rejection::Insufficient {
                 resource: 0,
                 requested: 1,
@@ -259,16 +313,24 @@ mod tests {
             })
         );
         assert_eq!(
-            evaluate(&cap, &none, &none, &rv(&[(0, 1), (2, 1)]), false),
+            ev(&cap, &none, &none, &rv(&[(0, 1), (2, 1)]), false),
             Err(Rejection::NotDeclared(2))
         );
         assert_eq!(
-            evaluate(&cap, &none, &none, &rv(&[(0, 1)]), true),
+            ev(&cap, &none, &none, &rv(&[(0, 1)]), true),
             Err(Rejection::UnknownResource)
+        );
+        assert_eq!(
+            ev(&cap, &none, &none, &rv(&[(0, 1), (5, 1)]), false),
+            Err(Rejection::NotDeclared(5))
+        );
+        assert_eq!(
+            ev(&rv(&[(1, 2)]), &none, &none, &rv(&[(0, 1), (1, 1)]), false),
+            Err(Rejection::NotDeclared(0))
         );
         // Over-committed pods (an older scheduler) never overflow.
         assert!(
-            evaluate(
+            ev(
                 &cap,
                 &rv(&[(0, u64::MAX)]),
                 &rv(&[(0, u64::MAX)]),
@@ -282,7 +344,7 @@ mod tests {
     #[test]
     fn score_counts_every_declared_resource() {
         // capacity runs=4, gpu=2; usage runs=2; request runs=1 → 3/4 and 0/2.
-        let s = evaluate(
+        let s = ev(
             &rv(&[(0, 4), (1, 2)]),
             &rv(&[(0, 2)]),
             &ResourceVec::new(),
@@ -292,7 +354,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.max.to_string(), "3/4");
         assert_eq!(s.sum.to_string(), "3/4");
-        let s2 = evaluate(
+        let s2 = ev(
             &rv(&[(0, 4), (1, 2)]),
             &rv(&[(0, 1), (1, 1)]),
             &ResourceVec::new(),
@@ -304,7 +366,7 @@ mod tests {
         assert_eq!(s2.sum.to_string(), "1/1");
         assert_eq!(s2.cmp_load(&s), Ordering::Less);
         // Equal max, sum breaks the tie.
-        let a = evaluate(
+        let a = ev(
             &rv(&[(0, 2), (1, 4)]),
             &ResourceVec::new(),
             &ResourceVec::new(),
@@ -312,7 +374,7 @@ mod tests {
             false,
         )
         .unwrap();
-        let b = evaluate(
+        let b = ev(
             &rv(&[(0, 2), (1, 4)]),
             &rv(&[(1, 1)]),
             &ResourceVec::new(),
@@ -322,6 +384,29 @@ mod tests {
         .unwrap();
         assert_eq!(a.max, b.max);
         assert_eq!(a.cmp_load(&b), Ordering::Less);
+    }
+
+    #[test]
+    fn fast_and_exact_sums_agree() {
+        let caps: [u64; 6] = [1, 3, 8, 1 << 36, 999_999_937, (1 << 63) - 25];
+        for a in caps {
+            for b in caps {
+                for c in caps {
+                    let cap = rv(&[(0, a), (1, b), (2, c)]);
+                    let used = rv(&[(0, a / 2), (1, b / 3), (2, c - 1)]);
+                    let mut p = PodResources::default();
+                    p.set_capacity(&cap);
+                    p.add_actual(&used);
+                    let s = evaluate(&p, &rv(&[]), false).unwrap();
+                    assert_eq!(
+                        s.sum,
+                        exact_sum(&p, &rv(&[])),
+                        "{a} {b} {c} (den {})",
+                        p.sum_den()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -12,12 +12,18 @@ use std::path::Path;
 use tower::ServiceExt;
 
 pub fn data(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 /// The standalone service over `tests/data/<file>`.
 pub fn app(file: &str) -> Standalone {
-    let objects = if file.is_empty() { Vec::new() } else { load_path(&data(file)).expect("fixture loads") };
+    let objects = if file.is_empty() {
+        Vec::new()
+    } else {
+        load_path(&data(file)).expect("fixture loads")
+    };
     standalone(CacheConfig::default(), objects).expect("fixture is valid")
 }
 
@@ -32,11 +38,16 @@ pub async fn call(app: &Standalone, method: Method, uri: &str, body: Option<&str
         .method(method)
         .uri(uri)
         .header("content-type", "application/json")
-        .body(body.map(|b| Body::from(b.to_owned())).unwrap_or_else(Body::empty))
+        .body(
+            body.map(|b| Body::from(b.to_owned()))
+                .unwrap_or_else(Body::empty),
+        )
         .unwrap();
     let resp = router(app.state.clone()).oneshot(req).await.unwrap();
     let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
     Resp { status, body, text }
@@ -52,6 +63,11 @@ pub async fn post(app: &Standalone, uri: &str, body: &str) -> Resp {
 
 /// Freshens every Runtime Pod heartbeat in `ns`, as runtimed would.
 pub async fn heartbeat(app: &Standalone, ns: &str) {
-    let r = post(app, &format!("/v1/runtime-pods/heartbeat?namespace={ns}"), "").await;
+    let r = post(
+        app,
+        &format!("/v1/runtime-pods/heartbeat?namespace={ns}"),
+        "",
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
 }

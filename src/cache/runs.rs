@@ -92,19 +92,24 @@ impl PlanResult {
     }
 }
 
-/// Walks the Runtime Pods of `runtime` in name order, evaluating each.
+/// One placement question: which pod of `runtime` takes `request` now.
+struct Query<'a> {
+    runtime: &'a str,
+    request: &'a ResourceVec,
+    /// The request names a resource no pod declares.
+    has_unknown: bool,
+    window: Freshness,
+}
+
+/// Walks the Runtime Pods of the query's runtime in name order, evaluating each.
 fn for_each_pod<'a>(
     runtime_ids: &HashMap<String, u32>,
     nss: &'a NsState,
-    runtime: &'a str,
-    request: &'a ResourceVec,
-    has_unknown: bool,
-    now: Timestamp,
-    stale: std::time::Duration,
+    q: &Query<'_>,
     mut f: impl FnMut(&'a Arc<str>, &'a PodSlot, Result<Score, Rejection>),
 ) {
-    let window = Freshness::new(now, stale);
-    let Some(&runtime_id) = runtime_ids.get(runtime) else {
+    let (window, request, has_unknown) = (&q.window, q.request, q.has_unknown);
+    let Some(&runtime_id) = runtime_ids.get(q.runtime) else {
         return;
     };
     for (name, slot) in &nss.pods {
@@ -129,35 +134,22 @@ fn for_each_pod<'a>(
 fn best_in<'a>(
     runtime_ids: &HashMap<String, u32>,
     nss: &'a NsState,
-    runtime: &'a str,
-    request: &'a ResourceVec,
-    has_unknown: bool,
-    now: Timestamp,
-    stale: std::time::Duration,
+    q: &Query<'_>,
 ) -> (Option<(&'a Arc<str>, Score)>, RejectionCounts) {
     let mut counts = RejectionCounts::default();
     let mut best: Option<(&Arc<str>, Score)> = None;
-    for_each_pod(
-        runtime_ids,
-        nss,
-        runtime,
-        request,
-        has_unknown,
-        now,
-        stale,
-        |name, _, r| {
-            counts.total_pods += 1;
-            match r {
-                Ok(score) => {
-                    // Name order: a later pod wins only when strictly less loaded.
-                    if best.as_ref().is_none_or(|(_, b)| score.cmp_load(b).is_lt()) {
-                        best = Some((name, score));
-                    }
+    for_each_pod(runtime_ids, nss, q, |name, _, r| {
+        counts.total_pods += 1;
+        match r {
+            Ok(score) => {
+                // Name order: a later pod wins only when strictly less loaded.
+                if best.as_ref().is_none_or(|(_, b)| score.cmp_load(b).is_lt()) {
+                    best = Some((name, score));
                 }
-                Err(rej) => counts.record(&rej),
             }
-        },
-    );
+            Err(rej) => counts.record(&rej),
+        }
+    });
     (best, counts)
 }
 
@@ -364,15 +356,13 @@ impl Cache {
         };
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
-        let (best, counts) = best_in(
-            runtime_ids,
-            nss,
-            &runtime,
-            &request,
-            !unknown.is_empty(),
-            now,
-            stale,
-        );
+        let q = Query {
+            runtime: &runtime,
+            request: &request,
+            has_unknown: !unknown.is_empty(),
+            window: Freshness::new(now, stale),
+        };
+        let (best, counts) = best_in(runtime_ids, nss, &q);
         let best = best.map(|(n, _)| Arc::clone(n));
         let entry = nss.runs.get(&key.name).expect("present above");
 
@@ -495,25 +485,22 @@ impl Cache {
         };
         if let Some(nss) = st.namespaces.get(namespace) {
             let has_unknown = !outcome.unknown.is_empty();
-            for_each_pod(
-                &st.runtime_ids,
-                nss,
+            let q = Query {
                 runtime,
-                &request,
+                request: &request,
                 has_unknown,
-                now,
-                stale,
-                |name, _, r| {
-                    outcome.counts.total_pods += 1;
-                    match r {
-                        Ok(score) => outcome.feasible.push((&**name, score)),
-                        Err(rej) => {
-                            outcome.counts.record(&rej);
-                            outcome.rejected.push((&**name, rej));
-                        }
+                window: Freshness::new(now, stale),
+            };
+            for_each_pod(&st.runtime_ids, nss, &q, |name, _, r| {
+                outcome.counts.total_pods += 1;
+                match r {
+                    Ok(score) => outcome.feasible.push((&**name, score)),
+                    Err(rej) => {
+                        outcome.counts.record(&rej);
+                        outcome.rejected.push((&**name, rej));
                     }
-                },
-            );
+                }
+            });
         }
         // Stable sort keeps name order among equal loads.
         outcome.feasible.sort_by(|a, b| a.1.cmp_load(&b.1));

@@ -460,3 +460,115 @@ fn relist_reconciles_without_double_counting() {
     assert!(c.runtime_pods(Some("ns"), None, now()).is_empty());
     c.check_invariants().unwrap();
 }
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step of a random history.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A new Run asking for (runs, gpu).
+        Create(u8, u8),
+        /// A scheduling cycle for Run i; the write succeeds, conflicts, or
+        /// succeeds but the watch lags (the cache does not see it yet).
+        Cycle(usize, u8),
+        /// The watch catches up on every lagged write.
+        CatchUp,
+        /// Run i finishes.
+        Complete(usize),
+        /// Run i is deleted.
+        Delete(usize),
+        /// Pod p's gpu capacity changes.
+        Capacity(usize, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (1u8..3, 0u8..3).prop_map(|(r, g)| Op::Create(r, g)),
+            6 => (0usize..40, 0u8..3).prop_map(|(i, w)| Op::Cycle(i, w)),
+            2 => Just(Op::CatchUp),
+            2 => (0usize..40).prop_map(Op::Complete),
+            1 => (0usize..40).prop_map(Op::Delete),
+            1 => (0usize..3, 0u8..4).prop_map(|(p, g)| Op::Capacity(p, g)),
+        ]
+    }
+
+    fn pod(p: usize, gpu: u8) -> Pod {
+        mk_pod(
+            &format!("rp-{p}"),
+            "py",
+            &[("runs", "3"), ("gpu", &gpu.to_string())],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Whatever the interleaving of creations, cycles, conflicts,
+        /// informer lag, completions, deletions and capacity changes: the
+        /// index matches a recount, and no pod is ever planned past capacity
+        /// (actual + assumed <= capacity whenever capacity only grew).
+        #[test]
+        fn no_overbooking_under_random_histories(ops in proptest::collection::vec(op(), 1..120)) {
+            let c = mk_cache();
+            let mut gpus = [2u8; 3];
+            for (p, g) in gpus.iter().enumerate() {
+                c.apply_pod(&pod(p, *g), now());
+            }
+            let mut runs: Vec<Run> = Vec::new();
+            let mut lagged: Vec<Run> = Vec::new();
+            let mut shrunk = false;
+            for op in ops {
+                match op {
+                    Op::Create(r, g) => {
+                        let run = mk_run(&format!("r{}", runs.len()), "py", &[("runs", &r.to_string()), ("gpu", &g.to_string())]);
+                        c.apply_run(&run);
+                        runs.push(run);
+                    }
+                    Op::Cycle(i, w) if i < runs.len() => {
+                        let key = key(runs[i].metadata.name.as_deref().unwrap());
+                        if let Decision::Reserved { uid, pod, status, .. } = c.schedule_one(&key, now()) {
+                            match w {
+                                0 => { runs[i].status = Some(status); c.apply_run(&runs[i]); }
+                                1 => { c.release("ns", &uid, &pod); }
+                                _ => { runs[i].status = Some(status); lagged.push(runs[i].clone()); }
+                            }
+                        }
+                    }
+                    Op::CatchUp => {
+                        for r in lagged.drain(..) { c.apply_run(&r); }
+                    }
+                    Op::Complete(i) if i < runs.len() => {
+                        let mut r = runs[i].clone();
+                        let pod = r.status.as_ref().and_then(|s| s.assigned_pod.clone());
+                        r.status = Some(RunStatus { phase: Some("Succeeded".into()), assigned_pod: pod, ..Default::default() });
+                        lagged.retain(|l| l.metadata.name != r.metadata.name);
+                        c.apply_run(&r);
+                        runs[i] = r;
+                    }
+                    Op::Delete(i) if i < runs.len() => {
+                        lagged.retain(|l| l.metadata.name != runs[i].metadata.name);
+                        c.delete_run("ns", runs[i].metadata.name.as_deref().unwrap());
+                    }
+                    Op::Capacity(p, g) => {
+                        shrunk |= g < gpus[p];
+                        gpus[p] = g;
+                        c.apply_pod(&pod(p, g), now());
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(c.check_invariants(), Ok(()));
+                if !shrunk {
+                    for v in c.runtime_pods(Some("ns"), None, now()) {
+                        for (res, cap) in &v.capacity {
+                            let used: u64 = v.usage.get(res).map_or(0, |u| u.parse().unwrap())
+                                + v.assumed.get(res).map_or(0, |u| u.parse().unwrap());
+                            prop_assert!(used <= cap.parse::<u64>().unwrap(), "{} over capacity on {}: {:?}", v.name, res, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,18 @@
+# Multi-stage build: compile with the locked dependency set, run as non-root
+# in a minimal image.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+COPY tests ./tests
+COPY examples ./examples
+RUN cargo build --release --locked --bin kruntimes-scheduler
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/kruntimes-scheduler /usr/local/bin/kruntimes-scheduler
+COPY --from=build /src/examples /usr/share/kruntimes-scheduler/examples
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/kruntimes-scheduler"]
+CMD ["serve", "--listen", "0.0.0.0:8080"]

@@ -3,15 +3,21 @@
 //! through the [`ClusterWriter`], releasing the reservation if the write fails.
 
 use crate::cache::{Cache, Decision};
-use crate::cluster::{ClusterWriter, WriteError};
+use crate::cluster::{ClusterWriter, EventKind, RunRef, WriteError};
+use crate::crd::RunStatus;
 use crate::metrics::{Endpoint, WriteResult};
 use crate::runs::queue::RunKey;
 use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Retry delay after a failed write (the watch usually requeues sooner).
-const RETRY_AFTER: Duration = Duration::from_millis(200);
+/// First retry delay after a failed write; doubles per consecutive failure.
+const RETRY_BASE: Duration = Duration::from_millis(100);
+/// Longest retry delay.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What one cycle did, for tests and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,17 +35,44 @@ pub enum CycleOutcome {
 pub struct RunController {
     cache: Arc<Cache>,
     writer: Arc<dyn ClusterWriter>,
+    /// Consecutive failed writes per Run, for exponential retry backoff.
+    failures: Mutex<HashMap<RunKey, u32>>,
 }
 
 impl RunController {
     pub fn new(cache: Arc<Cache>, writer: Arc<dyn ClusterWriter>) -> Self {
-        RunController { cache, writer }
+        RunController {
+            cache,
+            writer,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    async fn write(
+        &self,
+        key: &RunKey,
+        rv: Option<&str>,
+        status: &RunStatus,
+    ) -> Result<(), WriteError> {
+        let r = self
+            .writer
+            .write_run_status(&key.namespace, &key.name, rv, status)
+            .await;
+        if r.is_ok() {
+            self.cache.metrics().write(WriteResult::Ok);
+            self.failures.lock().remove(key);
+        }
+        r
     }
 
     /// One cycle for one Run.
     pub async fn cycle(&self, key: &RunKey) -> CycleOutcome {
         let start = Instant::now();
-        let metrics = self.cache.metrics();
+        let metrics = Arc::clone(self.cache.metrics());
         let outcome = match self.cache.schedule_one(key, Timestamp::now()) {
             Decision::Skip => CycleOutcome::Skipped,
             Decision::Reserved {
@@ -47,52 +80,38 @@ impl RunController {
                 pod,
                 resource_version,
                 status,
-            } => {
-                match self
-                    .writer
-                    .write_run_status(
-                        &key.namespace,
-                        &key.name,
-                        resource_version.as_deref(),
-                        &status,
-                    )
-                    .await
-                {
-                    Ok(()) => {
-                        metrics.write(WriteResult::Ok);
-                        metrics.runs_scheduled.inc();
-                        tracing::debug!(run = %key, %pod, "scheduled");
-                        CycleOutcome::Scheduled { pod }
-                    }
-                    Err(e) => {
-                        self.cache.release(&key.namespace, &uid, &pod);
-                        self.failed_write(key, e)
-                    }
+            } => match self.write(key, resource_version.as_deref(), &status).await {
+                Ok(()) => {
+                    metrics.runs_scheduled.inc();
+                    tracing::debug!(run = %key, %pod, "scheduled");
+                    CycleOutcome::Scheduled { pod }
                 }
-            }
+                Err(e) => {
+                    self.cache.release(&key.namespace, &uid, &pod);
+                    self.failed_write(key, e)
+                }
+            },
             Decision::Pending {
+                uid,
                 reason,
                 resource_version,
                 status,
                 write,
             } => {
                 if write {
-                    match self
-                        .writer
-                        .write_run_status(
-                            &key.namespace,
-                            &key.name,
-                            resource_version.as_deref(),
-                            &status,
-                        )
-                        .await
-                    {
-                        Ok(()) => {
-                            metrics.write(WriteResult::Ok);
-                            tracing::info!(run = %key, reason = reason.as_str(), message = status.message.as_deref().unwrap_or(""), "pending");
-                        }
-                        Err(e) => return self.failed_write(key, e),
+                    if let Err(e) = self.write(key, resource_version.as_deref(), &status).await {
+                        return self.failed_write(key, e);
                     }
+                    let message = status.message.as_deref().unwrap_or("");
+                    tracing::info!(run = %key, reason = reason.as_str(), message, "pending");
+                    let run = RunRef {
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        uid,
+                    };
+                    self.writer
+                        .record_event(&run, EventKind::Warning, reason.as_str(), message)
+                        .await;
                 }
                 CycleOutcome::Pending {
                     reason: reason.as_str(),
@@ -100,27 +119,26 @@ impl RunController {
                 }
             }
             Decision::Invalid {
+                uid,
                 resource_version,
                 status,
                 write,
             } => {
                 if write {
-                    match self
-                        .writer
-                        .write_run_status(
-                            &key.namespace,
-                            &key.name,
-                            resource_version.as_deref(),
-                            &status,
-                        )
-                        .await
-                    {
-                        Ok(()) => {
-                            metrics.write(WriteResult::Ok);
-                            tracing::info!(run = %key, message = status.message.as_deref().unwrap_or(""), "invalid resource request");
-                        }
-                        Err(e) => return self.failed_write(key, e),
+                    if let Err(e) = self.write(key, resource_version.as_deref(), &status).await {
+                        return self.failed_write(key, e);
                     }
+                    let message = status.message.as_deref().unwrap_or("");
+                    tracing::info!(run = %key, message, "invalid resource request");
+                    let run = RunRef {
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        uid,
+                    };
+                    let reason = crate::runs::status::INVALID_RESOURCE_REQUEST;
+                    self.writer
+                        .record_event(&run, EventKind::Warning, reason, message)
+                        .await;
                 }
                 CycleOutcome::Failed { written: write }
             }
@@ -129,58 +147,107 @@ impl RunController {
         outcome
     }
 
+    /// Requeues after a failed write with per-Run exponential backoff. A
+    /// conflict usually resolves sooner: the watch delivers the newer object
+    /// and that requeues the Run by itself.
     fn failed_write(&self, key: &RunKey, e: WriteError) -> CycleOutcome {
         let metrics = self.cache.metrics();
+        let retry = |this: &Self| {
+            let n = {
+                let mut f = this.failures.lock();
+                let n = f.entry(key.clone()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            };
+            let delay = RETRY_BASE
+                .saturating_mul(1u32 << (n - 1).min(16))
+                .min(RETRY_MAX);
+            this.cache.queue().add_after(key.clone(), delay);
+        };
         match e {
             WriteError::Conflict => {
                 metrics.write(WriteResult::Conflict);
                 metrics.reservation_conflicts.inc();
-                self.cache.queue().add_after(key.clone(), RETRY_AFTER);
+                retry(self);
                 CycleOutcome::Conflict
             }
             WriteError::NotFound => {
                 metrics.write(WriteResult::NotFound);
+                self.failures.lock().remove(key);
                 CycleOutcome::Gone
             }
             WriteError::Other(msg) => {
                 metrics.write(WriteResult::Error);
                 tracing::warn!(run = %key, error = %msg, "run status write failed; retrying");
-                self.cache.queue().add_after(key.clone(), RETRY_AFTER * 5);
+                retry(self);
                 CycleOutcome::WriteFailed(msg)
             }
         }
     }
 
-    /// Runs `workers` workers until the queue shuts down, plus the periodic
-    /// fallback resync.
+    /// Runs `workers` workers until the queue shuts down.
     pub async fn run(self: Arc<Self>, workers: usize, resync_every: Duration) {
+        self.run_until(workers, resync_every, std::future::pending())
+            .await
+    }
+
+    /// Runs `workers` workers and the periodic fallback resync until `stop`
+    /// completes (leadership lost, shutdown) or the queue shuts down. Cycles
+    /// in progress finish first.
+    pub async fn run_until(
+        self: Arc<Self>,
+        workers: usize,
+        resync_every: Duration,
+        stop: impl Future<Output = ()> + Send,
+    ) {
         let queue = Arc::clone(self.cache.queue());
-        let resync = {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        // Everything waiting is worth a look when the loop (re)starts.
+        self.cache.resync();
+        struct AbortOnDrop(tokio::task::JoinHandle<()>);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let _resync = {
             let cache = Arc::clone(&self.cache);
-            tokio::spawn(async move {
+            AbortOnDrop(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(resync_every);
                 tick.tick().await;
                 loop {
                     tick.tick().await;
                     cache.resync();
                 }
-            })
+            }))
         };
-        let mut handles = Vec::new();
+        // A JoinSet aborts the workers if this future is dropped.
+        let mut handles = tokio::task::JoinSet::new();
         for _ in 0..workers.max(1) {
             let this = Arc::clone(&self);
             let queue = Arc::clone(&queue);
-            handles.push(tokio::spawn(async move {
-                while let Some(key) = queue.next().await {
+            let mut stop_rx = stop_rx.clone();
+            handles.spawn(async move {
+                loop {
+                    let key = tokio::select! {
+                        biased;
+                        _ = stop_rx.wait_for(|s| *s) => break,
+                        k = queue.next() => match k { Some(k) => k, None => break },
+                    };
                     this.cycle(&key).await;
                     queue.done(&key);
                 }
-            }));
+            });
         }
-        for h in handles {
-            let _ = h.await;
+        let all_done = async move { while handles.join_next().await.is_some() {} };
+        tokio::pin!(all_done);
+        tokio::select! {
+            _ = &mut all_done => {}
+            _ = stop => {
+                let _ = stop_tx.send(true);
+                all_done.await;
+            }
         }
-        resync.abort();
     }
 
     /// Drains the queue in this task until it is empty (tests, benchmarks).

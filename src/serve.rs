@@ -2,6 +2,8 @@
 
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::ClusterWriter;
+use crate::cluster::kube::KubeWriter;
+use crate::cluster::leader::{self, LeaderConfig};
 use crate::cluster::load::load_path;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
@@ -45,6 +47,29 @@ pub struct ServeArgs {
     /// Fallback: how often every Pending Run is retried even without a wakeup.
     #[arg(long, env = "KRS_RESYNC_PERIOD", default_value = "30s", value_parser = parse_duration)]
     pub resync_period: Duration,
+    /// Cluster mode: kubeconfig to use (default: in-cluster config, then
+    /// `KUBECONFIG`, then `~/.kube/config`, as kube-rs discovers them).
+    #[arg(long, env = "KRS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Cluster mode: elect a leader through a Lease; only the leader
+    /// schedules Runs. Default: on when running in a cluster.
+    #[arg(long, env = "KRS_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+    /// Namespace of the leader-election Lease (default: the pod's own
+    /// namespace from POD_NAMESPACE, else `kruntimes-system`).
+    #[arg(long, env = "KRS_LEADER_ELECT_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "KRS_LEADER_ELECT_LEASE",
+        default_value = "kruntimes-scheduler"
+    )]
+    pub leader_elect_lease: String,
+    /// How long the Lease is valid without renewal (a standby takes over
+    /// within this).
+    #[arg(long, env = "KRS_LEADER_ELECT_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_duration: Duration,
 }
 
 impl ServeArgs {
@@ -89,13 +114,16 @@ pub fn standalone(
     })
 }
 
-/// Runs `serve` until SIGINT/SIGTERM.
+/// Runs `serve` until SIGINT/SIGTERM: standalone with `--state`, else
+/// against the cluster.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let Some(path) = &args.state else {
-        anyhow::bail!(
-            "cluster mode is not available in this version: pass --state PATH to run standalone on a file or directory of objects"
-        );
-    };
+    match &args.state {
+        Some(path) => run_standalone(&args, path).await,
+        None => run_cluster(&args).await,
+    }
+}
+
+async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let count = objects.len();
     let app = standalone(args.cache_config(), objects)
@@ -112,6 +140,145 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await?;
     queue.shutdown();
     let _ = loop_task.await;
+    Ok(())
+}
+
+/// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using --kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configuration found (in-cluster, KUBECONFIG or ~/.kube/config); pass --state PATH for standalone mode")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// This process's identity for leader election and events.
+fn identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| format!("kruntimes-scheduler-{}", uuid::Uuid::new_v4()))
+}
+
+/// A cluster-mode service, assembled from a client.
+pub struct Cluster {
+    pub state: AppState,
+    pub controller: Arc<RunController>,
+    pub watchers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Builds the cluster-mode service and starts its watchers.
+pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) -> Cluster {
+    let metrics = Arc::new(Metrics::default());
+    let queue = Arc::new(WorkQueue::default());
+    let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
+    let writer: Arc<dyn ClusterWriter> =
+        Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
+    let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
+    let watchers = crate::cluster::watch::spawn(client, Arc::clone(&cache)).await;
+    Cluster {
+        state: AppState {
+            cache,
+            store: None,
+            metrics,
+        },
+        controller,
+        watchers,
+    }
+}
+
+/// Runs the Run loop whenever this replica holds the Lease; stops it and
+/// drops every reservation when the Lease is lost.
+pub async fn lead(
+    client: kube::Client,
+    cfg: LeaderConfig,
+    controller: Arc<RunController>,
+    workers: usize,
+    resync: Duration,
+) {
+    let mut backoff = Duration::from_secs(1);
+    let (mut rx, _task) = loop {
+        match leader::elect(client.clone(), &cfg).await {
+            Ok(v) => break v,
+            Err(e) => {
+                tracing::error!(error = %e, "starting leader election failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    loop {
+        if rx.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!(identity = %cfg.identity, "became leader: running the Run loop");
+        let mut lost = rx.clone();
+        let stop = async move {
+            let _ = lost.wait_for(|l| !*l).await;
+        };
+        Arc::clone(&controller)
+            .run_until(workers, resync, stop)
+            .await;
+        let dropped = controller.cache().clear_assumptions();
+        tracing::warn!(dropped, "lost leadership: Run loop stopped");
+    }
+}
+
+async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let id = identity();
+    let app = cluster(args.cache_config(), client.clone(), &id).await;
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
+        let cfg = LeaderConfig {
+            lease_name: args.leader_elect_lease.clone(),
+            namespace: args
+                .leader_elect_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| "kruntimes-system".into()),
+            identity: id.clone(),
+            lease_duration: args.leader_elect_duration,
+            grace: (args.leader_elect_duration / 3).max(Duration::from_secs(1)),
+        };
+        tracing::info!(lease = %cfg.lease_name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
+        tokio::spawn(lead(
+            client,
+            cfg,
+            Arc::clone(&app.controller),
+            args.workers,
+            args.resync_period,
+        ))
+    } else {
+        tracing::info!("leader election off: this replica schedules Runs");
+        tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", args.listen))?;
+    tracing::info!(addr = %listener.local_addr()?, "listening (HTTP), cluster mode");
+    let queue = Arc::clone(app.state.cache.queue());
+    axum::serve(listener, router(app.state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    queue.shutdown();
+    loop_task.abort();
+    for w in app.watchers {
+        w.abort();
+    }
     Ok(())
 }
 

@@ -30,6 +30,7 @@ pub enum Decision {
     },
     /// Nothing fits; `write` says whether the status changes.
     Pending {
+        uid: String,
         reason: PendingReason,
         resource_version: Option<String>,
         status: RunStatus,
@@ -37,6 +38,7 @@ pub enum Decision {
     },
     /// Invalid request: fail the Run.
     Invalid {
+        uid: String,
         resource_version: Option<String>,
         status: RunStatus,
         write: bool,
@@ -347,6 +349,7 @@ impl Cache {
                 let status = status::invalid(&entry.status, e, entry.generation, now);
                 let write = status::differs(&entry.status, &status);
                 return Decision::Invalid {
+                    uid: entry.uid.clone(),
                     resource_version: rv,
                     status,
                     write,
@@ -411,6 +414,7 @@ impl Cache {
                     status::pending(&entry.status, reason, &message, entry.generation, now);
                 let write = status::differs(&entry.status, &status);
                 Decision::Pending {
+                    uid: entry.uid.clone(),
                     reason,
                     resource_version: rv,
                     status,
@@ -418,6 +422,24 @@ impl Cache {
                 }
             }
         }
+    }
+
+    /// Drops every reservation (leadership lost: the next leader starts
+    /// from what the API server shows).
+    pub fn clear_assumptions(&self) -> usize {
+        let mut st = self.state.write();
+        let mut n = 0;
+        for nss in st.namespaces.values_mut() {
+            for (_, a) in nss.assumed.drain() {
+                if let Some(slot) = nss.pods.get_mut(&a.pod) {
+                    slot.res.sub_assumed(&a.amounts);
+                }
+                n += 1;
+            }
+            nss.pods.retain(|_, s| !s.is_empty());
+        }
+        self.metrics.assumed_reservations.set(0);
+        n
     }
 
     /// Releases the reservation of Run `uid` on `pod` after a failed write,

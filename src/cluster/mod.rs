@@ -1,8 +1,11 @@
 //! The write side of cluster state, behind one trait: the Kubernetes API in
 //! cluster mode, the in-memory [`standalone::StandaloneStore`] otherwise.
 
+pub mod kube;
+pub mod leader;
 pub mod load;
 pub mod standalone;
+pub mod watch;
 
 use crate::crd::RunStatus;
 use futures::future::BoxFuture;
@@ -19,8 +22,37 @@ pub enum WriteError {
     Other(String),
 }
 
+/// The Run an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Severity of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
 /// Writes the scheduler makes.
 pub trait ClusterWriter: Send + Sync + 'static {
+    /// Records a Kubernetes Event about a Run (best effort: failures are
+    /// logged, never fatal). The in-memory store only logs it.
+    fn record_event<'a>(
+        &'a self,
+        run: &'a RunRef,
+        kind: EventKind,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            tracing::info!(run = %format!("{}/{}", run.namespace, run.name), ?kind, reason, note, "event");
+        })
+    }
+
     /// Replaces a Run's status, precondition on `resource_version` when given.
     fn write_run_status<'a>(
         &'a self,

@@ -1,0 +1,136 @@
+//! The write side against the Kubernetes API: Run status through the status
+//! subresource with a resourceVersion precondition, and Events.
+
+use super::{ClusterWriter, EventKind, RunRef, WriteError};
+use crate::crd::{Run, RunStatus};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+/// Field manager and event reporter name.
+pub const MANAGER: &str = "kruntimes-scheduler";
+
+/// Writes through a `kube::Client`.
+pub struct KubeWriter {
+    client: Client,
+    recorder: Recorder,
+}
+
+impl KubeWriter {
+    pub fn new(client: Client, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance,
+        };
+        KubeWriter {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+        }
+    }
+}
+
+/// The status as a JSON merge patch body: every field the scheduler owns is
+/// present, cleared ones as `null`, so a merge never leaves a stale value.
+pub fn status_patch(resource_version: Option<&str>, status: &RunStatus) -> Value {
+    let conditions = serde_json::to_value(&status.conditions).unwrap_or(Value::Array(Vec::new()));
+    let mut body = json!({
+        "status": {
+            "phase": status.phase,
+            "assignedPod": status.assigned_pod,
+            "assignedPodUID": status.assigned_pod_uid,
+            "reason": status.reason,
+            "message": status.message,
+            "conditions": conditions,
+        }
+    });
+    if let Some(rv) = resource_version {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    body
+}
+
+impl ClusterWriter for KubeWriter {
+    fn write_run_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        resource_version: Option<&'a str>,
+        status: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let api: Api<Run> = Api::namespaced(self.client.clone(), namespace);
+            let params = PatchParams {
+                field_manager: Some(MANAGER.into()),
+                ..PatchParams::default()
+            };
+            match api
+                .patch_status(
+                    name,
+                    &params,
+                    &Patch::Merge(status_patch(resource_version, status)),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Err(WriteError::Conflict),
+                Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
+                Err(e) => Err(WriteError::Other(e.to_string())),
+            }
+        })
+    }
+
+    fn record_event<'a>(
+        &'a self,
+        run: &'a RunRef,
+        kind: EventKind,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let reference = ObjectReference {
+                api_version: Some(Run::api_version(&()).into_owned()),
+                kind: Some(Run::kind(&()).into_owned()),
+                namespace: Some(run.namespace.clone()),
+                name: Some(run.name.clone()),
+                uid: (!run.uid.is_empty()).then(|| run.uid.clone()),
+                ..ObjectReference::default()
+            };
+            let event = Event {
+                type_: match kind {
+                    EventKind::Normal => EventType::Normal,
+                    EventKind::Warning => EventType::Warning,
+                },
+                reason: reason.into(),
+                note: Some(note.chars().take(1024).collect()),
+                action: "Scheduling".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(run = %format!("{}/{}", run.namespace, run.name), error = %e, "recording event failed");
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_patch_clears_what_is_unset() {
+        let s = RunStatus {
+            phase: Some("Scheduled".into()),
+            assigned_pod: Some("rp".into()),
+            ..Default::default()
+        };
+        let p = status_patch(Some("7"), &s);
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        assert_eq!(p["status"]["reason"], Value::Null);
+        assert!(p["status"].as_object().unwrap().contains_key("reason"));
+        assert_eq!(p["status"]["assignedPod"], "rp");
+        assert_eq!(p["status"]["conditions"], json!([]));
+    }
+}

@@ -1,0 +1,273 @@
+//! Watchers that feed the [`Cache`] in cluster mode.
+//!
+//! One task per kind runs a `kube-runtime` watcher (list, then watch from
+//! the list's resourceVersion; on `410 Gone`, disconnects or errors it
+//! relists with backoff). A relist arrives as `Init`, `InitApply`…,
+//! `InitDone` and is applied with the cache's `reset_*`, so usage is
+//! recomputed from what the API server says — never counted twice, never
+//! lost. The cache is ready once every served kind has listed once.
+
+use crate::cache::Cache;
+use crate::crd::{Run, Runtime};
+use crate::model::pod::{CAPACITY_PREFIX, RUNTIMED_READY};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// Which kinds have completed their first list.
+struct SyncTracker {
+    cache: Arc<Cache>,
+    pending: Mutex<BTreeSet<&'static str>>,
+}
+
+impl SyncTracker {
+    fn done(&self, kind: &'static str) {
+        let mut p = self.pending.lock();
+        if p.remove(kind) && p.is_empty() {
+            self.cache.set_synced(true);
+            tracing::info!("caches synced");
+        }
+    }
+}
+
+/// Keeps only what scheduling reads of a Pod: name, namespace, uid,
+/// deletion, the runtime label, capacity annotations, phase and the two
+/// conditions. Container specs, managed fields and the rest are dropped, so
+/// a cached Pod stays small whatever the Pod looks like.
+pub fn strip_pod(pod: Pod, runtime_label_key: &str) -> Pod {
+    let m = pod.metadata;
+    let labels = m
+        .labels
+        .and_then(|l| l.into_iter().find(|(k, _)| k == runtime_label_key))
+        .map(|kv| [kv].into_iter().collect());
+    let annotations = m.annotations.map(|a| {
+        a.into_iter()
+            .filter(|(k, _)| k.starts_with(CAPACITY_PREFIX))
+            .collect()
+    });
+    let status = pod.status.map(|s| PodStatus {
+        phase: s.phase,
+        conditions: s.conditions.map(|c| {
+            c.into_iter()
+                .filter(|c| c.type_ == "Ready" || c.type_ == RUNTIMED_READY)
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+    Pod {
+        metadata: ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            deletion_timestamp: m.deletion_timestamp,
+            labels,
+            annotations,
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status,
+    }
+}
+
+/// Whether the API server serves a resource (404 on list means it does not).
+async fn served<K>(api: &Api<K>) -> bool
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        // Anything else (including transient errors) is left to the watcher's retries.
+        _ => true,
+    }
+}
+
+/// Applies one watcher event stream to the cache until it ends.
+async fn drive<K, S>(
+    mut stream: S,
+    kind: &'static str,
+    sync: &SyncTracker,
+    mut apply: impl FnMut(K),
+    mut delete: impl FnMut(&K),
+    mut reset: impl FnMut(Vec<K>),
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+{
+    let mut buffer: Vec<K> = Vec::new();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Apply(o)) => apply(o),
+            Ok(Event::Delete(o)) => delete(&o),
+            Ok(Event::Init) => buffer.clear(),
+            Ok(Event::InitApply(o)) => buffer.push(o),
+            Ok(Event::InitDone) => {
+                reset(std::mem::take(&mut buffer));
+                sync.done(kind);
+            }
+            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying with backoff"),
+        }
+    }
+}
+
+fn key_of(meta: &ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Starts the watchers; returns their tasks. `/readyz` turns true once each
+/// served kind has been listed.
+pub async fn spawn(client: Client, cache: Arc<Cache>) -> Vec<tokio::task::JoinHandle<()>> {
+    let label_key = cache.config().runtime_label_key.clone();
+    let sync = Arc::new(SyncTracker {
+        cache: Arc::clone(&cache),
+        pending: Mutex::new(BTreeSet::new()),
+    });
+    let pods: Api<Pod> = Api::all(client.clone());
+    let runs: Api<Run> = Api::all(client.clone());
+    let runtimes: Api<Runtime> = Api::all(client.clone());
+    let runs_served = served(&runs).await;
+    let runtimes_served = served(&runtimes).await;
+    {
+        let mut p = sync.pending.lock();
+        p.insert("Pod");
+        if runs_served {
+            p.insert("Run");
+        }
+        if runtimes_served {
+            p.insert("Runtime");
+        }
+    }
+    if !runs_served {
+        tracing::warn!(
+            "runs.kruntimes.io/v1alpha1 is not served by this cluster: Run scheduling is disabled"
+        );
+    }
+    if !runtimes_served {
+        tracing::warn!(
+            "runtimes.kruntimes.io/v1alpha1 is not served by this cluster: Runtimes are not watched"
+        );
+    }
+    let mut tasks = Vec::new();
+
+    // Pods: only those carrying the runtime label are Runtime Pods.
+    {
+        let (cache, sync, key) = (Arc::clone(&cache), Arc::clone(&sync), label_key.clone());
+        let cfg = watcher::Config::default().labels(&label_key);
+        tasks.push(tokio::spawn(async move {
+            let k2 = key.clone();
+            let stream = watcher::watcher(pods, cfg)
+                .default_backoff()
+                .map(move |ev| {
+                    ev.map(|e| match e {
+                        Event::Apply(p) => Event::Apply(strip_pod(p, &k2)),
+                        Event::InitApply(p) => Event::InitApply(strip_pod(p, &k2)),
+                        other => other,
+                    })
+                });
+            drive(
+                Box::pin(stream),
+                "Pod",
+                &sync,
+                |p: Pod| cache.apply_pod(&p, Timestamp::now()),
+                |p: &Pod| {
+                    let (ns, name) = key_of(&p.metadata);
+                    cache.delete_pod(&ns, &name)
+                },
+                |ps: Vec<Pod>| cache.reset_pods(&ps, Timestamp::now()),
+            )
+            .await;
+        }));
+    }
+    if runs_served {
+        let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
+        tasks.push(tokio::spawn(async move {
+            let stream = watcher::watcher(runs, watcher::Config::default())
+                .default_backoff()
+                .map(|ev| {
+                    ev.map(|e| {
+                        e.modify(|r: &mut Run| {
+                            r.metadata.managed_fields = None;
+                            r.metadata.annotations = None;
+                        })
+                    })
+                });
+            drive(
+                Box::pin(stream),
+                "Run",
+                &sync,
+                |r: Run| cache.apply_run(&r),
+                |r: &Run| {
+                    let (ns, name) = key_of(&r.metadata);
+                    cache.delete_run(&ns, &name)
+                },
+                |rs: Vec<Run>| cache.reset_runs(&rs),
+            )
+            .await;
+        }));
+    }
+    if runtimes_served {
+        let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
+        tasks.push(tokio::spawn(async move {
+            let stream = watcher::watcher(runtimes, watcher::Config::default()).default_backoff();
+            drive(
+                Box::pin(stream),
+                "Runtime",
+                &sync,
+                |r: Runtime| cache.apply_runtime(&r),
+                |r: &Runtime| {
+                    let (ns, name) = key_of(&r.metadata);
+                    cache.delete_runtime(&ns, &name)
+                },
+                |rs: Vec<Runtime>| cache.reset_runtimes(&rs),
+            )
+            .await;
+        }));
+    }
+    tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripping_keeps_what_scheduling_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "uid": "u",
+                "labels": {"runtime": "py", "app": "x"},
+                "annotations": {"kruntimes.io/capacity.gpu": "2", "big": "x".repeat(1000)},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "B"}]}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let before = crate::model::pod::PodFacts::from_pod(&pod, "runtime", 2);
+        let stripped = strip_pod(pod, "runtime");
+        assert_eq!(
+            crate::model::pod::PodFacts::from_pod(&stripped, "runtime", 2),
+            before
+        );
+        let json = serde_json::to_string(&stripped).unwrap();
+        assert!(json.len() < 400, "{json}");
+        assert!(
+            !json.contains("managedFields")
+                && !json.contains("containers")
+                && !json.contains("big")
+        );
+    }
+}

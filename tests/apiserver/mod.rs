@@ -1,0 +1,575 @@
+//! A test API server that speaks the Kubernetes HTTP protocol for what the
+//! scheduler uses, so the real `kube::Client`, watcher and lease code run:
+//! lists with resourceVersion, watch streams with bookmarks, `410 Expired`
+//! for a compacted resourceVersion, label selectors (including objects
+//! leaving a selector), status merge patches with resourceVersion
+//! preconditions (`409 Conflict`), events, and Leases with server-side
+//! apply ownership of `holderIdentity`.
+//!
+//! Fault injection: conflicts on the next N status patches, delivery lag on
+//! Run watch events, dropping every open watch, compacting history.
+#![allow(dead_code)]
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Res {
+    Pods,
+    Runs,
+    Runtimes,
+    Leases,
+    Events,
+}
+
+impl Res {
+    fn kind(self) -> &'static str {
+        match self {
+            Res::Pods => "Pod",
+            Res::Runs => "Run",
+            Res::Runtimes => "Runtime",
+            Res::Leases => "Lease",
+            Res::Events => "Event",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Res::Pods => "v1",
+            Res::Runs | Res::Runtimes => "kruntimes.io/v1alpha1",
+            Res::Leases => "coordination.k8s.io/v1",
+            Res::Events => "events.k8s.io/v1",
+        }
+    }
+}
+
+struct Entry {
+    rv: u64,
+    res: Res,
+    deleted: bool,
+    prev: Option<Value>,
+    obj: Value,
+}
+
+#[derive(Default)]
+pub struct Inner {
+    rv: u64,
+    objects: BTreeMap<(Res, String, String), Value>,
+    log: Vec<Entry>,
+    /// Watches from a resourceVersion at or below this get 410.
+    compacted: u64,
+    /// Incremented to close every open watch.
+    drop_gen: u64,
+    /// The next N Run status patches answer 409.
+    pub fail_status_patches: usize,
+    /// Delay before each Run watch event is delivered.
+    pub run_watch_lag: Duration,
+    /// Every accepted Run status patch: (namespace/name, status).
+    pub status_writes: Vec<(String, Value)>,
+    /// Status patches refused with 409.
+    pub conflicts: usize,
+    /// Field manager owning each Lease's holderIdentity.
+    lease_owner: HashMap<(String, String), String>,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    pub inner: Arc<Mutex<Inner>>,
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
+    pub url: String,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn matches(selector: Option<&str>, obj: &Value) -> bool {
+    let Some(sel) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    let labels = obj.pointer("/metadata/labels");
+    sel.split(',').all(|term| match term.split_once('=') {
+        Some((k, v)) => {
+            labels
+                .and_then(|l| l.get(k.trim_end_matches('!')))
+                .and_then(Value::as_str)
+                == Some(v)
+        }
+        None => labels.and_then(|l| l.get(term)).is_some(),
+    })
+}
+
+impl FakeApi {
+    pub async fn start() -> FakeApi {
+        let (tx, _) = tokio::sync::watch::channel(0u64);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let api = FakeApi {
+            inner: Arc::new(Mutex::new(Inner::default())),
+            changed: Arc::new(tx),
+            url,
+        };
+        let router = Router::new()
+            .route("/api/v1/pods", get(list_or_watch_pods))
+            .route("/apis/kruntimes.io/v1alpha1/runs", get(list_or_watch_runs))
+            .route(
+                "/apis/kruntimes.io/v1alpha1/runtimes",
+                get(list_or_watch_runtimes),
+            )
+            .route(
+                "/apis/kruntimes.io/v1alpha1/namespaces/{ns}/runs/{name}/status",
+                axum::routing::patch(patch_run_status),
+            )
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                axum::routing::post(create_event),
+            )
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
+                axum::routing::patch(patch_event),
+            )
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                axum::routing::post(create_lease),
+            )
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+                get(get_lease).patch(patch_lease).put(put_lease),
+            )
+            .with_state(api.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        api
+    }
+
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(self.url.parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn record(&self, inner: &mut Inner, res: Res, deleted: bool, prev: Option<Value>, obj: Value) {
+        inner.log.push(Entry {
+            rv: inner.rv,
+            res,
+            deleted,
+            prev,
+            obj,
+        });
+        let _ = self.changed.send(inner.rv);
+    }
+
+    /// Creates or replaces an object (uid and resourceVersion assigned).
+    pub fn put(&self, res: Res, mut obj: Value) -> Value {
+        let mut g = self.inner.lock();
+        g.rv += 1;
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap()
+            .to_owned();
+        let key = (res, ns.clone(), name.clone());
+        let prev = g.objects.get(&key).cloned();
+        obj["apiVersion"] = json!(res.api_version());
+        obj["kind"] = json!(res.kind());
+        obj["metadata"]["namespace"] = json!(ns);
+        let uid = prev
+            .as_ref()
+            .and_then(|p| p.pointer("/metadata/uid").cloned())
+            .unwrap_or_else(|| json!(format!("uid-{}-{}-{}", res.kind(), ns, name)));
+        obj["metadata"]["uid"] = uid;
+        obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+        g.objects.insert(key, obj.clone());
+        self.record(&mut g, res, false, prev, obj.clone());
+        obj
+    }
+
+    pub fn delete(&self, res: Res, ns: &str, name: &str) {
+        let mut g = self.inner.lock();
+        if let Some(mut obj) = g.objects.remove(&(res, ns.to_owned(), name.to_owned())) {
+            g.rv += 1;
+            obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+            self.record(&mut g, res, true, None, obj);
+        }
+    }
+
+    pub fn get(&self, res: Res, ns: &str, name: &str) -> Option<Value> {
+        self.inner
+            .lock()
+            .objects
+            .get(&(res, ns.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    pub fn list(&self, res: Res) -> Vec<Value> {
+        self.inner
+            .lock()
+            .objects
+            .iter()
+            .filter(|((r, _, _), _)| *r == res)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Closes every open watch and forgets history, so watchers must relist.
+    pub fn drop_watches_and_compact(&self) {
+        let mut g = self.inner.lock();
+        g.drop_gen += 1;
+        g.compacted = g.rv;
+        let _ = self.changed.send(g.rv);
+    }
+
+    fn list_response(&self, res: Res, selector: Option<&str>) -> Response {
+        let g = self.inner.lock();
+        let items: Vec<Value> = g
+            .objects
+            .iter()
+            .filter(|((r, _, _), v)| *r == res && matches(selector, v))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let body = json!({"apiVersion": res.api_version(), "kind": format!("{}List", res.kind()),
+            "metadata": {"resourceVersion": g.rv.to_string()}, "items": items});
+        axum::Json(body).into_response()
+    }
+
+    fn watch_response(&self, res: Res, params: &HashMap<String, String>) -> Response {
+        let from: u64 = params
+            .get("resourceVersion")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let selector = params.get("labelSelector").cloned();
+        let bookmarks = params
+            .get("allowWatchBookmarks")
+            .is_some_and(|v| v == "true");
+        let (gen0, compacted) = {
+            let g = self.inner.lock();
+            (g.drop_gen, g.compacted)
+        };
+        if from < compacted {
+            let ev = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
+            return Response::new(Body::from(format!("{ev}\n")));
+        }
+        let api = self.clone();
+        let rx = self.changed.subscribe();
+        let stream = futures::stream::unfold((from, rx), move |(mut last, mut rx)| {
+            let api = api.clone();
+            let selector = selector.clone();
+            async move {
+                loop {
+                    let (next, lag, dropped) = {
+                        let g = api.inner.lock();
+                        let dropped = g.drop_gen != gen0;
+                        let next = g.log.iter().find(|e| e.rv > last && e.res == res).map(|e| {
+                            let now_in = !e.deleted && matches(selector.as_deref(), &e.obj);
+                            let was_in = e
+                                .prev
+                                .as_ref()
+                                .is_some_and(|p| matches(selector.as_deref(), p));
+                            let ty = match (was_in, now_in, e.deleted) {
+                                (_, _, true) if matches(selector.as_deref(), &e.obj) => {
+                                    Some("DELETED")
+                                }
+                                (_, _, true) => None,
+                                (false, true, _) => Some("ADDED"),
+                                (true, true, _) => Some("MODIFIED"),
+                                (true, false, _) => Some("DELETED"),
+                                (false, false, _) => None,
+                            };
+                            (e.rv, ty.map(|t| json!({"type": t, "object": e.obj})))
+                        });
+                        (next, g.run_watch_lag, dropped)
+                    };
+                    if dropped {
+                        return None;
+                    }
+                    match next {
+                        Some((rv, ev)) => {
+                            last = rv;
+                            if let Some(ev) = ev {
+                                if res == Res::Runs && !lag.is_zero() {
+                                    tokio::time::sleep(lag).await;
+                                }
+                                return Some((
+                                    Ok::<_, Infallible>(Bytes::from(format!("{ev}\n"))),
+                                    (last, rx),
+                                ));
+                            }
+                        }
+                        None => {
+                            let woke =
+                                tokio::time::timeout(Duration::from_millis(500), rx.changed())
+                                    .await;
+                            if woke.is_err() && bookmarks {
+                                let rv = api.inner.lock().rv;
+                                let ev = json!({"type": "BOOKMARK", "object": {"apiVersion": res.api_version(),
+                                    "kind": res.kind(), "metadata": {"resourceVersion": rv.to_string()}}});
+                                return Some((Ok(Bytes::from(format!("{ev}\n"))), (last, rx)));
+                            }
+                            if let Ok(Err(_)) = woke {
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Response::new(Body::from_stream(stream))
+    }
+}
+
+async fn list_or_watch(api: FakeApi, res: Res, params: HashMap<String, String>) -> Response {
+    if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        api.watch_response(res, &params)
+    } else {
+        api.list_response(res, params.get("labelSelector").map(String::as_str))
+    }
+}
+
+async fn list_or_watch_pods(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::Pods, p).await
+}
+
+async fn list_or_watch_runs(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::Runs, p).await
+}
+
+async fn list_or_watch_runtimes(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::Runtimes, p).await
+}
+
+async fn patch_run_status(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid patch");
+    };
+    let mut g = api.inner.lock();
+    let key = (Res::Runs, ns.clone(), name.clone());
+    let Some(cur) = g.objects.get(&key).cloned() else {
+        return status(
+            404,
+            "NotFound",
+            &format!("runs.kruntimes.io \"{name}\" not found"),
+        );
+    };
+    if g.fail_status_patches > 0 {
+        g.fail_status_patches -= 1;
+        g.conflicts += 1;
+        return status(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled: injected conflict",
+        );
+    }
+    if let Some(want) = patch
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        && cur
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            != Some(want)
+    {
+        g.conflicts += 1;
+        return status(
+            409,
+            "Conflict",
+            "Operation cannot be fulfilled on runs.kruntimes.io: the object has been modified",
+        );
+    }
+    let mut obj = cur.clone();
+    if let Some(s) = patch.get("status") {
+        merge(
+            obj.as_object_mut()
+                .unwrap()
+                .entry("status")
+                .or_insert(json!({})),
+            s,
+        );
+    }
+    g.rv += 1;
+    obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+    g.status_writes
+        .push((format!("{ns}/{name}"), obj["status"].clone()));
+    g.objects.insert(key, obj.clone());
+    api.record(&mut g, Res::Runs, false, Some(cur), obj.clone());
+    axum::Json(obj).into_response()
+}
+
+async fn create_event(State(api): State<FakeApi>, Path(ns): Path<String>, body: Bytes) -> Response {
+    let Ok(mut ev) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid event");
+    };
+    ev["metadata"]["namespace"] = json!(ns);
+    let stored = api.put(Res::Events, ev);
+    (StatusCode::CREATED, axum::Json(stored)).into_response()
+}
+
+async fn patch_event(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Some(mut cur) = api.get(Res::Events, &ns, &name) else {
+        return status(404, "NotFound", "event not found");
+    };
+    if let Ok(p) = serde_json::from_slice::<Value>(&body) {
+        merge(&mut cur, &p);
+    }
+    axum::Json(api.put(Res::Events, cur)).into_response()
+}
+
+async fn get_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.get(Res::Leases, &ns, &name) {
+        Some(l) => axum::Json(l).into_response(),
+        None => status(
+            404,
+            "NotFound",
+            &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        ),
+    }
+}
+
+async fn create_lease(State(api): State<FakeApi>, Path(ns): Path<String>, body: Bytes) -> Response {
+    let Ok(mut lease) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid lease");
+    };
+    let name = lease
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if api.get(Res::Leases, &ns, &name).is_some() {
+        return status(409, "AlreadyExists", "lease already exists");
+    }
+    lease["metadata"]["namespace"] = json!(ns);
+    (StatusCode::CREATED, axum::Json(api.put(Res::Leases, lease))).into_response()
+}
+
+async fn put_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(mut lease) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid lease");
+    };
+    if let Some(cur) = api.get(Res::Leases, &ns, &name)
+        && lease.pointer("/metadata/resourceVersion") != cur.pointer("/metadata/resourceVersion")
+    {
+        return status(409, "Conflict", "the object has been modified");
+    }
+    lease["metadata"]["namespace"] = json!(ns);
+    axum::Json(api.put(Res::Leases, lease)).into_response()
+}
+
+async fn patch_lease(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid patch");
+    };
+    let apply = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.contains("apply-patch"));
+    let manager = q.get("fieldManager").cloned().unwrap_or_default();
+    let key = (ns.clone(), name.clone());
+    let cur = api.get(Res::Leases, &ns, &name);
+    let mut lease = match cur.clone() {
+        Some(l) => l,
+        None if apply => json!({"metadata": {"name": name, "namespace": ns}, "spec": {}}),
+        None => return status(404, "NotFound", "lease not found"),
+    };
+    let sets_holder = patch.pointer("/spec/holderIdentity");
+    {
+        let mut g = api.inner.lock();
+        let holder = lease
+            .pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if apply
+            && let (Some(new), Some(holder)) =
+                (sets_holder.and_then(Value::as_str), holder.as_deref())
+            && new != holder
+            && g.lease_owner.get(&key).is_some_and(|o| *o != manager)
+        {
+            return status(
+                409,
+                "Conflict",
+                "Apply failed with 1 conflict: conflict with another manager: .spec.holderIdentity",
+            );
+        }
+        match sets_holder {
+            Some(Value::Null) => {
+                g.lease_owner.remove(&key);
+            }
+            Some(_) => {
+                g.lease_owner.insert(key, manager);
+            }
+            None => {}
+        }
+    }
+    let mut p = patch.clone();
+    if let Some(o) = p.as_object_mut() {
+        o.remove("apiVersion");
+        o.remove("kind");
+    }
+    merge(&mut lease, &p);
+    axum::Json(api.put(Res::Leases, lease)).into_response()
+}

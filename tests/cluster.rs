@@ -1,0 +1,365 @@
+//! Cluster mode against the test API server: the real `kube::Client`,
+//! watchers, status patches, events and leases.
+
+mod apiserver;
+
+use apiserver::{FakeApi, Res};
+use k8s_openapi::jiff::Timestamp;
+use kruntimes_scheduler::cache::CacheConfig;
+use kruntimes_scheduler::cluster::leader::LeaderConfig;
+use kruntimes_scheduler::cluster::standalone::kube_time;
+use kruntimes_scheduler::serve::{Cluster, cluster, lead};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn pod(name: &str, caps: &[(&str, &str)]) -> Value {
+    let ann: serde_json::Map<String, Value> = caps
+        .iter()
+        .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), json!(v)))
+        .collect();
+    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"}, "annotations": ann},
+        "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+}
+
+fn run(name: &str, reqs: &[(&str, &str)]) -> Value {
+    let reqs: serde_json::Map<String, Value> = reqs
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"runtime": "py", "resources": {"requests": reqs}}})
+}
+
+fn config() -> CacheConfig {
+    CacheConfig {
+        heartbeat_stale_after: Duration::from_secs(3600),
+        ..CacheConfig::default()
+    }
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn phase(api: &FakeApi, name: &str) -> Option<String> {
+    api.get(Res::Runs, "ns", name)?
+        .pointer("/status/phase")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Starts a replica without leader election.
+async fn replica(api: &FakeApi) -> (Cluster, tokio::task::JoinHandle<()>) {
+    let c = cluster(config(), api.client(), "test").await;
+    let task = tokio::spawn(Arc::clone(&c.controller).run(2, Duration::from_secs(3600)));
+    wait_for("cache sync", || c.state.cache.is_synced()).await;
+    (c, task)
+}
+
+/// Usage per pod computed from the API server's objects alone.
+fn usage_from_api(api: &FakeApi) -> BTreeMap<String, u64> {
+    let mut used = BTreeMap::new();
+    for r in api.list(Res::Runs) {
+        let p = r
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if matches!(p, "Scheduled" | "Running" | "Ready") {
+            let pod = r
+                .pointer("/status/assignedPod")
+                .and_then(Value::as_str)
+                .unwrap()
+                .to_owned();
+            let n: u64 = r
+                .pointer("/spec/resources/requests/runs")
+                .and_then(Value::as_str)
+                .map_or(1, |s| s.parse().unwrap());
+            *used.entry(pod).or_default() += n.max(1);
+        }
+    }
+    used
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_get_scheduled_pending_ones_explained_with_events() {
+    let api = FakeApi::start().await;
+    api.put(Res::Pods, pod("rp-1", &[("runs", "2")]));
+    api.put(Res::Pods, pod("rp-2", &[("runs", "1")]));
+    // A pod without the runtime label is not watched at all.
+    api.put(
+        Res::Pods,
+        json!({"metadata": {"name": "web", "namespace": "ns"}, "status": {"phase": "Running"}}),
+    );
+    let (c, task) = replica(&api).await;
+    for i in 0..4 {
+        api.put(Res::Runs, run(&format!("r{i}"), &[]));
+    }
+    wait_for("3 scheduled and 1 pending", || {
+        let phases: Vec<_> = (0..4)
+            .filter_map(|i| phase(&api, &format!("r{i}")))
+            .collect();
+        phases.iter().filter(|p| *p == "Scheduled").count() == 3
+            && phases.iter().any(|p| p == "Pending")
+    })
+    .await;
+    let pending = (0..4)
+        .map(|i| api.get(Res::Runs, "ns", &format!("r{i}")).unwrap())
+        .find(|r| r["status"]["phase"] == "Pending")
+        .unwrap();
+    assert_eq!(pending["status"]["reason"], "InsufficientCapacity");
+    assert_eq!(
+        pending["status"]["message"],
+        "0/2 Runtime Pods can take this Run: 2 InsufficientCapacity"
+    );
+    assert_eq!(pending["status"]["conditions"][0]["type"], "Scheduled");
+    let scheduled = (0..4)
+        .map(|i| api.get(Res::Runs, "ns", &format!("r{i}")).unwrap())
+        .find(|r| r["status"]["phase"] == "Scheduled")
+        .unwrap();
+    let pod_name = scheduled["status"]["assignedPod"].as_str().unwrap();
+    assert_eq!(
+        scheduled["status"]["assignedPodUID"],
+        format!("uid-Pod-ns-{pod_name}")
+    );
+    assert_eq!(
+        usage_from_api(&api),
+        BTreeMap::from([("rp-1".into(), 2), ("rp-2".into(), 1)])
+    );
+    // A Warning event names the reason.
+    wait_for("pending event", || {
+        api.list(Res::Events)
+            .iter()
+            .any(|e| e["reason"] == "InsufficientCapacity" && e["type"] == "Warning")
+    })
+    .await;
+    // Completion frees capacity: the Pending Run is woken and placed.
+    let mut done = api
+        .get(
+            Res::Runs,
+            "ns",
+            scheduled["metadata"]["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    done["status"]["phase"] = json!("Succeeded");
+    api.put(Res::Runs, done);
+    let pname = pending["metadata"]["name"].as_str().unwrap().to_owned();
+    wait_for("pending run scheduled", || {
+        phase(&api, &pname).as_deref() == Some("Scheduled")
+    })
+    .await;
+    c.state.cache.check_invariants().unwrap();
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_bind_requeues_and_later_succeeds() {
+    let api = FakeApi::start().await;
+    api.put(Res::Pods, pod("rp-1", &[("runs", "1")]));
+    let (c, task) = replica(&api).await;
+    api.inner.lock().fail_status_patches = 2;
+    api.put(Res::Runs, run("a", &[]));
+    wait_for("a scheduled", || {
+        phase(&api, "a").as_deref() == Some("Scheduled")
+    })
+    .await;
+    let g = api.inner.lock();
+    assert_eq!(g.conflicts, 2);
+    let writes: Vec<_> = g
+        .status_writes
+        .iter()
+        .filter(|(k, s)| k == "ns/a" && s["phase"] == "Scheduled")
+        .collect();
+    assert_eq!(writes.len(), 1, "bound exactly once");
+    drop(g);
+    let metrics = c.state.metrics.encode();
+    assert!(
+        metrics.contains("kruntimes_reservation_conflicts_total 2"),
+        "{metrics}"
+    );
+    c.state.cache.check_invariants().unwrap();
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watch_never_lets_a_second_run_overbook() {
+    let api = FakeApi::start().await;
+    api.put(Res::Pods, pod("rp-1", &[("runs", "1")]));
+    let (c, task) = replica(&api).await;
+    // Every Run watch event arrives 300ms late: after A is bound, the cache
+    // keeps seeing A as Pending for a while.
+    api.inner.lock().run_watch_lag = Duration::from_millis(300);
+    api.put(Res::Runs, run("a", &[]));
+    api.put(Res::Runs, run("b", &[]));
+    wait_for("both decided", || {
+        phase(&api, "a").is_some() && phase(&api, "b").is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let phases = [phase(&api, "a").unwrap(), phase(&api, "b").unwrap()];
+    assert_eq!(
+        phases.iter().filter(|p| *p == "Scheduled").count(),
+        1,
+        "{phases:?}"
+    );
+    assert_eq!(
+        phases.iter().filter(|p| *p == "Pending").count(),
+        1,
+        "{phases:?}"
+    );
+    let g = api.inner.lock();
+    assert_eq!(
+        g.status_writes
+            .iter()
+            .filter(|(_, s)| s["phase"] == "Scheduled")
+            .count(),
+        1
+    );
+    drop(g);
+    assert_eq!(usage_from_api(&api), BTreeMap::from([("rp-1".into(), 1)]));
+    c.state.cache.check_invariants().unwrap();
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_watch_relists_without_double_counting() {
+    let api = FakeApi::start().await;
+    api.put(Res::Pods, pod("rp-1", &[("runs", "4")]));
+    let mut a = run("a", &[("runs", "2")]);
+    a["status"] = json!({"phase": "Running", "assignedPod": "rp-1"});
+    let mut b = run("b", &[]);
+    b["status"] = json!({"phase": "Running", "assignedPod": "rp-1"});
+    api.put(Res::Runs, a);
+    api.put(Res::Runs, b);
+    let (c, task) = replica(&api).await;
+    let usage = |c: &Cluster| {
+        c.state
+            .cache
+            .runtime_pods(Some("ns"), None, Timestamp::now())[0]
+            .usage
+            .clone()
+    };
+    wait_for("usage 3", || {
+        usage(&c).get("runs").map(String::as_str) == Some("3")
+    })
+    .await;
+    // Disconnect every watch and compact history: resuming gets 410, so the
+    // watchers must relist. Meanwhile b finishes and c appears.
+    api.drop_watches_and_compact();
+    let mut b = api.get(Res::Runs, "ns", "b").unwrap();
+    b["status"]["phase"] = json!("Succeeded");
+    api.put(Res::Runs, b);
+    api.put(Res::Runs, run("c", &[]));
+    wait_for("c scheduled", || {
+        phase(&api, "c").as_deref() == Some("Scheduled")
+    })
+    .await;
+    wait_for("usage 3 again", || {
+        usage(&c).get("runs").map(String::as_str) == Some("3")
+    })
+    .await;
+    // Another drop with nothing changed: usage stays exactly the same.
+    api.drop_watches_and_compact();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(usage(&c).get("runs").map(String::as_str), Some("3"));
+    let v = &c
+        .state
+        .cache
+        .runtime_pods(Some("ns"), None, Timestamp::now())[0];
+    assert!(v.assumed.is_empty(), "{v:?}");
+    c.state.cache.check_invariants().unwrap();
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_handover_never_assigns_a_run_twice() {
+    let api = FakeApi::start().await;
+    api.put(Res::Pods, pod("rp-1", &[("runs", "3")]));
+    api.put(Res::Pods, pod("rp-2", &[("runs", "3")]));
+    let mut replicas = Vec::new();
+    for id in ["one", "two"] {
+        let c = cluster(config(), api.client(), id).await;
+        let cfg = LeaderConfig {
+            lease_name: "kruntimes-scheduler".into(),
+            namespace: "ns".into(),
+            identity: id.into(),
+            lease_duration: Duration::from_secs(2),
+            grace: Duration::from_secs(1),
+        };
+        let task = tokio::spawn(lead(
+            api.client(),
+            cfg,
+            Arc::clone(&c.controller),
+            2,
+            Duration::from_secs(3600),
+        ));
+        replicas.push((id, c, task));
+    }
+    wait_for("a leader", || {
+        api.get(Res::Leases, "ns", "kruntimes-scheduler")
+            .and_then(|l| l.pointer("/spec/holderIdentity").cloned())
+            .is_some_and(|h| h.is_string())
+    })
+    .await;
+    for i in 0..3 {
+        api.put(Res::Runs, run(&format!("first-{i}"), &[]));
+    }
+    wait_for("first runs scheduled", || {
+        (0..3).all(|i| phase(&api, &format!("first-{i}")).as_deref() == Some("Scheduled"))
+    })
+    .await;
+    let leader =
+        api.get(Res::Leases, "ns", "kruntimes-scheduler").unwrap()["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    // The leader goes away; the standby takes over within the lease duration.
+    let pos = replicas
+        .iter()
+        .position(|(id, _, _)| *id == leader)
+        .unwrap();
+    let (_, old, task) = replicas.remove(pos);
+    task.abort();
+    old.state.cache.queue().shutdown();
+    for w in &old.watchers {
+        w.abort();
+    }
+    for i in 0..3 {
+        api.put(Res::Runs, run(&format!("second-{i}"), &[]));
+    }
+    wait_for("second runs scheduled by the new leader", || {
+        (0..3).all(|i| phase(&api, &format!("second-{i}")).as_deref() == Some("Scheduled"))
+    })
+    .await;
+    let holder =
+        api.get(Res::Leases, "ns", "kruntimes-scheduler").unwrap()["spec"]["holderIdentity"]
+            .clone();
+    assert_ne!(holder, json!(leader));
+    let g = api.inner.lock();
+    let mut per_run: BTreeMap<&str, usize> = BTreeMap::new();
+    for (k, s) in &g.status_writes {
+        if s["phase"] == "Scheduled" {
+            *per_run.entry(k.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(per_run.len(), 6);
+    assert!(
+        per_run.values().all(|n| *n == 1),
+        "a Run was assigned twice: {per_run:?}"
+    );
+    drop(g);
+    assert!(usage_from_api(&api).values().all(|u| *u <= 3));
+    for (_, c, task) in replicas {
+        c.state.cache.check_invariants().unwrap();
+        task.abort();
+    }
+}

@@ -363,3 +363,30 @@ async fn leader_handover_never_assigns_a_run_twice() {
         task.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unserved_api_groups_disable_features_without_blocking_readiness() {
+    let api = FakeApi::start().await;
+    api.inner.lock().unserved = vec![Res::Runs, Res::Runtimes];
+    api.put(Res::Pods, pod("rp-1", &[("runs", "1")]));
+    let c = cluster(config(), api.client(), "test").await;
+    wait_for("ready without Runs", || c.state.cache.is_synced()).await;
+    wait_for("pods still watched", || {
+        c.state
+            .cache
+            .runtime_pods(Some("ns"), None, Timestamp::now())
+            .len()
+            == 1
+    })
+    .await;
+    for w in c.watchers {
+        w.abort();
+    }
+}
+
+#[test]
+fn a_tls_client_builds_without_a_crypto_provider_panic() {
+    // Only one rustls provider is compiled in, so rustls can pick it.
+    let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+    assert!(kube::Client::try_from(config).is_ok());
+}

@@ -569,6 +569,30 @@ mod prop {
                     }
                 }
             }
+            // Quiesce: the watch catches up, then cycles run until nothing
+            // more is placed. Every Run still unscheduled must fit nowhere.
+            for r in lagged.drain(..) { c.apply_run(&r); }
+            loop {
+                let mut placed = false;
+                for r in runs.iter_mut() {
+                    let key = key(r.metadata.name.as_deref().unwrap());
+                    if let Decision::Reserved { status, .. } = c.schedule_one(&key, now()) {
+                        r.status = Some(status);
+                        c.apply_run(r);
+                        placed = true;
+                    }
+                }
+                if !placed { break; }
+            }
+            prop_assert_eq!(c.check_invariants(), Ok(()));
+            for v in c.runs(Some("ns")) {
+                if v.phase.as_deref().is_none_or(|p| p == "Pending") && v.assigned_pod.is_none() {
+                    let r = runs.iter().find(|r| r.metadata.name.as_deref() == Some(v.name.as_str())).unwrap();
+                    let reqs = effective_requests(r.requests()).unwrap();
+                    let plan = c.plan("ns", "py", &reqs, now());
+                    prop_assert!(plan.feasible.is_empty(), "{} fits {:?} but was not scheduled", v.name, plan.selected());
+                }
+            }
         }
     }
 }

@@ -78,6 +78,8 @@ pub struct Inner {
     pub status_writes: Vec<(String, Value)>,
     /// Status patches refused with 409.
     pub conflicts: usize,
+    /// Resources answered with 404, as for an API group the cluster does not serve.
+    pub unserved: Vec<Res>,
     /// Field manager owning each Lease's holderIdentity.
     lease_owner: HashMap<(String, String), String>,
 }
@@ -356,6 +358,13 @@ impl FakeApi {
 }
 
 async fn list_or_watch(api: FakeApi, res: Res, params: HashMap<String, String>) -> Response {
+    if api.inner.lock().unserved.contains(&res) {
+        return status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    }
     if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
         api.watch_response(res, &params)
     } else {

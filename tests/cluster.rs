@@ -384,8 +384,8 @@ async fn unserved_api_groups_disable_features_without_blocking_readiness() {
     }
 }
 
-#[test]
-fn a_tls_client_builds_without_a_crypto_provider_panic() {
+#[tokio::test]
+async fn a_tls_client_builds_without_a_crypto_provider_panic() {
     // Only one rustls provider is compiled in, so rustls can pick it.
     let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
     assert!(kube::Client::try_from(config).is_ok());

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 const RETRY_BASE: Duration = Duration::from_millis(100);
 /// Longest retry delay.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// First re-check of a Run that stayed Pending; doubles per attempt.
+const PENDING_BASE: Duration = Duration::from_secs(1);
+/// Longest interval between re-checks of a Pending Run.
+const PENDING_MAX: Duration = Duration::from_secs(120);
 
 /// What one cycle did, for tests and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +41,8 @@ pub struct RunController {
     writer: Arc<dyn ClusterWriter>,
     /// Consecutive failed writes per Run, for exponential retry backoff.
     failures: Mutex<HashMap<RunKey, u32>>,
+    /// Consecutive Pending outcomes per Run, for the backoff re-check.
+    pending: Mutex<HashMap<RunKey, u32>>,
 }
 
 impl RunController {
@@ -45,6 +51,7 @@ impl RunController {
             cache,
             writer,
             failures: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -144,7 +151,32 @@ impl RunController {
             }
         };
         metrics.observe(Endpoint::ScheduleCycle, start);
+        self.pending_backoff(key, &outcome);
         outcome
+    }
+
+    /// A Run that stays Pending is re-checked on its own with exponential
+    /// backoff (1s doubling to 2 min) besides the wakeups, which catch
+    /// capacity changes at once; the periodic resync is only a fallback.
+    fn pending_backoff(&self, key: &RunKey, outcome: &CycleOutcome) {
+        match outcome {
+            CycleOutcome::Pending { .. } => {
+                let n = {
+                    let mut p = self.pending.lock();
+                    let n = p.entry(key.clone()).or_insert(0);
+                    *n = n.saturating_add(1);
+                    *n
+                };
+                let delay = PENDING_BASE
+                    .saturating_mul(1u32 << (n - 1).min(16))
+                    .min(PENDING_MAX);
+                self.cache.queue().add_after(key.clone(), delay);
+            }
+            CycleOutcome::Skipped | CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
+            CycleOutcome::Scheduled { .. } | CycleOutcome::Failed { .. } | CycleOutcome::Gone => {
+                self.pending.lock().remove(key);
+            }
+        }
     }
 
     /// Requeues after a failed write with per-Run exponential backoff. A

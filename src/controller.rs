@@ -76,6 +76,30 @@ impl RunController {
         r
     }
 
+    /// Writes a Pending or Failed status, then records a Warning event with
+    /// the status reason and message.
+    async fn write_with_event(
+        &self,
+        key: &RunKey,
+        uid: String,
+        rv: Option<&str>,
+        status: &RunStatus,
+        reason: &str,
+    ) -> Result<(), WriteError> {
+        self.write(key, rv, status).await?;
+        let message = status.message.as_deref().unwrap_or("");
+        tracing::info!(run = %key, phase = status.phase.as_deref().unwrap_or(""), reason, message, "not scheduled");
+        let run = RunRef {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            uid,
+        };
+        self.writer
+            .record_event(&run, EventKind::Warning, reason, message)
+            .await;
+        Ok(())
+    }
+
     /// One cycle for one Run.
     pub async fn cycle(&self, key: &RunKey) -> CycleOutcome {
         let start = Instant::now();
@@ -105,20 +129,13 @@ impl RunController {
                 status,
                 write,
             } => {
-                if write {
-                    if let Err(e) = self.write(key, resource_version.as_deref(), &status).await {
-                        return self.failed_write(key, e);
-                    }
-                    let message = status.message.as_deref().unwrap_or("");
-                    tracing::info!(run = %key, reason = reason.as_str(), message, "pending");
-                    let run = RunRef {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                        uid,
-                    };
-                    self.writer
-                        .record_event(&run, EventKind::Warning, reason.as_str(), message)
-                        .await;
+                let rv = resource_version.as_deref();
+                if write
+                    && let Err(e) = self
+                        .write_with_event(key, uid, rv, &status, reason.as_str())
+                        .await
+                {
+                    return self.failed_write(key, e);
                 }
                 CycleOutcome::Pending {
                     reason: reason.as_str(),
@@ -131,21 +148,11 @@ impl RunController {
                 status,
                 write,
             } => {
-                if write {
-                    if let Err(e) = self.write(key, resource_version.as_deref(), &status).await {
-                        return self.failed_write(key, e);
-                    }
-                    let message = status.message.as_deref().unwrap_or("");
-                    tracing::info!(run = %key, message, "invalid resource request");
-                    let run = RunRef {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                        uid,
-                    };
-                    let reason = crate::runs::status::INVALID_RESOURCE_REQUEST;
-                    self.writer
-                        .record_event(&run, EventKind::Warning, reason, message)
-                        .await;
+                let rv = resource_version.as_deref();
+                let reason = crate::runs::status::INVALID_RESOURCE_REQUEST;
+                if write && let Err(e) = self.write_with_event(key, uid, rv, &status, reason).await
+                {
+                    return self.failed_write(key, e);
                 }
                 CycleOutcome::Failed { written: write }
             }

@@ -305,25 +305,34 @@ impl Cache {
         }
     }
 
+    /// Keys (namespace, name) that the cache holds but a relist of
+    /// `objects` no longer contains; `held` lists a namespace's names.
+    fn absent<'a, K: kube::Resource + 'a>(
+        &self,
+        objects: impl IntoIterator<Item = &'a K>,
+        held: impl Fn(&NsState) -> Vec<String>,
+    ) -> Vec<(String, String)> {
+        let keep: BTreeSet<(String, String)> = objects
+            .into_iter()
+            .filter_map(|o| Some((ns_of(o.meta()).to_owned(), o.meta().name.clone()?)))
+            .collect();
+        let st = self.state.read();
+        st.namespaces
+            .iter()
+            .flat_map(|(ns, nss)| held(nss).into_iter().map(move |n| (ns.clone(), n)))
+            .filter(|k| !keep.contains(k))
+            .collect()
+    }
+
     /// Replaces every Pod (a relist): pods absent from `pods` are deleted.
     pub fn reset_pods(&self, pods: &[Pod], now: Timestamp) {
-        let keep: BTreeSet<(String, String)> = pods
-            .iter()
-            .filter_map(|p| Some((ns_of(&p.metadata).to_owned(), p.metadata.name.clone()?)))
-            .collect();
-        let gone: Vec<(String, String)> = {
-            let st = self.state.read();
-            st.namespaces
+        let gone = self.absent(pods, |nss| {
+            nss.pods
                 .iter()
-                .flat_map(|(ns, nss)| {
-                    nss.pods
-                        .iter()
-                        .filter(|(_, s)| s.pod.is_some())
-                        .map(move |(n, _)| (ns.clone(), n.to_string()))
-                })
-                .filter(|k| !keep.contains(k))
+                .filter(|(_, s)| s.pod.is_some())
+                .map(|(n, _)| n.to_string())
                 .collect()
-        };
+        });
         for (ns, name) in gone {
             self.delete_pod(&ns, &name);
         }

@@ -11,7 +11,7 @@ use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score, e
 use crate::runs::queue::RunKey;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The outcome of one scheduling cycle's decision, taken under the write
@@ -264,18 +264,7 @@ impl Cache {
     /// Replaces every Run (a relist). Assumed reservations survive: they are
     /// released only by what the new objects show.
     pub fn reset_runs(&self, runs: &[Run]) {
-        let keep: BTreeSet<(String, String)> = runs
-            .iter()
-            .filter_map(|r| Some((ns_of(&r.metadata).to_owned(), r.metadata.name.clone()?)))
-            .collect();
-        let gone: Vec<(String, String)> = {
-            let st = self.state.read();
-            st.namespaces
-                .iter()
-                .flat_map(|(ns, nss)| nss.runs.keys().map(move |n| (ns.clone(), n.clone())))
-                .filter(|k| !keep.contains(k))
-                .collect()
-        };
+        let gone = self.absent(runs, |nss| nss.runs.keys().cloned().collect());
         for (ns, name) in gone {
             self.delete_run(&ns, &name);
         }

@@ -253,11 +253,18 @@ impl AgentState {
             return Effects::default();
         };
         let phase = run.status.as_ref().and_then(|s| s.phase.clone());
-        if !self.assigned_here(run) {
-            return self.forget(&uid, Gone::Reassigned);
-        }
         if phase::is_terminal(phase.as_deref()) {
             return self.forget(&uid, Gone::Terminal);
+        }
+        if !self.assigned_here(run) {
+            // Only a Run the watch has shown here can move away. A uid
+            // reserved from the request body before the watch caught up
+            // may still see older events (unassigned, or a previous
+            // assignment): those must not release it.
+            if self.runs.contains_key(&uid) {
+                return self.forget(&uid, Gone::Reassigned);
+            }
+            return Effects::default();
         }
         let known = KnownRun {
             run: RunRef {
@@ -381,4 +388,116 @@ pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
         }
     };
     futures::join!(pod_task, run_task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{RunSpec, RunStatus};
+    use crate::model::resources::Requests;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn state() -> AgentState {
+        let mut s = AgentState::new(AgentConfig {
+            pod: "rp-1".into(),
+            namespace: "default".into(),
+            default_runs_capacity: 2,
+            max_bypass: 4,
+        });
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for e in [Event::Init, Event::InitApply(pod), Event::InitDone] {
+            s.apply_pod_event(e);
+        }
+        for e in [Event::Init, Event::InitDone] {
+            s.apply_run_event(e);
+        }
+        s
+    }
+
+    fn mk_run(name: &str, phase: Option<&str>, pod: Option<&str>) -> Run {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                runtime: "python".into(),
+                resources: None,
+            },
+        );
+        r.metadata.namespace = Some("default".into());
+        r.metadata.uid = Some(format!("uid-{name}"));
+        r.status = Some(RunStatus {
+            phase: phase.map(str::to_owned),
+            assigned_pod: pod.map(str::to_owned),
+            ..Default::default()
+        });
+        r
+    }
+
+    fn reserve(s: &mut AgentState, name: &str) {
+        let run = RunRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        };
+        s.ledger.request(run, Requests::runs_only());
+    }
+
+    #[test]
+    fn agent_stale_events_do_not_release_a_reservation_the_watch_has_not_caught_up_with() {
+        let mut s = state();
+        assert!(s.is_synced());
+        reserve(&mut s, "a");
+        // Older events of the same Run: unassigned, then another pod.
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Pending"), None)));
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
+        // A relist that does not show it here yet.
+        for e in [Event::Init, Event::InitDone] {
+            s.apply_run_event(e);
+        }
+        assert!(s.ledger.hold("uid-a").is_some());
+        // Once the watch has shown it here, moving away releases it.
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-1"))));
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
+        assert!(s.ledger.hold("uid-a").is_none());
+        // Terminal releases even a Run the watch never showed here.
+        reserve(&mut s, "b");
+        s.apply_run_event(Event::Apply(mk_run("b", Some("Failed"), Some("rp-1"))));
+        assert!(s.ledger.hold("uid-b").is_none());
+    }
+
+    #[test]
+    fn agent_pod_capacity_and_relist_adoption() {
+        let mut s = state();
+        assert_eq!(s.ledger.capacity().get("runs"), Some(&2));
+        let fx = s.apply_run_event(Event::Apply(mk_run("q", Some("Scheduled"), Some("rp-1"))));
+        assert_eq!(fx, Effects::default());
+        for n in ["x", "y"] {
+            reserve(&mut s, n);
+        }
+        reserve(&mut s, "q");
+        assert!(s.ledger.is_queued("uid-q"));
+        // The queued Run turns out to be executing already: adopted, and its
+        // waiters hear it is admitted.
+        let fx = s.apply_run_event(Event::Apply(mk_run("q", Some("Running"), Some("rp-1"))));
+        assert_eq!(fx.admitted, vec!["uid-q".to_owned()]);
+        assert_eq!(s.ledger.reserved().get("runs"), Some(&3));
+        // Pod gone: no capacity, nothing revoked.
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        s.apply_pod_event(Event::Delete(pod));
+        assert!(s.ledger.capacity().is_empty());
+        assert_eq!(s.ledger.holds().count(), 3);
+    }
 }

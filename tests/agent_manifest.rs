@@ -58,15 +58,13 @@ fn agent_sidecar_manifest_is_valid_kubernetes() {
     let rules = role.rules.unwrap_or_default();
     for (group, resource) in [("", "pods"), ("kruntimes.io", "runs")] {
         assert!(
-            rules.iter().any(|r| r
-                .api_groups
+            rules
                 .iter()
-                .flatten()
-                .any(|g| g == group)
-                && r.resources.iter().flatten().any(|x| x == resource)
-                && ["get", "list", "watch"]
-                    .iter()
-                    .all(|v| r.verbs.iter().any(|x| x == v))),
+                .any(|r| r.api_groups.iter().flatten().any(|g| g == group)
+                    && r.resources.iter().flatten().any(|x| x == resource)
+                    && ["get", "list", "watch"]
+                        .iter()
+                        .all(|v| r.verbs.iter().any(|x| x == v))),
             "{resource}"
         );
     }

@@ -471,6 +471,24 @@ async fn agent_watch_events_release() {
     let (s, v) = waiter.await.expect("join");
     assert_eq!(s, StatusCode::CONFLICT);
     assert_eq!(v["queued"], false, "{v}");
+    // So does one whose queued request is withdrawn by DELETE.
+    h.agent
+        .apply_run_event(Event::Apply(mk_run("g", "Scheduled", Some(POD), &[])));
+    let waiter = {
+        let h = Arc::clone(&h);
+        tokio::spawn(async move { h.reserve("g", None, "?wait=10s").await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t0 = Instant::now();
+    assert_eq!(h.release("g").await, StatusCode::NO_CONTENT);
+    let (s, v) = waiter.await.expect("join");
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["queued"], false, "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("withdrawn")),
+        "{v}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]

@@ -416,7 +416,7 @@ impl Agent {
             Some(info) => Ok(Reservation::Queued { run, info }),
             None => Ok(Reservation::Dropped {
                 run,
-                why: Gone::Deleted,
+                why: Gone::Withdrawn,
             }),
         }
     }

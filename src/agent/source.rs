@@ -45,6 +45,8 @@ pub enum Gone {
     Terminal,
     Deleted,
     Reassigned,
+    /// Taken out of the queue by `DELETE /v1/reservations/{uid}`.
+    Withdrawn,
 }
 
 impl Gone {
@@ -53,6 +55,7 @@ impl Gone {
             Gone::Terminal => "the Run finished",
             Gone::Deleted => "the Run was deleted",
             Gone::Reassigned => "the Run is assigned to another pod",
+            Gone::Withdrawn => "its reservation request was withdrawn",
         }
     }
 }
@@ -136,7 +139,11 @@ impl AgentState {
         if r.held || r.dequeued || self.runs.contains_key(uid) {
             self.released.insert(uid.to_owned());
         }
-        Effects::admitted(admitted)
+        let mut fx = Effects::admitted(admitted);
+        if r.dequeued {
+            fx.dropped.push((uid.to_owned(), Gone::Withdrawn));
+        }
+        fx
     }
 
     // === Pod events ===

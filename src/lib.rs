@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod agent;
 pub mod cache;
 pub mod cluster;
 pub mod controller;

@@ -1,6 +1,7 @@
 //! `kruntimes-scheduler`: the CLI. Everything else lives in the library.
 
 use clap::{Parser, Subcommand, ValueEnum};
+use kruntimes_scheduler::agent::{self, AgentArgs};
 use kruntimes_scheduler::serve::{self, ServeArgs};
 use kruntimes_scheduler::workload::cli::WorkloadCommand;
 use std::process::ExitCode;
@@ -29,6 +30,8 @@ enum LogFormat {
 enum Command {
     /// Serve the HTTP API and run the Run scheduling loop.
     Serve(ServeArgs),
+    /// Admit Runs on one Runtime Pod, over HTTP on a unix socket.
+    Agent(AgentArgs),
     /// Compile and validate workload trees into Workload and PodGroups.
     #[command(subcommand)]
     Workload(WorkloadCommand),
@@ -50,14 +53,14 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
-    let args = match cli.command {
+    let command = match cli.command {
         Command::Workload(cmd) => {
             return kruntimes_scheduler::workload::cli::run(cmd).unwrap_or_else(|e| {
                 eprintln!("error: {e:#}");
                 ExitCode::from(2)
             });
         }
-        Command::Serve(args) => args,
+        other => other,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -69,7 +72,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(serve::run(args));
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Agent(args) => agent::run(args).await,
+            Command::Workload(_) => Ok(()),
+        }
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,510 @@
+//! What feeds the ledger: the agent's own Pod (capacity annotations) and the
+//! Runs assigned to it, as `kube::runtime::watcher` events.
+//!
+//! [`AgentState`] turns events into ledger updates; it is pure, so tests feed
+//! it events directly. The cluster wiring ([`watch`]) and the standalone
+//! loader ([`standalone_events`]) only produce events.
+
+use super::ledger::{Ledger, RunRef};
+use crate::crd::{Run, phase};
+use crate::model::pod::capacity_from_annotations;
+use crate::model::resources::{RequestError, Requests, accounted_requests, effective_requests};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::Event;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+
+/// Which pod the agent guards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// Name of the Runtime Pod the agent runs in.
+    pub pod: String,
+    /// Its namespace (accounting is namespace-local).
+    pub namespace: String,
+    /// `runs` capacity when the pod has no `kruntimes.io/capacity.runs`.
+    pub default_runs_capacity: u64,
+    /// Bypasses a queued Run tolerates (see [`super::ledger`]).
+    pub max_bypass: u32,
+}
+
+/// A Run assigned to this pod, as last seen by the watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownRun {
+    pub run: RunRef,
+    pub phase: Option<String>,
+    /// Effective request, or why `spec.resources.requests` is invalid.
+    pub requests: Result<Requests, RequestError>,
+    /// The request used to account it if it is already executing.
+    pub accounted: Requests,
+}
+
+/// Why a queued Run left the queue without being admitted, or a held one
+/// was released by the watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    Terminal,
+    Deleted,
+    Reassigned,
+    /// Taken out of the queue by `DELETE /v1/reservations/{uid}`.
+    Withdrawn,
+}
+
+impl Gone {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gone::Terminal => "the Run finished",
+            Gone::Deleted => "the Run was deleted",
+            Gone::Reassigned => "the Run is assigned to another pod",
+            Gone::Withdrawn => "its reservation request was withdrawn",
+        }
+    }
+}
+
+/// What an update did that waiters must hear about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Uids admitted (from the queue, or adopted while queued).
+    pub admitted: Vec<String>,
+    /// Uids dropped from the queue by the watch, and why.
+    pub dropped: Vec<(String, Gone)>,
+}
+
+impl Effects {
+    fn admitted(admitted: Vec<String>) -> Self {
+        Effects {
+            admitted,
+            dropped: Vec::new(),
+        }
+    }
+
+    fn merge(&mut self, other: Effects) {
+        self.admitted.extend(other.admitted);
+        self.dropped.extend(other.dropped);
+    }
+}
+
+/// The agent's whole state: the ledger and the watch-backed cache feeding
+/// it. One owner ([`super::Agent`]) serialises every call.
+#[derive(Debug)]
+pub struct AgentState {
+    /// Which pod, which namespace, defaults.
+    pub config: AgentConfig,
+    /// Capacity, reservations and the queue.
+    pub ledger: Ledger,
+    /// Runs assigned to this pod and not terminal, by uid.
+    runs: HashMap<String, KnownRun>,
+    /// Uids released by an explicit DELETE: not adopted again while the
+    /// watch still shows them Running.
+    released: HashSet<String>,
+    /// Runs listed since the last `Init`, until `InitDone`.
+    run_buffer: Option<Vec<Run>>,
+    /// The pod listed since the last `Init`, until `InitDone`.
+    pod_buffer: Option<Option<Pod>>,
+    /// The first Pod list has completed.
+    pod_synced: bool,
+    /// The first Run list has completed.
+    runs_synced: bool,
+}
+
+impl AgentState {
+    /// A state that knows nothing yet: no capacity, not synced.
+    pub fn new(config: AgentConfig) -> Self {
+        let ledger = Ledger::new(Vec::new(), config.max_bypass);
+        AgentState {
+            config,
+            ledger,
+            runs: HashMap::new(),
+            released: HashSet::new(),
+            run_buffer: None,
+            pod_buffer: None,
+            pod_synced: false,
+            runs_synced: false,
+        }
+    }
+
+    /// Both watches have listed once: the ledger knows every executing Run,
+    /// so admitting cannot double-book.
+    pub fn is_synced(&self) -> bool {
+        self.pod_synced && self.runs_synced
+    }
+
+    /// The Run with this uid, if the watch shows it assigned here.
+    pub fn known_run(&self, uid: &str) -> Option<&KnownRun> {
+        self.runs.get(uid)
+    }
+
+    /// Remembers an explicit release (so the Run is not adopted again).
+    pub fn release(&mut self, uid: &str) -> Effects {
+        let (r, admitted) = self.ledger.release(uid);
+        if r.held || r.dequeued || self.runs.contains_key(uid) {
+            self.released.insert(uid.to_owned());
+        }
+        let mut fx = Effects::admitted(admitted);
+        if r.dequeued {
+            fx.dropped.push((uid.to_owned(), Gone::Withdrawn));
+        }
+        fx
+    }
+
+    // === Pod events ===
+
+    /// Applies one event of the watch on the agent's own Pod.
+    pub fn apply_pod_event(&mut self, event: Event<Pod>) -> Effects {
+        match event {
+            Event::Apply(pod) => self.set_pod(Some(&pod)),
+            Event::Delete(pod) => {
+                if self.is_own_pod(&pod) {
+                    self.set_pod(None)
+                } else {
+                    Effects::default()
+                }
+            }
+            Event::Init => {
+                self.pod_buffer = Some(None);
+                Effects::default()
+            }
+            Event::InitApply(pod) => {
+                if self.is_own_pod(&pod) {
+                    self.pod_buffer = Some(Some(pod));
+                }
+                Effects::default()
+            }
+            Event::InitDone => {
+                let pod = self.pod_buffer.take().flatten();
+                self.pod_synced = true;
+                self.set_pod(pod.as_ref())
+            }
+        }
+    }
+
+    fn is_own_pod(&self, pod: &Pod) -> bool {
+        pod.metadata.name.as_deref() == Some(self.config.pod.as_str())
+            && pod.metadata.namespace.as_deref().unwrap_or("default") == self.config.namespace
+    }
+
+    /// New capacity from the pod's annotations; a missing pod has none (no
+    /// new admissions, nothing revoked).
+    fn set_pod(&mut self, pod: Option<&Pod>) -> Effects {
+        let capacity = match pod {
+            Some(p) if self.is_own_pod(p) => capacity_from_annotations(
+                p.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+                self.config.default_runs_capacity,
+            ),
+            Some(_) => return Effects::default(),
+            None => Vec::new(),
+        };
+        Effects::admitted(self.ledger.set_capacity(capacity))
+    }
+
+    // === Run events ===
+
+    /// Applies one event of the watch on the Runs of the namespace.
+    pub fn apply_run_event(&mut self, event: Event<Run>) -> Effects {
+        match event {
+            Event::Apply(run) => self.apply_run(&run, false),
+            Event::Delete(run) => match run.metadata.uid.as_deref() {
+                Some(uid) => self.forget(uid, Gone::Deleted),
+                None => Effects::default(),
+            },
+            Event::Init => {
+                self.run_buffer = Some(Vec::new());
+                Effects::default()
+            }
+            Event::InitApply(run) => {
+                self.run_buffer.get_or_insert_with(Vec::new).push(run);
+                Effects::default()
+            }
+            Event::InitDone => {
+                let listed = self.run_buffer.take().unwrap_or_default();
+                self.runs_synced = true;
+                self.reset_runs(&listed)
+            }
+        }
+    }
+
+    /// A relist: Runs known before and absent now were deleted; every listed
+    /// Run is applied, adopting those already executing here.
+    fn reset_runs(&mut self, listed: &[Run]) -> Effects {
+        let present: HashSet<&str> = listed
+            .iter()
+            .filter_map(|r| r.metadata.uid.as_deref())
+            .collect();
+        let vanished: Vec<String> = self
+            .runs
+            .keys()
+            .filter(|uid| !present.contains(uid.as_str()))
+            .cloned()
+            .collect();
+        let mut fx = Effects::default();
+        for uid in vanished {
+            fx.merge(self.forget(&uid, Gone::Deleted));
+        }
+        for run in listed {
+            fx.merge(self.apply_run(run, true));
+        }
+        fx
+    }
+
+    fn assigned_here(&self, run: &Run) -> bool {
+        run.metadata.namespace.as_deref().unwrap_or("default") == self.config.namespace
+            && run.status.as_ref().and_then(|s| s.assigned_pod.as_deref())
+                == Some(self.config.pod.as_str())
+    }
+
+    fn apply_run(&mut self, run: &Run, relist: bool) -> Effects {
+        let Some(uid) = run.metadata.uid.clone() else {
+            return Effects::default();
+        };
+        let phase = run.status.as_ref().and_then(|s| s.phase.clone());
+        if phase::is_terminal(phase.as_deref()) {
+            return self.forget(&uid, Gone::Terminal);
+        }
+        if !self.assigned_here(run) {
+            // Only a Run the watch has shown here can move away. A uid
+            // reserved from the request body before the watch caught up
+            // may still see older events (unassigned, or a previous
+            // assignment): those must not release it.
+            if self.runs.contains_key(&uid) {
+                return self.forget(&uid, Gone::Reassigned);
+            }
+            return Effects::default();
+        }
+        let known = KnownRun {
+            run: RunRef {
+                namespace: self.config.namespace.clone(),
+                name: run.metadata.name.clone().unwrap_or_default(),
+                uid: uid.clone(),
+            },
+            phase: phase.clone(),
+            requests: effective_requests(run.requests()),
+            accounted: accounted_requests(run.requests()),
+        };
+        let executing = matches!(phase.as_deref(), Some(phase::RUNNING | phase::READY));
+        let mut fx = Effects::default();
+        if executing && (relist || !self.released.contains(&uid)) {
+            if relist {
+                self.released.remove(&uid);
+            }
+            if self
+                .ledger
+                .adopt(known.run.clone(), known.accounted.clone())
+            {
+                fx.admitted.push(uid.clone());
+            }
+        }
+        self.runs.insert(uid, known);
+        fx
+    }
+
+    /// The watch shows the Run gone from this pod: release its reservation,
+    /// take it out of the queue, forget it.
+    fn forget(&mut self, uid: &str, why: Gone) -> Effects {
+        self.runs.remove(uid);
+        self.released.remove(uid);
+        let (r, admitted) = self.ledger.release(uid);
+        let mut fx = Effects::admitted(admitted);
+        if r.dequeued {
+            fx.dropped.push((uid.to_owned(), why));
+        }
+        fx
+    }
+}
+
+/// Standalone mode: the objects of a `--state` file as the events of a
+/// first list — the agent's Pod (by name and namespace) and every Run.
+/// A Run without `metadata.uid` gets `<namespace>.<name>` (the standalone
+/// service would generate a random one; a stable one is easier to type).
+pub fn standalone_events(objects: &[Value], config: &AgentConfig) -> Result<InitialList, String> {
+    let mut pods = vec![Event::Init];
+    let mut runs = vec![Event::Init];
+    for (i, obj) in objects.iter().enumerate() {
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        if ns != config.namespace {
+            continue;
+        }
+        match kind {
+            "Pod" if name == config.pod => {
+                let mut pod: Pod = serde_json::from_value(obj.clone())
+                    .map_err(|e| format!("object {i} (Pod {ns}/{name}): {e}"))?;
+                pod.metadata.namespace = Some(ns.to_owned());
+                pods.push(Event::InitApply(pod));
+            }
+            "Run" => {
+                let mut run: Run = serde_json::from_value(obj.clone())
+                    .map_err(|e| format!("object {i} (Run {ns}/{name}): {e}"))?;
+                run.metadata.namespace = Some(ns.to_owned());
+                if run.metadata.uid.as_deref().is_none_or(str::is_empty) {
+                    run.metadata.uid = Some(format!("{ns}.{name}"));
+                }
+                runs.push(Event::InitApply(run));
+            }
+            _ => {}
+        }
+    }
+    pods.push(Event::InitDone);
+    runs.push(Event::InitDone);
+    Ok(InitialList { pods, runs })
+}
+
+/// The events of a first list of both watches.
+#[derive(Debug, Clone)]
+pub struct InitialList {
+    pub pods: Vec<Event<Pod>>,
+    pub runs: Vec<Event<Run>>,
+}
+
+/// Cluster mode: watches the agent's own Pod (field selector on its name)
+/// and the Runs of its namespace, feeding every event to `agent` until the
+/// streams end. Watch errors are logged and retried with backoff.
+pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let config = agent.config();
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &config.namespace);
+    let runs: kube::Api<Run> = kube::Api::namespaced(client, &config.namespace);
+    let pod_cfg = watcher::Config::default().fields(&format!("metadata.name={}", config.pod));
+    let pod_agent = std::sync::Arc::clone(&agent);
+    let pod_task = async move {
+        let mut s = std::pin::pin!(watcher(pods, pod_cfg).default_backoff());
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(ev) => pod_agent.apply_pod_event(ev),
+                Err(e) => tracing::warn!(error = %e, "pod watch failed; retrying"),
+            }
+        }
+    };
+    let run_task = async move {
+        let mut s = std::pin::pin!(watcher(runs, watcher::Config::default()).default_backoff());
+        while let Some(ev) = s.next().await {
+            match ev {
+                Ok(ev) => agent.apply_run_event(ev),
+                Err(e) => tracing::warn!(error = %e, "run watch failed; retrying"),
+            }
+        }
+    };
+    futures::join!(pod_task, run_task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{RunSpec, RunStatus};
+    use crate::model::resources::Requests;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn state() -> AgentState {
+        let mut s = AgentState::new(AgentConfig {
+            pod: "rp-1".into(),
+            namespace: "default".into(),
+            default_runs_capacity: 2,
+            max_bypass: 4,
+        });
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for e in [Event::Init, Event::InitApply(pod), Event::InitDone] {
+            s.apply_pod_event(e);
+        }
+        for e in [Event::Init, Event::InitDone] {
+            s.apply_run_event(e);
+        }
+        s
+    }
+
+    fn mk_run(name: &str, phase: Option<&str>, pod: Option<&str>) -> Run {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                runtime: "python".into(),
+                resources: None,
+            },
+        );
+        r.metadata.namespace = Some("default".into());
+        r.metadata.uid = Some(format!("uid-{name}"));
+        r.status = Some(RunStatus {
+            phase: phase.map(str::to_owned),
+            assigned_pod: pod.map(str::to_owned),
+            ..Default::default()
+        });
+        r
+    }
+
+    fn reserve(s: &mut AgentState, name: &str) {
+        let run = RunRef {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        };
+        s.ledger.request(run, Requests::runs_only());
+    }
+
+    #[test]
+    fn agent_stale_events_do_not_release_a_reservation_the_watch_has_not_caught_up_with() {
+        let mut s = state();
+        assert!(s.is_synced());
+        reserve(&mut s, "a");
+        // Older events of the same Run: unassigned, then another pod.
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Pending"), None)));
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
+        // A relist that does not show it here yet.
+        for e in [Event::Init, Event::InitDone] {
+            s.apply_run_event(e);
+        }
+        assert!(s.ledger.hold("uid-a").is_some());
+        // Once the watch has shown it here, moving away releases it.
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-1"))));
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
+        assert!(s.ledger.hold("uid-a").is_none());
+        // Terminal releases even a Run the watch never showed here.
+        reserve(&mut s, "b");
+        s.apply_run_event(Event::Apply(mk_run("b", Some("Failed"), Some("rp-1"))));
+        assert!(s.ledger.hold("uid-b").is_none());
+    }
+
+    #[test]
+    fn agent_pod_capacity_and_relist_adoption() {
+        let mut s = state();
+        assert_eq!(s.ledger.capacity().get("runs"), Some(&2));
+        let fx = s.apply_run_event(Event::Apply(mk_run("q", Some("Scheduled"), Some("rp-1"))));
+        assert_eq!(fx, Effects::default());
+        for n in ["x", "y"] {
+            reserve(&mut s, n);
+        }
+        reserve(&mut s, "q");
+        assert!(s.ledger.is_queued("uid-q"));
+        // The queued Run turns out to be executing already: adopted, and its
+        // waiters hear it is admitted.
+        let fx = s.apply_run_event(Event::Apply(mk_run("q", Some("Running"), Some("rp-1"))));
+        assert_eq!(fx.admitted, vec!["uid-q".to_owned()]);
+        assert_eq!(s.ledger.reserved().get("runs"), Some(&3));
+        // Pod gone: no capacity, nothing revoked.
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        s.apply_pod_event(Event::Delete(pod));
+        assert!(s.ledger.capacity().is_empty());
+        assert_eq!(s.ledger.holds().count(), 3);
+    }
+}

@@ -501,7 +501,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
     };
     tracing::info!(socket = %args.socket.display(), pod = %args.pod, namespace = %args.namespace, "agent listening");
-    let result = server::serve(socket, Arc::clone(&agent), server::shutdown_signal()).await;
+    let result = server::serve(socket, Arc::clone(&agent), crate::serve::shutdown_signal()).await;
     if let Some(t) = watch_task {
         t.abort();
     }

@@ -129,8 +129,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/reservations", get(status).post(reserve))
         .route("/v1/reservations/{uid}", delete(release))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(crate::http::not_found)
+        .method_not_allowed_fallback(crate::http::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(agent)
 }
@@ -220,32 +220,4 @@ fn reserve_error(e: ReserveError) -> ApiError {
         | ReserveError::WrongName { .. } => StatusCode::UNPROCESSABLE_ENTITY,
     };
     ApiError::new(status, e.to_string())
-}
-
-async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no route for {}", uri.path()))
-}
-
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method {method} is not allowed on {}", uri.path()),
-    )
-}
-
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
 }

@@ -81,11 +81,13 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn not_found(uri: axum::http::Uri) -> ApiError {
+/// The JSON 404 for unknown paths.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("no route for {}", uri.path()))
 }
 
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+/// The JSON 405 for a known path with the wrong method.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         format!("method {method} is not allowed on {}", uri.path()),

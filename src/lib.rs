@@ -19,7 +19,9 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod admission;
 pub mod cache;
+pub mod certs;
 pub mod cluster;
 pub mod controller;
 pub mod crd;
@@ -28,4 +30,5 @@ pub mod metrics;
 pub mod model;
 pub mod runs;
 pub mod serve;
+pub mod tls;
 pub mod workload;

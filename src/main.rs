@@ -32,6 +32,8 @@ enum Command {
     /// Compile and validate workload trees into Workload and PodGroups.
     #[command(subcommand)]
     Workload(WorkloadCommand),
+    /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
+    Certs(kruntimes_scheduler::certs::CertsArgs),
 }
 
 fn init_logs(format: LogFormat) {
@@ -56,6 +58,15 @@ fn main() -> ExitCode {
                 eprintln!("error: {e:#}");
                 ExitCode::from(2)
             });
+        }
+        Command::Certs(args) => {
+            return match kruntimes_scheduler::certs::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
         }
         Command::Serve(args) => args,
     };

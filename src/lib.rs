@@ -19,8 +19,10 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod admission;
 pub mod agent;
 pub mod cache;
+pub mod certs;
 pub mod cluster;
 pub mod controller;
 pub mod crd;
@@ -29,4 +31,5 @@ pub mod metrics;
 pub mod model;
 pub mod runs;
 pub mod serve;
+pub mod tls;
 pub mod workload;

@@ -35,6 +35,8 @@ enum Command {
     /// Compile and validate workload trees into Workload and PodGroups.
     #[command(subcommand)]
     Workload(WorkloadCommand),
+    /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
+    Certs(kruntimes_scheduler::certs::CertsArgs),
 }
 
 fn init_logs(format: LogFormat) {
@@ -50,6 +52,16 @@ fn init_logs(format: LogFormat) {
     }
 }
 
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -60,6 +72,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             });
         }
+        Command::Certs(args) => return report(kruntimes_scheduler::certs::run(args)),
         other => other,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -72,18 +85,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async move {
+    report(runtime.block_on(async move {
         match command {
             Command::Serve(args) => serve::run(args).await,
             Command::Agent(args) => agent::run(args).await,
-            Command::Workload(_) => Ok(()),
+            // Handled above, without an async runtime.
+            Command::Workload(_) | Command::Certs(_) => Ok(()),
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    }))
 }

@@ -82,6 +82,22 @@ pub struct WriteLabels {
     pub result: WriteResult,
 }
 
+/// An admission verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Verdict {
+    Allowed,
+    Patched,
+    Denied,
+    Malformed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// The webhook path's name (a fixed set compiled into the binary).
+    pub webhook: &'static str,
+    pub verdict: Verdict,
+}
+
 #[derive(Clone)]
 pub struct LatencyHistogram;
 
@@ -93,6 +109,7 @@ impl MetricConstructor<Histogram> for LatencyHistogram {
 }
 
 /// All metrics of the process.
+#[derive(Debug)]
 pub struct Metrics {
     pub registry: Registry,
     pub decision_seconds: Family<EndpointLabels, Histogram, LatencyHistogram>,
@@ -102,6 +119,7 @@ pub struct Metrics {
     pub runs_scheduled: Counter,
     pub status_writes: Family<WriteLabels, Counter>,
     pub assumed_reservations: Gauge,
+    pub admission_verdicts: Family<AdmissionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -145,7 +163,14 @@ impl Default for Metrics {
             "Reservations written but not yet observed through the Run watch",
             assumed_reservations.clone(),
         );
+        let admission_verdicts = Family::default();
+        registry.register(
+            "admission_verdicts",
+            "Admission reviews answered, by webhook and verdict",
+            admission_verdicts.clone(),
+        );
         Metrics {
+            admission_verdicts,
             registry,
             decision_seconds,
             filter_rejections,

@@ -1,5 +1,6 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
+use crate::admission::PriorityClasses;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
@@ -41,6 +42,8 @@ pub struct ServeArgs {
     /// A Runtime Pod whose runtimed heartbeat is older than this is unavailable.
     #[arg(long, env = "KRS_HEARTBEAT_STALE_AFTER", default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_stale_after: Duration,
+    #[command(flatten)]
+    pub tls: crate::tls::TlsArgs,
     /// Concurrent scheduling workers.
     #[arg(long, env = "KRS_WORKERS", default_value_t = 2)]
     pub workers: usize,
@@ -102,10 +105,13 @@ pub fn standalone(
     cache.set_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
     let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
+    // The standalone store keeps no PriorityClasses: an empty, synced index.
+    let priority_classes = Arc::new(PriorityClasses::synced_with(std::iter::empty()));
     let state = AppState {
         cache,
         store: Some(Arc::clone(&store)),
         metrics,
+        priority_classes,
     };
     Ok(Standalone {
         state,
@@ -130,17 +136,24 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
         .with_context(|| format!("loading --state {}", path.display()))?;
     tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
     let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding --listen {}", args.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, "listening (HTTP)");
     let queue = Arc::clone(app.state.cache.queue());
-    axum::serve(listener, router(app.state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    listen(args, router(app.state), "standalone mode").await?;
     queue.shutdown();
     let _ = loop_task.await;
     Ok(())
+}
+
+/// Serves `app` on `--listen` until SIGINT/SIGTERM: HTTPS with the
+/// `--tls-cert`/`--tls-key` pair (reloaded when the files change), plain
+/// HTTP without.
+async fn listen(args: &ServeArgs, app: axum::Router, mode: &str) -> anyhow::Result<()> {
+    let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", args.listen))?;
+    let scheme = if tls.is_some() { "HTTPS" } else { "HTTP" };
+    tracing::info!(addr = %listener.local_addr()?, scheme, mode, "listening");
+    crate::tls::serve(listener, app, tls, shutdown_signal()).await
 }
 
 /// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
@@ -184,12 +197,18 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
     let writer: Arc<dyn ClusterWriter> =
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
-    let watchers = crate::cluster::watch::spawn(client, Arc::clone(&cache)).await;
+    let mut watchers = crate::cluster::watch::spawn(client.clone(), Arc::clone(&cache)).await;
+    let priority_classes = Arc::new(PriorityClasses::new());
+    watchers.push(crate::cluster::watch::spawn_priority_classes(
+        client,
+        Arc::clone(&priority_classes),
+    ));
     Cluster {
         state: AppState {
             cache,
             store: None,
             metrics,
+            priority_classes,
         },
         controller,
         watchers,
@@ -266,14 +285,8 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         tracing::info!("leader election off: this replica schedules Runs");
         tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding --listen {}", args.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, "listening (HTTP), cluster mode");
     let queue = Arc::clone(app.state.cache.queue());
-    axum::serve(listener, router(app.state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    listen(args, router(app.state), "cluster mode").await?;
     queue.shutdown();
     loop_task.abort();
     for w in app.watchers {

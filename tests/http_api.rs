@@ -501,3 +501,30 @@ async fn heartbeat_endpoint() {
         .clone();
     assert_eq!(node["candidate"], true);
 }
+
+#[tokio::test]
+async fn admission_webhooks_are_served_and_counted() {
+    let app = app("");
+    let mut review: Value = serde_json::from_str(&fixture("admission/run-create.json")).unwrap();
+    review["request"]["object"]["spec"]["resources"]["requests"]["gpu"] = json!("-1");
+    let r = post(&app, "/admission/validate/runs", &review.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["response"]["allowed"], false);
+    assert_eq!(
+        post(&app, "/admission/validate/runs", "{").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let m = get(&app, "/metrics").await.text;
+    assert!(
+        m.contains(
+            r#"kruntimes_admission_verdicts_total{webhook="validate-runs",verdict="Denied"} 1"#
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            r#"kruntimes_admission_verdicts_total{webhook="validate-runs",verdict="Malformed"} 1"#
+        ),
+        "{m}"
+    );
+}

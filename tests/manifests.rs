@@ -46,3 +46,42 @@ fn run_crd_matches_the_rust_type() {
 fn runtime_crd_matches_the_rust_type() {
     check("runtimes.kruntimes.io.yaml", &Runtime::crd());
 }
+
+#[test]
+fn kustomization_lists_every_install_manifest_and_they_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let k: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let listed: Vec<String> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    for f in &listed {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        for d in docs.iter().filter(|d| !d.is_null()) {
+            assert!(
+                d["apiVersion"].is_string() && d["kind"].is_string(),
+                "{f}: {d}"
+            );
+            assert!(d["metadata"]["name"].is_string(), "{f}: {d}");
+        }
+    }
+    // Every top-level manifest is installed, except examples.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let example = name.contains("sidecar")
+            || name.contains("second-scheduler")
+            || name == "scheduler-config.yaml";
+        if name.ends_with(".yaml") && name != "kustomization.yaml" && !example {
+            assert!(
+                listed.contains(&name),
+                "{name} is not in kustomization.yaml"
+            );
+        }
+    }
+}

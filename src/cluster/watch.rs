@@ -238,6 +238,34 @@ pub async fn spawn(client: Client, cache: Arc<Cache>) -> Vec<tokio::task::JoinHa
     tasks
 }
 
+/// Watches PriorityClasses for the admission webhooks' existence check. The
+/// index reports synced after the first list; until then the webhooks fail
+/// closed for objects that name a class.
+pub fn spawn_priority_classes(
+    client: Client,
+    classes: Arc<crate::admission::PriorityClasses>,
+) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    tokio::spawn(async move {
+        let api: Api<PriorityClass> = Api::all(client);
+        let mut stream =
+            Box::pin(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let mut buffer: Vec<PriorityClass> = Vec::new();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(pc)) => classes.apply(&pc),
+                Ok(Event::Delete(pc)) => classes.delete(&pc),
+                Ok(Event::Init) => buffer.clear(),
+                Ok(Event::InitApply(pc)) => buffer.push(pc),
+                Ok(Event::InitDone) => classes.reset(std::mem::take(&mut buffer)),
+                Err(e) => {
+                    tracing::warn!(kind = "PriorityClass", error = %e, "watch failed; retrying with backoff")
+                }
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

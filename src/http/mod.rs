@@ -29,10 +29,17 @@ pub struct AppState {
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
     pub metrics: Arc<Metrics>,
+    /// PriorityClasses the admission webhooks check names against.
+    pub priority_classes: Arc<crate::admission::PriorityClasses>,
 }
 
-/// The service's router.
+/// The service's router: the Run API, standalone objects, health, metrics,
+/// and the admission webhooks.
 pub fn router(state: AppState) -> Router {
+    let admission = crate::admission::router(crate::admission::AdmissionState {
+        priority_classes: Arc::clone(&state.priority_classes),
+        metrics: Arc::clone(&state.metrics),
+    });
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -56,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+        .merge(admission)
 }
 
 async fn healthz() -> &'static str {

@@ -1,0 +1,159 @@
+//! Admission webhooks (`admission.k8s.io/v1` AdmissionReview).
+//!
+//! ```text
+//!  POST /admission/<mutate|validate>/<resource>
+//!      │ handler: decode the review (malformed → HTTP 400, JSON error)
+//!      ▼
+//!  pure decision fn(&AdmissionRequest) -> AdmissionResponse
+//!      runs::{mutate_run, validate_run}     model::resources rules
+//!      groups::validate_*                   workload::validate_* rules
+//!                                           + PriorityClasses index
+//!      pods::mutate_pod
+//!      │
+//!      ▼ encode: echo apiVersion/kind/uid, base64 JSONPatch
+//! ```
+//!
+//! A rule violation is HTTP 200 with `allowed: false`, `status.code` 4xx and
+//! a message naming every offending field path. Decisions have no side
+//! effects, so `dryRun` requests get the same verdict as real ones.
+
+pub mod groups;
+pub mod pods;
+pub mod priority;
+pub mod review;
+pub mod runs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, response::IntoResponse, response::Response};
+use kube::core::admission::AdmissionResponse;
+
+use crate::http::MAX_BODY_BYTES;
+use crate::http::error::{ApiError, Body};
+pub use priority::PriorityClasses;
+use review::Request;
+
+/// How long one review may take before the handler gives up (the webhook
+/// configurations give the API server a 10s budget).
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// What the admission handlers share.
+#[derive(Clone, Debug, Default)]
+pub struct AdmissionState {
+    /// PriorityClasses by name, fed by a watcher or the standalone store.
+    pub priority_classes: Arc<PriorityClasses>,
+    /// Where verdicts are counted.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl AdmissionState {
+    /// State over an existing PriorityClass index.
+    pub fn new(priority_classes: Arc<PriorityClasses>) -> Self {
+        Self {
+            priority_classes,
+            metrics: Arc::default(),
+        }
+    }
+}
+
+/// The webhook routes, with their own body limit and timeout, ready to be
+/// merged into the service router (`router.merge(admission::router(s))`).
+/// It sets no fallback, so it merges with a router that has one.
+pub fn router(state: AdmissionState) -> Router {
+    Router::new()
+        .route("/admission/mutate/runs", post(mutate_runs))
+        .route("/admission/validate/runs", post(validate_runs))
+        .route("/admission/validate/podgroups", post(validate_pod_groups))
+        .route(
+            "/admission/validate/compositepodgroups",
+            post(validate_composite_pod_groups),
+        )
+        .route("/admission/validate/workloads", post(validate_workloads))
+        .route("/admission/mutate/pods", post(mutate_pods))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            REVIEW_TIMEOUT,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+// === handlers: decode, decide, encode ===
+
+fn answer(
+    s: &AdmissionState,
+    body: &[u8],
+    webhook: &'static str,
+    decide: impl FnOnce(&Request) -> AdmissionResponse,
+) -> Response {
+    use crate::metrics::{AdmissionLabels, Verdict};
+    let count = |verdict| {
+        s.metrics
+            .admission_verdicts
+            .get_or_create(&AdmissionLabels { webhook, verdict })
+            .inc()
+    };
+    let req = match review::decode_review(body) {
+        Ok(req) => req,
+        Err(e) => {
+            count(Verdict::Malformed);
+            return ApiError::bad_request(e.to_string()).into_response();
+        }
+    };
+    let resp = decide(&req);
+    count(match (resp.allowed, resp.patch.is_some()) {
+        (false, _) => Verdict::Denied,
+        (true, true) => Verdict::Patched,
+        (true, false) => Verdict::Allowed,
+    });
+    tracing::debug!(
+        webhook,
+        uid = %req.uid,
+        operation = ?req.operation,
+        dry_run = req.dry_run,
+        allowed = resp.allowed,
+        code = resp.result.code,
+        patched = resp.patch.is_some(),
+        "admission review"
+    );
+    Json(review::encode_review(resp)).into_response()
+}
+
+async fn mutate_runs(State(s): State<AdmissionState>, Body(body): Body) -> Response {
+    answer(&s, &body, "mutate-runs", runs::mutate_run)
+}
+
+async fn validate_runs(State(s): State<AdmissionState>, Body(body): Body) -> Response {
+    answer(&s, &body, "validate-runs", runs::validate_run)
+}
+
+async fn validate_pod_groups(State(s): State<AdmissionState>, Body(body): Body) -> Response {
+    answer(&s, &body, "validate-podgroups", |r| {
+        groups::validate_pod_group(r, &s.priority_classes)
+    })
+}
+
+async fn validate_composite_pod_groups(
+    State(s): State<AdmissionState>,
+    Body(body): Body,
+) -> Response {
+    answer(&s, &body, "validate-compositepodgroups", |r| {
+        groups::validate_composite_pod_group(r, &s.priority_classes)
+    })
+}
+
+async fn validate_workloads(State(s): State<AdmissionState>, Body(body): Body) -> Response {
+    answer(&s, &body, "validate-workloads", |r| {
+        groups::validate_workload(r, &s.priority_classes)
+    })
+}
+
+async fn mutate_pods(State(s): State<AdmissionState>, Body(body): Body) -> Response {
+    answer(&s, &body, "mutate-pods", pods::mutate_pod)
+}

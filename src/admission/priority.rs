@@ -1,0 +1,206 @@
+//! The PriorityClass index admission checks names against.
+//!
+//! Fed like every other cache (`apply` / `delete` / `reset`), by a
+//! PriorityClass watcher in cluster mode or by the standalone store. Until
+//! the first `reset` (the watcher's initial list) the index is *not synced*
+//! and every lookup answers [`ClassLookup::NotSynced`]: admission then
+//! fails closed instead of guessing.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use parking_lot::RwLock;
+
+use crate::workload::PriorityClassRef;
+
+/// What the index knows about one PriorityClass name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassLookup {
+    /// The class exists, with this value.
+    Found(i32),
+    /// The index is synced and has no class of that name.
+    Missing,
+    /// The index has not seen its initial list yet.
+    NotSynced,
+}
+
+/// A PriorityClass reference that does not resolve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassProblem {
+    /// The reference (field path and class name).
+    pub reference: PriorityClassRef,
+    /// [`ClassLookup::Missing`] or [`ClassLookup::NotSynced`].
+    pub lookup: ClassLookup,
+}
+
+impl std::fmt::Display for ClassProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ClassProblem { reference, lookup } = self;
+        match lookup {
+            ClassLookup::NotSynced => write!(
+                f,
+                "{}: Internal error: cannot check that PriorityClass {:?} exists: the scheduler's \
+                 PriorityClass cache is not synced yet, so the request is refused (fail closed); retry shortly",
+                reference.path, reference.name
+            ),
+            _ => write!(
+                f,
+                "{}: Not found: {:?}: no PriorityClass with this name exists",
+                reference.path, reference.name
+            ),
+        }
+    }
+}
+
+/// PriorityClasses by name.
+#[derive(Debug, Default)]
+pub struct PriorityClasses {
+    /// Names and values, and whether the initial list has been seen.
+    state: RwLock<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Class name → value.
+    classes: BTreeMap<String, i32>,
+    /// The initial list has been applied.
+    synced: bool,
+}
+
+// === impl PriorityClasses ===
+
+impl PriorityClasses {
+    /// An empty index, not synced.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An index holding exactly `classes`, synced (tests, standalone mode).
+    pub fn synced_with(classes: impl IntoIterator<Item = PriorityClass>) -> Self {
+        let index = Self::new();
+        index.reset(classes);
+        index
+    }
+
+    /// Adds or replaces one class (watch event `Apply`/`InitApply`).
+    pub fn apply(&self, pc: &PriorityClass) {
+        let Some(name) = pc.metadata.name.clone() else {
+            return;
+        };
+        self.state
+            .write()
+            .classes
+            .insert(name, pc.value.unwrap_or(0));
+    }
+
+    /// Removes one class (watch event `Delete`).
+    pub fn delete(&self, pc: &PriorityClass) {
+        if let Some(name) = &pc.metadata.name {
+            self.delete_name(name);
+        }
+    }
+
+    /// Removes one class by name.
+    pub fn delete_name(&self, name: &str) {
+        self.state.write().classes.remove(name);
+    }
+
+    /// Replaces the whole content (a full list) and marks the index synced.
+    pub fn reset(&self, classes: impl IntoIterator<Item = PriorityClass>) {
+        let classes = classes
+            .into_iter()
+            .filter_map(|pc| pc.metadata.name.map(|n| (n, pc.value.unwrap_or(0))))
+            .collect();
+        let mut state = self.state.write();
+        state.classes = classes;
+        state.synced = true;
+    }
+
+    /// Marks the index synced or not (e.g. not synced again while a watch
+    /// relists after losing its connection, if the caller prefers that).
+    pub fn set_synced(&self, synced: bool) {
+        self.state.write().synced = synced;
+    }
+
+    /// Whether the initial list has been seen.
+    pub fn is_synced(&self) -> bool {
+        self.state.read().synced
+    }
+
+    /// Looks one name up.
+    pub fn lookup(&self, name: &str) -> ClassLookup {
+        let state = self.state.read();
+        if !state.synced {
+            return ClassLookup::NotSynced;
+        }
+        state
+            .classes
+            .get(name)
+            .map_or(ClassLookup::Missing, |v| ClassLookup::Found(*v))
+    }
+
+    /// Every reference that does not resolve, in order.
+    pub fn check(&self, refs: &[PriorityClassRef]) -> Vec<ClassProblem> {
+        refs.iter()
+            .filter_map(|r| match self.lookup(&r.name) {
+                ClassLookup::Found(_) => None,
+                lookup => Some(ClassProblem {
+                    reference: r.clone(),
+                    lookup,
+                }),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn mk_class(name: &str, value: i32) -> PriorityClass {
+        PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            value: Some(value),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fails_closed_until_synced() {
+        let index = PriorityClasses::new();
+        index.apply(&mk_class("high", 1000));
+        assert_eq!(index.lookup("high"), ClassLookup::NotSynced);
+        index.reset([mk_class("high", 1000)]);
+        assert_eq!(index.lookup("high"), ClassLookup::Found(1000));
+        assert_eq!(index.lookup("low"), ClassLookup::Missing);
+    }
+
+    #[test]
+    fn apply_delete_reset() {
+        let index = PriorityClasses::synced_with([mk_class("a", 1)]);
+        index.apply(&mk_class("b", 2));
+        index.apply(&mk_class("a", 3));
+        assert_eq!(index.lookup("a"), ClassLookup::Found(3));
+        index.delete(&mk_class("a", 3));
+        assert_eq!(index.lookup("a"), ClassLookup::Missing);
+        index.reset([mk_class("c", 4)]);
+        assert_eq!(index.lookup("b"), ClassLookup::Missing);
+        assert_eq!(index.lookup("c"), ClassLookup::Found(4));
+        let problems = index.check(&[
+            PriorityClassRef {
+                path: "spec.priorityClassName".into(),
+                name: "c".into(),
+            },
+            PriorityClassRef {
+                path: "spec.x".into(),
+                name: "zz".into(),
+            },
+        ]);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().starts_with("spec.x: Not found"));
+    }
+}

@@ -1,0 +1,405 @@
+//! HTTPS serving with certificates reloaded while running.
+//!
+//! The serving certificate lives in an [`ArcSwap`] behind a rustls
+//! [`ResolvesServerCert`]: the handshake path only loads a pointer, and a
+//! reloader task swaps in a new [`CertifiedKey`] when the files change.
+//!
+//! Change detection reads the two files (following symlinks) once a second
+//! and compares their bytes with the last pair it saw. That covers in-place
+//! rewrites, renames over the files, and the Kubernetes Secret volume, where
+//! `tls.crt` is a symlink to `..data/tls.crt` and an update swaps the
+//! `..data` directory symlink atomically (watching the file paths' inodes
+//! alone misses that). A new pair that does not parse, or whose key does
+//! not match the certificate, is logged and the old certificate stays in
+//! service.
+//!
+//! Only the `ring` provider is compiled in (see `Cargo.toml`), and the
+//! server config names it explicitly, so no process-wide default is needed.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use parking_lot::Mutex;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+
+/// How often the certificate files are checked for changes.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+/// A TLS handshake that takes longer than this is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// An HTTP/1 request whose headers take longer than this is dropped.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for open connections to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// `--tls-cert` / `--tls-key`: TLS is on when both are given.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain to serve (leaf first); reloaded when it changes.
+    #[arg(long, env = "KRS_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the certificate (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "KRS_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Loads the certificate when TLS is configured (`None`: plain HTTP).
+    /// A missing or broken file at startup is an error, not a panic.
+    pub fn load(&self) -> Result<Option<TlsConfigHandle>, TlsError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => TlsConfigHandle::from_files(cert, key).map(Some),
+            (None, None) => Ok(None),
+            _ => Err(TlsError::Incomplete),
+        }
+    }
+}
+
+/// Why a certificate pair could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// Only one of `--tls-cert` and `--tls-key` was given.
+    #[error("--tls-cert and --tls-key must be given together")]
+    Incomplete,
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The certificate file holds no PEM certificate.
+    #[error("{path}: no PEM certificate found ({detail})")]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        detail: String,
+    },
+    /// The key file holds no usable PEM private key.
+    #[error("{path}: no PEM private key found ({detail})")]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        detail: String,
+    },
+    /// rustls refused the pair (unsupported key, key not matching the certificate).
+    #[error("certificate {cert} with key {key}: {source}")]
+    Rejected {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls said.
+        source: rustls::Error,
+    },
+}
+
+/// The serving certificate, swappable without locks on the handshake path.
+#[derive(Debug)]
+pub struct CertResolver {
+    /// The certificate presented to every client.
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl CertResolver {
+    /// A resolver presenting `key`.
+    pub fn new(key: Arc<CertifiedKey>) -> Self {
+        Self {
+            current: ArcSwap::new(key),
+        }
+    }
+
+    /// The certificate presented now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.load_full()
+    }
+
+    /// Presents `key` from the next handshake on.
+    pub fn set(&self, key: Arc<CertifiedKey>) {
+        self.current.store(key);
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// A rustls server configuration whose certificate follows two files.
+#[derive(Clone, Debug)]
+pub struct TlsConfigHandle {
+    /// ALPN h2 + http/1.1, TLS 1.2 and 1.3, the resolver below.
+    config: Arc<ServerConfig>,
+    /// The swappable certificate.
+    resolver: Arc<CertResolver>,
+    /// The files and the bytes last seen in them.
+    files: Arc<CertFiles>,
+}
+
+#[derive(Debug)]
+struct CertFiles {
+    /// Certificate chain path.
+    cert: PathBuf,
+    /// Private key path.
+    key: PathBuf,
+    /// Contents of (cert, key) at the last load attempt.
+    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+// === impl TlsConfigHandle ===
+
+impl TlsConfigHandle {
+    /// Loads the pair and builds the server configuration.
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let (cert_bytes, key_bytes) = read_pair(cert, key)?;
+        let certified = parse_pair(cert, key, &cert_bytes, &key_bytes)?;
+        let resolver = Arc::new(CertResolver::new(Arc::new(certified)));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|source| TlsError::Rejected {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                source,
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Self {
+            config: Arc::new(config),
+            resolver,
+            files: Arc::new(CertFiles {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                seen: Mutex::new((cert_bytes, key_bytes)),
+            }),
+        })
+    }
+
+    /// The rustls configuration (shared; the certificate inside changes).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.config)
+    }
+
+    /// The certificate presented now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.resolver.current()
+    }
+
+    /// Re-reads the files: `Ok(true)` when a new certificate is now served,
+    /// `Ok(false)` when the files did not change, `Err` when they changed
+    /// but the new pair is unusable (the old certificate stays; the same
+    /// bytes are not retried, a further change is).
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let (cert_bytes, key_bytes) = read_pair(&self.files.cert, &self.files.key)?;
+        {
+            let mut seen = self.files.seen.lock();
+            if seen.0 == cert_bytes && seen.1 == key_bytes {
+                return Ok(false);
+            }
+            *seen = (cert_bytes.clone(), key_bytes.clone());
+        }
+        let certified = parse_pair(&self.files.cert, &self.files.key, &cert_bytes, &key_bytes)?;
+        self.resolver.set(Arc::new(certified));
+        Ok(true)
+    }
+
+    /// Polls the files every `interval` and reloads on change, forever.
+    pub async fn watch(self, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_read_error: Option<String> = None;
+        loop {
+            tick.tick().await;
+            let this = self.clone();
+            let outcome = tokio::task::spawn_blocking(move || this.reload()).await;
+            match outcome {
+                Ok(Ok(true)) => {
+                    last_read_error = None;
+                    tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                }
+                Ok(Ok(false)) => last_read_error = None,
+                Ok(Err(e @ TlsError::Read { .. })) => {
+                    // Files briefly missing during a swap: say it once.
+                    let msg = e.to_string();
+                    if last_read_error.as_deref() != Some(&msg) {
+                        tracing::warn!(error = %msg, "TLS certificate files unreadable; still serving the previous certificate");
+                        last_read_error = Some(msg);
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "new TLS certificate rejected; still serving the previous certificate");
+                }
+                Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
+            }
+        }
+    }
+}
+
+fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|source| TlsError::Read {
+            path: p.to_owned(),
+            source,
+        })
+    };
+    Ok((read(cert)?, read(key)?))
+}
+
+fn parse_pair(
+    cert: &Path,
+    key: &Path,
+    cert_bytes: &[u8],
+    key_bytes: &[u8],
+) -> Result<CertifiedKey, TlsError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_bytes)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::NoCertificate {
+            path: cert.to_owned(),
+            detail: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: cert.to_owned(),
+            detail: "the file has no CERTIFICATE block".into(),
+        });
+    }
+    let private = PrivateKeyDer::from_pem_slice(key_bytes).map_err(|e| TlsError::NoKey {
+        path: key.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified =
+        CertifiedKey::from_der(chain, private, &provider).map_err(|source| TlsError::Rejected {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            source,
+        })?;
+    // `from_der` tolerates keys whose public half it cannot compute; insist.
+    certified
+        .keys_match()
+        .map_err(|source| TlsError::Rejected {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            source,
+        })?;
+    Ok(certified)
+}
+
+// === serving ===
+
+/// Serves `router` on `listener` until `shutdown` resolves: HTTPS (HTTP/1.1
+/// and HTTP/2 by ALPN) when `tls` is given, plain HTTP otherwise. Each
+/// connection runs in its own task; TLS handshakes happen there too, with a
+/// timeout, so a slow client cannot stall the accept loop. With TLS, the
+/// certificate files are watched for the lifetime of the server. On
+/// shutdown, open connections get [`SHUTDOWN_GRACE`] to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<TlsConfigHandle>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let acceptor = tls
+        .as_ref()
+        .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config()));
+    let reloader = tls.map(|t| tokio::spawn(t.watch(RELOAD_INTERVAL)));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // E.g. out of file descriptors: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let builder = Arc::clone(&builder);
+        let watcher = graceful.watcher();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            match acceptor {
+                None => serve_io(&builder, TokioIo::new(stream), service, watcher).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            serve_io(&builder, TokioIo::new(tls), service, watcher).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    if let Some(r) = reloader {
+        r.abort();
+    }
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            tracing::warn!("connections still open after the shutdown grace period; closing them");
+        }
+    }
+    Ok(())
+}
+
+async fn serve_io<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: TokioIo<I>,
+    service: TowerToHyperService<Router>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = builder.serve_connection(io, service);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_require_both_files() {
+        let only_cert = TlsArgs {
+            tls_cert: Some("c".into()),
+            tls_key: None,
+        };
+        assert!(matches!(only_cert.load(), Err(TlsError::Incomplete)));
+        assert!(matches!(TlsArgs::default().load(), Ok(None)));
+    }
+}

@@ -26,6 +26,7 @@ pub mod crd;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod pods;
 pub mod runs;
 pub mod serve;
 pub mod workload;

@@ -23,6 +23,7 @@ pub mod cache;
 pub mod cluster;
 pub mod controller;
 pub mod crd;
+pub mod extender;
 pub mod http;
 pub mod metrics;
 pub mod model;

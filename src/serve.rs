@@ -1,5 +1,6 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
+use crate::cache::nodes::NodeCache;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
@@ -97,7 +98,11 @@ pub fn standalone(
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
-    let store = Arc::new(StandaloneStore::new(Arc::clone(&cache)));
+    let nodes = Arc::new(NodeCache::new());
+    let store = Arc::new(StandaloneStore::with_nodes(
+        Arc::clone(&cache),
+        Arc::clone(&nodes),
+    ));
     store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
     cache.set_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
@@ -106,6 +111,8 @@ pub fn standalone(
         cache,
         store: Some(Arc::clone(&store)),
         metrics,
+        nodes,
+        writer: store.clone(),
     };
     Ok(Standalone {
         state,
@@ -183,13 +190,17 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
     let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
     let writer: Arc<dyn ClusterWriter> =
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
-    let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
-    let watchers = crate::cluster::watch::spawn(client, Arc::clone(&cache)).await;
+    let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
+    let nodes = Arc::new(NodeCache::new());
+    let watchers =
+        crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes)).await;
     Cluster {
         state: AppState {
             cache,
             store: None,
             metrics,
+            nodes,
+            writer,
         },
         controller,
         watchers,

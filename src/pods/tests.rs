@@ -79,7 +79,8 @@ fn effective_pod_requests() {
 #[test]
 fn fit_check() {
     let alloc = amounts(&[("cpu", 4000), ("memory", 100), ("pods", 2)]);
-    let cases: Vec<(&str, Amounts, Amounts, Vec<(&str, bool)>)> = vec![
+    type Case<'a> = (&'a str, Amounts, Amounts, Vec<(&'a str, bool)>);
+    let cases: Vec<Case<'_>> = vec![
         (
             "fits",
             amounts(&[("cpu", 1000)]),

@@ -136,8 +136,8 @@ pub struct NodeState {
     /// Ids of `cpu` and `memory`, for scoring.
     cpu_id: ResId,
     memory_id: ResId,
-    /// Slots by node name.
-    nodes: HashMap<String, NodeSlot>,
+    /// Slots by node name (a fast hasher: node names are looked up per request).
+    nodes: HashMap<String, NodeSlot, foldhash::fast::RandomState>,
     /// Pods as the watch shows them.
     pods: HashMap<Key, PodEntry>,
     /// Pods this extender bound (or is binding), until the watch shows them bound.
@@ -171,7 +171,7 @@ impl Default for NodeState {
             pods_id,
             cpu_id,
             memory_id,
-            nodes: HashMap::new(),
+            nodes: HashMap::default(),
             pods: HashMap::new(),
             assumed: HashMap::new(),
             groups: HashMap::new(),

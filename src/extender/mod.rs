@@ -17,6 +17,8 @@ use crate::metrics::Endpoint;
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
@@ -43,10 +45,24 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).or_else(|_| decode_json(bytes))
 }
 
+/// [`decode`] for types borrowing from the body.
+fn decode_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|_| {
+        match decode_json::<serde_json::Value>(bytes).and_then(|v| {
+            serde_path_to_error::deserialize::<_, ExtenderArgs<'static>>(v)
+                .map(drop)
+                .map_err(|e| ApiError::unprocessable(format!("{}: {}", e.path(), e.inner())))
+        }) {
+            Err(e) => e,
+            Ok(()) => ApiError::unprocessable("the body is not an extender request"),
+        }
+    })
+}
+
 /// The node names of a request, and in full mode each node's allocatable.
-fn requested_nodes(args: &ExtenderArgs) -> Vec<(&str, Option<Amounts>)> {
+fn requested_nodes<'a>(args: &'a ExtenderArgs<'_>) -> Vec<(&'a str, Option<Amounts>)> {
     match (&args.node_names, &args.nodes) {
-        (Some(names), _) => names.iter().map(|n| (n.as_str(), None)).collect(),
+        (Some(names), _) => names.iter().map(|n| (n.as_ref(), None)).collect(),
         (None, Some(list)) => list
             .items
             .iter()
@@ -104,7 +120,7 @@ fn pod_wide_rejection(snap: &NodeState, pod: &Pod) -> Option<Rejection> {
 }
 
 /// The filter decision, pure over a snapshot.
-pub fn decide_filter(snap: &NodeState, args: &ExtenderArgs) -> ExtenderFilterResult {
+pub fn decide_filter<'a>(snap: &NodeState, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
     let cache_capable = args.node_names.is_some() || args.nodes.is_none();
     let mut out = ExtenderFilterResult {
         node_names: cache_capable.then(Vec::new),
@@ -135,7 +151,7 @@ pub fn decide_filter(snap: &NodeState, args: &ExtenderArgs) -> ExtenderFilterRes
         match verdict {
             Ok(()) => {
                 if let Some(names) = &mut out.node_names {
-                    names.push(name.to_owned());
+                    names.push(std::borrow::Cow::Borrowed(name));
                 } else if let (Some(list), Some(src)) = (&mut out.nodes, &args.nodes)
                     && let Some(item) = src.items.get(i)
                 {
@@ -156,7 +172,10 @@ pub fn decide_filter(snap: &NodeState, args: &ExtenderArgs) -> ExtenderFilterRes
 
 /// The prioritize decision: least allocated (cpu, memory) after placing the
 /// pod, 0..=10, for every node given, in order.
-pub fn decide_prioritize(snap: &NodeState, args: &ExtenderArgs) -> Vec<HostPriority> {
+pub fn decide_prioritize<'a>(
+    snap: &NodeState,
+    args: &'a ExtenderArgs<'_>,
+) -> Vec<HostPriority<'a>> {
     let requests = args
         .pod
         .as_ref()
@@ -167,7 +186,7 @@ pub fn decide_prioritize(snap: &NodeState, args: &ExtenderArgs) -> Vec<HostPrior
     requested_nodes(args)
         .into_iter()
         .map(|(name, _)| HostPriority {
-            host: name.to_owned(),
+            host: std::borrow::Cow::Borrowed(name),
             score: snap.score(name, &resolved).clamp(0, 10),
         })
         .collect()
@@ -212,26 +231,28 @@ pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> Extend
     out
 }
 
-async fn filter(
-    State(s): State<AppState>,
-    Body(body): Body,
-) -> Result<Json<ExtenderFilterResult>, ApiError> {
-    let start = Instant::now();
-    let args: ExtenderArgs = decode(&body)?;
-    let out = decide_filter(&s.nodes.read(), &args);
-    s.metrics.observe(Endpoint::ExtenderFilter, start);
-    Ok(Json(out))
+fn json_response<T: serde::Serialize>(v: &T) -> Result<Response, ApiError> {
+    let bytes = serde_json::to_vec(v)
+        .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }
 
-async fn prioritize(
-    State(s): State<AppState>,
-    Body(body): Body,
-) -> Result<Json<Vec<HostPriority>>, ApiError> {
+async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
     let start = Instant::now();
-    let args: ExtenderArgs = decode(&body)?;
+    let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
+    let out = decide_filter(&s.nodes.read(), &args);
+    let resp = json_response(&out);
+    s.metrics.observe(Endpoint::ExtenderFilter, start);
+    resp
+}
+
+async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let out = decide_prioritize(&s.nodes.read(), &args);
+    let resp = json_response(&out);
     s.metrics.observe(Endpoint::ExtenderPrioritize, start);
-    Ok(Json(out))
+    resp
 }
 
 async fn preempt(

@@ -18,8 +18,10 @@ async fn call(conn: &mut BufReader<TcpStream>, path: &str, body: &[u8]) -> anyho
         "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    conn.get_mut().write_all(head.as_bytes()).await?;
-    conn.get_mut().write_all(body).await?;
+    // One write, so Nagle and delayed ACKs do not add 40 ms per call.
+    let mut req = head.into_bytes();
+    req.extend_from_slice(body);
+    conn.get_mut().write_all(&req).await?;
     let mut len = 0usize;
     let mut status = String::new();
     conn.read_line(&mut status).await?;
@@ -88,7 +90,9 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..conns {
         let (fb, pod) = (filter_body.clone(), pod.clone());
         tasks.push(tokio::spawn(async move {
-            let mut conn = BufReader::new(TcpStream::connect(addr).await?);
+            let stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let mut conn = BufReader::new(stream);
             let (mut f, mut p) = (Vec::new(), Vec::new());
             for _ in 0..per_conn {
                 let t = Instant::now();

@@ -840,3 +840,130 @@ impl NodeCache {
         s.recompute_dra_nodes();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk_node(name: &str, cpu: &str) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu, "memory": "1Gi", "pods": "10"}}}))
+        .unwrap()
+    }
+
+    fn mk_pod(name: &str, node: Option<&str>, cpu: &str, claim: Option<&str>) -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "image": "i",
+            "resources": {"requests": {"cpu": cpu}, "claims": [{"name": "x"}]}}]});
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        if let Some(c) = claim {
+            spec["resourceClaims"] = json!([{"name": "x", "resourceClaimName": c}]);
+        }
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
+            "spec": spec}),
+        )
+        .unwrap()
+    }
+
+    fn cpu(c: &NodeCache, node: &str) -> Option<u64> {
+        c.read()
+            .slot(node)
+            .and_then(|s| s.used_named.get("cpu").copied())
+    }
+
+    #[test]
+    fn pods_count_on_their_node_and_assumptions_until_confirmed() {
+        let c = NodeCache::new();
+        c.apply_node(&mk_node("n1", "4"));
+        c.apply_pod(&mk_pod("a", Some("n1"), "1", None));
+        c.apply_pod(&mk_pod("b", None, "2", None));
+        assert_eq!(cpu(&c, "n1"), Some(1000));
+        assert!(c.assume("ns", "b", "b-uid", "n1"));
+        assert_eq!(cpu(&c, "n1"), Some(3000));
+        // Wrong uid: nothing assumed.
+        assert!(!c.assume("ns", "a", "other", "n1"));
+        // The watch still shows b unbound: the assumption stays.
+        c.apply_pod(&mk_pod("b", None, "2", None));
+        assert!(c.read().is_assumed("ns", "b"));
+        // Bound by the watch: confirmed, counted once.
+        c.apply_pod(&mk_pod("b", Some("n1"), "2", None));
+        assert!(!c.read().is_assumed("ns", "b"));
+        assert_eq!(cpu(&c, "n1"), Some(3000));
+        // Forgetting an unconfirmed assumption releases it at once.
+        c.apply_pod(&mk_pod("d", None, "1", None));
+        c.assume("ns", "d", "", "n1");
+        assert_eq!(cpu(&c, "n1"), Some(4000));
+        c.forget("ns", "d");
+        assert_eq!(cpu(&c, "n1"), Some(3000));
+        // Relist without b: it no longer counts.
+        c.reset_pods(vec![(
+            ("ns".into(), "a".into()),
+            PodEntry::from_pod(&mk_pod("a", Some("n1"), "1", None)),
+        )]);
+        assert_eq!(cpu(&c, "n1"), Some(1000));
+        // A deleted node keeps its slot while pods are counted there.
+        c.delete_node("n1");
+        assert!(!c.read().has_node("n1"));
+        assert_eq!(cpu(&c, "n1"), Some(1000));
+        c.delete_pod("ns", "a");
+        assert!(c.read().slot("n1").is_none());
+    }
+
+    #[test]
+    fn claims_follow_allocation_and_slices() {
+        let c = NodeCache::new();
+        c.apply_node(&mk_node("n1", "16"));
+        let slice: ResourceSlice = serde_json::from_value(json!({"metadata": {"name": "s"},
+            "spec": {"driver": "d", "nodeName": "n1", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "cpu0", "nodeAllocatableResources": {"cpu": {"mapping": {"deviceMultiplier": "4"}}}}]}}))
+        .unwrap();
+        let claim = |allocated: bool| -> ResourceClaim {
+            let mut v = json!({"metadata": {"name": "cl", "namespace": "ns"},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}}});
+            if allocated {
+                v["status"] = json!({"allocation": {"devices": {"results": [
+                    {"request": "r", "driver": "d", "pool": "p", "device": "cpu0"}]}}});
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        c.apply_pod(&mk_pod("a", Some("n1"), "1", Some("cl")));
+        c.apply_pod(&mk_pod("b", Some("n1"), "1", Some("cl")));
+        assert_eq!(cpu(&c, "n1"), Some(2000));
+        c.apply_slice(&slice);
+        c.apply_claim(&claim(true));
+        // Shared claim: mapped once.
+        assert_eq!(cpu(&c, "n1"), Some(6000));
+        c.apply_claim(&claim(false));
+        assert_eq!(cpu(&c, "n1"), Some(2000));
+        c.apply_claim(&claim(true));
+        c.delete_slice("s");
+        assert_eq!(cpu(&c, "n1"), Some(2000));
+    }
+
+    #[test]
+    fn group_members_and_priority() {
+        let c = NodeCache::new();
+        let mut p = mk_pod("m", None, "1", None);
+        p.spec.as_mut().unwrap().scheduling_group =
+            Some(serde_json::from_value(json!({"podGroupName": "g"})).unwrap());
+        c.apply_pod(&p);
+        assert_eq!(c.read().members("ns", "g").map(|m| m.len()), Some(1));
+        let g: PodGroup =
+            serde_json::from_value(json!({"metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"priorityClassName": "hi", "schedulingPolicy": {"basic": {}}}}))
+            .unwrap();
+        c.apply_pod_group(&g);
+        let pc: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": "hi"}, "value": 7})).unwrap();
+        c.apply_priority_class(&pc);
+        assert_eq!(
+            c.read().group_priority("ns", "g").map(|e| e.priority),
+            Some(7)
+        );
+        c.delete_pod("ns", "m");
+        assert!(c.read().members("ns", "g").is_none());
+    }
+}

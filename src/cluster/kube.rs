@@ -172,7 +172,11 @@ pub fn bind_error(b: &PodBinding, code: u16, message: &str) -> BindError {
             namespace,
             name,
             expected: b.uid.clone(),
-            actual: String::from("(another pod)"),
+            // The API server's precondition message names the current uid.
+            actual: message
+                .rsplit_once("UID in object meta: ")
+                .map(|(_, u)| u.trim().trim_end_matches('.').to_owned())
+                .unwrap_or_else(|| "another uid".into()),
         },
         _ => BindError::Other {
             namespace,

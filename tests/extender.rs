@@ -412,3 +412,17 @@ async fn cluster_scoped_kinds_have_no_namespace() {
     .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
 }
+
+#[tokio::test]
+async fn large_requests_are_accepted_up_to_the_extender_limit() {
+    let app = state();
+    // ~5 MB of node names: above the general 4 MiB API limit.
+    let names: Vec<String> = (0..400_000).map(|i| format!("node-{i:07}")).collect();
+    let body =
+        json!({"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "NodeNames": names});
+    let r = post(&app, "/scheduler/filter", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let (names, _, _, unresolvable, _) = go_filter_result(&r.body);
+    assert_eq!(names, Some(vec![]));
+    assert_eq!(unresolvable.len(), 400_000);
+}

@@ -19,6 +19,10 @@ pub enum Endpoint {
     RuntimePods,
     Runs,
     Objects,
+    ExtenderFilter,
+    ExtenderPrioritize,
+    ExtenderBind,
+    ExtenderPreempt,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

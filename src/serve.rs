@@ -1,6 +1,7 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
 use crate::admission::PriorityClasses;
+use crate::cache::nodes::NodeCache;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
@@ -100,7 +101,11 @@ pub fn standalone(
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
-    let store = Arc::new(StandaloneStore::new(Arc::clone(&cache)));
+    let nodes = Arc::new(NodeCache::new());
+    let store = Arc::new(StandaloneStore::with_nodes(
+        Arc::clone(&cache),
+        Arc::clone(&nodes),
+    ));
     store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
     cache.set_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
@@ -112,6 +117,8 @@ pub fn standalone(
         store: Some(Arc::clone(&store)),
         metrics,
         priority_classes,
+        nodes,
+        writer: store.clone(),
     };
     Ok(Standalone {
         state,
@@ -196,8 +203,10 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
     let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
     let writer: Arc<dyn ClusterWriter> =
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
-    let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
-    let mut watchers = crate::cluster::watch::spawn(client.clone(), Arc::clone(&cache)).await;
+    let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
+    let nodes = Arc::new(NodeCache::new());
+    let mut watchers =
+        crate::cluster::watch::spawn(client.clone(), Arc::clone(&cache), Arc::clone(&nodes)).await;
     let priority_classes = Arc::new(PriorityClasses::new());
     watchers.push(crate::cluster::watch::spawn_priority_classes(
         client,
@@ -209,6 +218,8 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
             store: None,
             metrics,
             priority_classes,
+            nodes,
+            writer,
         },
         controller,
         watchers,

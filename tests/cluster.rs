@@ -390,3 +390,87 @@ async fn a_tls_client_builds_without_a_crypto_provider_panic() {
     let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
     assert!(kube::Client::try_from(config).is_ok());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extender_binds_through_the_api_with_the_uid_precondition() {
+    let api = FakeApi::start().await;
+    api.put(
+        Res::Nodes,
+        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "4Gi", "pods": "10"}}}),
+    );
+    api.put(
+        Res::Pods,
+        json!({"metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+    );
+    let c = cluster(config(), api.client(), "test").await;
+    // Groups the test server does not serve (scheduling, resource) do not block readiness.
+    wait_for("ready", || c.state.cache.is_synced()).await;
+    wait_for("node and pod cached", || {
+        let s = c.state.nodes.read();
+        s.has_node("n1") && s.pod("ns", "web").is_some()
+    })
+    .await;
+    let app = kruntimes_scheduler::http::router(c.state.clone());
+    let call = |body: Value| {
+        let app = app.clone();
+        async move {
+            use tower::ServiceExt;
+            let req = axum::http::Request::post("/scheduler/bind")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body.to_string()))
+                .unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            serde_json::from_slice::<Value>(&b).unwrap()["Error"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let err =
+        call(json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "stale", "Node": "n1"}))
+            .await;
+    assert!(err.contains("replaced"), "{err}");
+    assert!(api.inner.lock().bindings.is_empty());
+    let err = call(
+        json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "uid-Pod-ns-web", "Node": "n1"}),
+    )
+    .await;
+    assert_eq!(err, "");
+    assert_eq!(
+        api.inner.lock().bindings,
+        vec![("ns/web".to_owned(), "n1".to_owned())]
+    );
+    // Counted on n1 at once (assumed), then confirmed by the watch.
+    wait_for("binding observed", || {
+        let s = c.state.nodes.read();
+        s.pod("ns", "web").and_then(|p| p.node.clone()).as_deref() == Some("n1")
+            && !s.is_assumed("ns", "web")
+    })
+    .await;
+    assert_eq!(
+        c.state
+            .nodes
+            .read()
+            .slot("n1")
+            .unwrap()
+            .used_named
+            .get("cpu"),
+        Some(&3000)
+    );
+    let err = call(
+        json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "uid-Pod-ns-web", "Node": "n1"}),
+    )
+    .await;
+    assert!(err.contains("already bound"), "{err}");
+    let err =
+        call(json!({"PodName": "gone", "PodNamespace": "ns", "PodUID": "", "Node": "n1"})).await;
+    assert!(err.contains("not found"), "{err}");
+    for w in c.watchers {
+        w.abort();
+    }
+}

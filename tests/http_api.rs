@@ -346,9 +346,9 @@ async fn objects_api_round_trip_and_errors() {
 
     let bad: &[(&str, StatusCode, &str)] = &[
         (
-            r#"{"kind":"Node","metadata":{"name":"n"}}"#,
+            r#"{"kind":"Service","metadata":{"name":"n"}}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
-            "kind: Unsupported value: \"Node\"",
+            "kind: Unsupported value: \"Service\"",
         ),
         (
             r#"{"metadata":{"name":"n"}}"#,

@@ -12,6 +12,7 @@
 //! assumed usage), Run entries, assumed reservations keyed by Run uid, and an
 //! index of unscheduled Runs per runtime for targeted wakeups.
 
+pub mod nodes;
 mod runs;
 pub mod views;
 

@@ -1,7 +1,7 @@
 //! The write side against the Kubernetes API: Run status through the status
 //! subresource with a resourceVersion precondition, and Events.
 
-use super::{ClusterWriter, EventKind, RunRef, WriteError};
+use super::{BindError, ClusterWriter, EventKind, PodBinding, RunRef, WriteError};
 use crate::crd::{Run, RunStatus};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -82,6 +82,29 @@ impl ClusterWriter for KubeWriter {
         })
     }
 
+    fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async move {
+            let api: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(self.client.clone(), &b.namespace);
+            let body = binding_body(b);
+            let pp = kube::api::PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            let res: Result<Value, kube::Error> =
+                api.create_subresource("binding", &b.name, &pp, &body).await;
+            match res {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) => Err(bind_error(b, s.code, &s.message)),
+                Err(e) => Err(BindError::Other {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                    message: e.to_string(),
+                }),
+            }
+        })
+    }
+
     fn record_event<'a>(
         &'a self,
         run: &'a RunRef,
@@ -112,6 +135,54 @@ impl ClusterWriter for KubeWriter {
                 tracing::warn!(run = %format!("{}/{}", run.namespace, run.name), error = %e, "recording event failed");
             }
         })
+    }
+}
+
+/// The `Binding` object the API server expects; `metadata.uid` is the
+/// precondition that the pod was not replaced meanwhile.
+pub fn binding_body(b: &PodBinding) -> Value {
+    let mut meta = json!({ "name": b.name, "namespace": b.namespace });
+    if !b.uid.is_empty() {
+        meta["uid"] = json!(b.uid);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": { "apiVersion": "v1", "kind": "Node", "name": b.node },
+    })
+}
+
+/// Maps the API server's answer to a binding to a precise error.
+pub fn bind_error(b: &PodBinding, code: u16, message: &str) -> BindError {
+    let (namespace, name) = (b.namespace.clone(), b.name.clone());
+    match code {
+        404 => BindError::PodGone { namespace, name },
+        409 if message.contains("already assigned") || message.contains("already bound") => {
+            BindError::AlreadyBound {
+                namespace,
+                name,
+                node: message
+                    .rsplit_once("node ")
+                    .map(|(_, n)| n.trim_matches(|c: char| c == '"' || c == '.').to_owned())
+                    .unwrap_or_default(),
+            }
+        }
+        409 if message.to_ascii_lowercase().contains("uid") => BindError::UidChanged {
+            namespace,
+            name,
+            expected: b.uid.clone(),
+            // The API server's precondition message names the current uid.
+            actual: message
+                .rsplit_once("UID in object meta: ")
+                .map(|(_, u)| u.trim().trim_end_matches('.').to_owned())
+                .unwrap_or_else(|| "another uid".into()),
+        },
+        _ => BindError::Other {
+            namespace,
+            name,
+            message: format!("{code}: {message}"),
+        },
     }
 }
 

@@ -22,6 +22,44 @@ pub enum WriteError {
     Other(String),
 }
 
+/// Why a `pods/binding` was not created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    #[error("pod {namespace}/{name} not found")]
+    PodGone { namespace: String, name: String },
+    #[error("pod {namespace}/{name} has uid {actual}, not {expected}: it was replaced")]
+    UidChanged {
+        namespace: String,
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("node {0} not found")]
+    NodeGone(String),
+    #[error("pod {namespace}/{name} is already bound to node {node}")]
+    AlreadyBound {
+        namespace: String,
+        name: String,
+        node: String,
+    },
+    #[error("binding pod {namespace}/{name}: {message}")]
+    Other {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// A pod binding: the pod (with the uid kube-scheduler decided for) and the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodBinding {
+    pub namespace: String,
+    pub name: String,
+    /// Precondition: the pod still has this uid (empty: no precondition).
+    pub uid: String,
+    pub node: String,
+}
+
 /// The Run an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRef {
@@ -61,4 +99,8 @@ pub trait ClusterWriter: Send + Sync + 'static {
         resource_version: Option<&'a str>,
         status: &'a RunStatus,
     ) -> BoxFuture<'a, Result<(), WriteError>>;
+
+    /// Creates the pod's `pods/binding` to a node, with the pod uid as
+    /// precondition.
+    fn bind_pod<'a>(&'a self, binding: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>>;
 }

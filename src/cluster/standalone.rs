@@ -5,12 +5,17 @@
 //! scheduler's own status writes, is applied to the [`Cache`] exactly as a
 //! watch event would be, in store order.
 
-use super::{ClusterWriter, WriteError};
+use super::{BindError, ClusterWriter, PodBinding, WriteError};
 use crate::cache::Cache;
+use crate::cache::nodes::NodeCache;
 use crate::crd::{Run, RunStatus, Runtime};
 use crate::model::pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -24,17 +29,34 @@ pub enum Kind {
     Pod,
     Run,
     Runtime,
+    Node,
+    PodGroup,
+    CompositePodGroup,
+    PriorityClass,
+    ResourceClaim,
+    ResourceSlice,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Pod, Kind::Run, Kind::Runtime];
+    pub const ALL: [Kind; 9] = [
+        Kind::Pod,
+        Kind::Run,
+        Kind::Runtime,
+        Kind::Node,
+        Kind::PodGroup,
+        Kind::CompositePodGroup,
+        Kind::PriorityClass,
+        Kind::ResourceClaim,
+        Kind::ResourceSlice,
+    ];
 
-    /// Accepts the kind (`Run`), lower case (`run`) or plural (`runs`).
+    /// Accepts the kind (`Run`), lower case (`run`) or plural (`runs`,
+    /// `priorityclasses`).
     pub fn parse(s: &str) -> Option<Kind> {
         let l = s.to_ascii_lowercase();
         Kind::ALL.into_iter().find(|k| {
             let n = k.as_str().to_ascii_lowercase();
-            l == n || l == format!("{n}s")
+            l == n || l == format!("{n}s") || l == format!("{n}es")
         })
     }
 
@@ -43,14 +65,29 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Run => "Run",
             Kind::Runtime => "Runtime",
+            Kind::Node => "Node",
+            Kind::PodGroup => "PodGroup",
+            Kind::CompositePodGroup => "CompositePodGroup",
+            Kind::PriorityClass => "PriorityClass",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::ResourceSlice => "ResourceSlice",
         }
     }
 
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Pod => "v1",
+            Kind::Pod | Kind::Node => "v1",
             Kind::Run | Kind::Runtime => "kruntimes.io/v1alpha1",
+            Kind::PodGroup => "scheduling.k8s.io/v1beta1",
+            Kind::CompositePodGroup => "scheduling.k8s.io/v1alpha3",
+            Kind::PriorityClass => "scheduling.k8s.io/v1",
+            Kind::ResourceClaim | Kind::ResourceSlice => "resource.k8s.io/v1",
         }
+    }
+
+    /// Cluster-scoped kinds have no namespace (stored under `""`).
+    pub fn cluster_scoped(self) -> bool {
+        matches!(self, Kind::Node | Kind::PriorityClass | Kind::ResourceSlice)
     }
 }
 
@@ -74,6 +111,8 @@ struct Inner {
 /// The store. Share it behind an `Arc`.
 pub struct StandaloneStore {
     cache: Arc<Cache>,
+    /// The extender's cluster model, fed like the Run cache.
+    nodes: Arc<NodeCache>,
     inner: Mutex<Inner>,
 }
 
@@ -141,17 +180,33 @@ fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
         }
     };
     let namespace = match meta.get("namespace") {
+        _ if kind.cluster_scoped() => {
+            meta.remove("namespace");
+            String::new()
+        }
         None | Some(Value::Null) => "default".to_owned(),
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(other) => return Err(at(format!("metadata.namespace: Invalid value: {other}"))),
     };
-    meta.insert("namespace".into(), json!(namespace));
-    let what = format!("object {index} ({} {namespace}/{name})", kind.as_str());
+    if !kind.cluster_scoped() {
+        meta.insert("namespace".into(), json!(namespace));
+    }
+    let what = if kind.cluster_scoped() {
+        format!("object {index} ({} {name})", kind.as_str())
+    } else {
+        format!("object {index} ({} {namespace}/{name})", kind.as_str())
+    };
     // Check the whole object against its Kubernetes type.
     match kind {
         Kind::Pod => typed::<Pod>(&v, &what).map(drop)?,
         Kind::Run => typed::<Run>(&v, &what).map(drop)?,
         Kind::Runtime => typed::<Runtime>(&v, &what).map(drop)?,
+        Kind::Node => typed::<Node>(&v, &what).map(drop)?,
+        Kind::PodGroup => typed::<PodGroup>(&v, &what).map(drop)?,
+        Kind::CompositePodGroup => typed::<CompositePodGroup>(&v, &what).map(drop)?,
+        Kind::PriorityClass => typed::<PriorityClass>(&v, &what).map(drop)?,
+        Kind::ResourceClaim => typed::<ResourceClaim>(&v, &what).map(drop)?,
+        Kind::ResourceSlice => typed::<ResourceSlice>(&v, &what).map(drop)?,
     }
     Ok(Prepared {
         kind,
@@ -170,10 +225,20 @@ pub fn kube_time(t: Timestamp) -> String {
 
 impl StandaloneStore {
     pub fn new(cache: Arc<Cache>) -> Self {
+        Self::with_nodes(cache, Arc::new(NodeCache::new()))
+    }
+
+    /// A store feeding both the Run cache and the extender's node cache.
+    pub fn with_nodes(cache: Arc<Cache>, nodes: Arc<NodeCache>) -> Self {
         StandaloneStore {
             cache,
+            nodes,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    pub fn nodes(&self) -> &Arc<NodeCache> {
+        &self.nodes
     }
 
     pub fn cache(&self) -> &Arc<Cache> {
@@ -263,7 +328,9 @@ impl StandaloneStore {
             .objects
             .iter()
             .filter(|((k, ns, n), _)| {
-                *k == kind && namespace.is_none_or(|x| x == ns) && name.is_none_or(|x| x == n)
+                *k == kind
+                    && (kind.cluster_scoped() || namespace.is_none_or(|x| x == ns))
+                    && name.is_none_or(|x| x == n)
             })
             .map(|(_, v)| v.clone())
             .collect()
@@ -272,6 +339,7 @@ impl StandaloneStore {
     /// Deletes one object; false if it did not exist.
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> bool {
         let mut inner = self.inner.lock();
+        let namespace = if kind.cluster_scoped() { "" } else { namespace };
         let key = (kind, namespace.to_owned(), name.to_owned());
         if inner.objects.remove(&key).is_none() {
             return false;
@@ -358,9 +426,26 @@ impl StandaloneStore {
         // Objects were type-checked in `prepare`; a failure here is a bug, logged, never a panic.
         match kind {
             Kind::Pod => match serde_json::from_value::<Pod>(v.clone()) {
-                Ok(p) => self.cache.apply_pod(&p, now),
+                Ok(p) => {
+                    self.cache.apply_pod(&p, now);
+                    self.nodes.apply_pod(&p);
+                }
                 Err(e) => tracing::error!(error = %e, "stored Pod no longer parses"),
             },
+            Kind::Node => self.observe_typed(v, |n: Node| self.nodes.apply_node(&n)),
+            Kind::PodGroup => self.observe_typed(v, |g: PodGroup| self.nodes.apply_pod_group(&g)),
+            Kind::CompositePodGroup => {
+                self.observe_typed(v, |g: CompositePodGroup| self.nodes.apply_composite(&g))
+            }
+            Kind::PriorityClass => {
+                self.observe_typed(v, |c: PriorityClass| self.nodes.apply_priority_class(&c))
+            }
+            Kind::ResourceClaim => {
+                self.observe_typed(v, |c: ResourceClaim| self.nodes.apply_claim(&c))
+            }
+            Kind::ResourceSlice => {
+                self.observe_typed(v, |c: ResourceSlice| self.nodes.apply_slice(&c))
+            }
             Kind::Run => match serde_json::from_value::<Run>(v.clone()) {
                 Ok(r) => self.cache.apply_run(&r),
                 Err(e) => tracing::error!(error = %e, "stored Run no longer parses"),
@@ -372,9 +457,25 @@ impl StandaloneStore {
         }
     }
 
+    fn observe_typed<T: DeserializeOwned>(&self, v: &Value, apply: impl FnOnce(T)) {
+        match serde_json::from_value::<T>(v.clone()) {
+            Ok(o) => apply(o),
+            Err(e) => tracing::error!(error = %e, "stored object no longer parses"),
+        }
+    }
+
     fn forget(&self, (kind, ns, name): &Key) {
         match kind {
-            Kind::Pod => self.cache.delete_pod(ns, name),
+            Kind::Pod => {
+                self.cache.delete_pod(ns, name);
+                self.nodes.delete_pod(ns, name);
+            }
+            Kind::Node => self.nodes.delete_node(name),
+            Kind::PodGroup => self.nodes.delete_pod_group(ns, name),
+            Kind::CompositePodGroup => self.nodes.delete_composite(ns, name),
+            Kind::PriorityClass => self.nodes.delete_priority_class(name),
+            Kind::ResourceClaim => self.nodes.delete_claim(ns, name),
+            Kind::ResourceSlice => self.nodes.delete_slice(name),
             Kind::Run => self.cache.delete_run(ns, name),
             Kind::Runtime => self.cache.delete_runtime(ns, name),
         }
@@ -412,6 +513,68 @@ impl ClusterWriter for StandaloneStore {
             obj["metadata"]["resourceVersion"] = json!(rv);
             let v = obj.clone();
             self.observe(Kind::Run, &v, Timestamp::now());
+            Ok(())
+        })
+    }
+
+    fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock();
+            let (namespace, name) = (b.namespace.clone(), b.name.clone());
+            if !inner
+                .objects
+                .contains_key(&(Kind::Node, String::new(), b.node.clone()))
+            {
+                return Err(BindError::NodeGone(b.node.clone()));
+            }
+            let key = (Kind::Pod, namespace.clone(), name.clone());
+            let Some(cur) = inner.objects.get(&key) else {
+                return Err(BindError::PodGone { namespace, name });
+            };
+            let actual = cur
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if !b.uid.is_empty() && actual != b.uid {
+                return Err(BindError::UidChanged {
+                    namespace,
+                    name,
+                    expected: b.uid.clone(),
+                    actual,
+                });
+            }
+            if let Some(node) = cur
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                return Err(BindError::AlreadyBound {
+                    namespace,
+                    name,
+                    node: node.to_owned(),
+                });
+            }
+            inner.resource_version += 1;
+            let rv = inner.resource_version.to_string();
+            let Some(obj) = inner.objects.get_mut(&key) else {
+                return Err(BindError::PodGone { namespace, name });
+            };
+            let Some(o) = obj.as_object_mut() else {
+                return Err(BindError::Other {
+                    namespace,
+                    name,
+                    message: "stored pod is not an object".into(),
+                });
+            };
+            let spec = o.entry("spec").or_insert_with(|| json!({}));
+            if !spec.is_object() {
+                *spec = json!({});
+            }
+            spec["nodeName"] = json!(b.node);
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            let v = obj.clone();
+            self.observe(Kind::Pod, &v, Timestamp::now());
             Ok(())
         })
     }

@@ -8,10 +8,16 @@
 //! lost. The cache is ready once every served kind has listed once.
 
 use crate::cache::Cache;
+use crate::cache::nodes::{Key, NodeCache, PodEntry};
 use crate::crd::{Run, Runtime};
 use crate::model::pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -128,7 +134,11 @@ fn key_of(meta: &ObjectMeta) -> (String, String) {
 
 /// Starts the watchers; returns their tasks. `/readyz` turns true once each
 /// served kind has been listed.
-pub async fn spawn(client: Client, cache: Arc<Cache>) -> Vec<tokio::task::JoinHandle<()>> {
+pub async fn spawn(
+    client: Client,
+    cache: Arc<Cache>,
+    nodes: Arc<NodeCache>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let label_key = cache.config().runtime_label_key.clone();
     let sync = Arc::new(SyncTracker {
         cache: Arc::clone(&cache),
@@ -160,6 +170,7 @@ pub async fn spawn(client: Client, cache: Arc<Cache>) -> Vec<tokio::task::JoinHa
         );
     }
     let mut tasks = Vec::new();
+    spawn_extender(&client, &nodes, &sync, &mut tasks).await;
 
     // Pods: only those carrying the runtime label are Runtime Pods.
     {
@@ -264,6 +275,167 @@ pub fn spawn_priority_classes(
             }
         }
     })
+}
+
+/// Starts one watcher of a kind when its API group is served (else logs
+/// once that `feature` is disabled); a served kind joins readiness.
+#[allow(clippy::too_many_arguments)]
+async fn watch_kind<K>(
+    client: &Client,
+    sync: &Arc<SyncTracker>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    kind: &'static str,
+    feature: &'static str,
+    apply: impl FnMut(K) + Send + 'static,
+    delete: impl FnMut(&K) + Send + 'static,
+    reset: impl FnMut(Vec<K>) + Send + 'static,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
+    if !served(&api).await {
+        let gv = K::api_version(&K::DynamicType::default()).into_owned();
+        tracing::warn!(kind, api_version = %gv, "{gv} {kind} is not served by this cluster: {feature} disabled");
+        return;
+    }
+    sync.pending.lock().insert(kind);
+    let sync = Arc::clone(sync);
+    tasks.push(tokio::spawn(async move {
+        let stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .map(|ev| {
+                ev.map(|e| {
+                    e.modify(|o: &mut K| {
+                        o.meta_mut().managed_fields = None;
+                    })
+                })
+            });
+        drive(Box::pin(stream), kind, &sync, apply, delete, reset).await;
+    }));
+}
+
+/// The extender's watchers: Nodes and all Pods (stripped to fit facts),
+/// PodGroups, CompositePodGroups, PriorityClasses, ResourceClaims and
+/// ResourceSlices. A group the cluster does not serve disables what needs
+/// it, with one log line, and does not hold readiness back.
+async fn spawn_extender(
+    client: &Client,
+    nodes: &Arc<NodeCache>,
+    sync: &Arc<SyncTracker>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    let n = Arc::clone(nodes);
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<Node>(
+        client,
+        sync,
+        tasks,
+        "Node",
+        "the scheduler extender",
+        move |o| n1.apply_node(&o),
+        move |o| n2.delete_node(o.metadata.name.as_deref().unwrap_or_default()),
+        move |os| n3.reset_nodes(&os),
+    )
+    .await;
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<PodGroup>(
+        client,
+        sync,
+        tasks,
+        "PodGroup",
+        "workload-aware scheduling",
+        move |o| n1.apply_pod_group(&o),
+        move |o| {
+            let (ns, name) = key_of(&o.metadata);
+            n2.delete_pod_group(&ns, &name)
+        },
+        move |os| n3.reset_pod_groups(&os),
+    )
+    .await;
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<CompositePodGroup>(
+        client,
+        sync,
+        tasks,
+        "CompositePodGroup",
+        "gangs of gangs",
+        move |o| n1.apply_composite(&o),
+        move |o| {
+            let (ns, name) = key_of(&o.metadata);
+            n2.delete_composite(&ns, &name)
+        },
+        move |os| n3.reset_composites(&os),
+    )
+    .await;
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<PriorityClass>(
+        client,
+        sync,
+        tasks,
+        "PriorityClass",
+        "priority class resolution",
+        move |o| n1.apply_priority_class(&o),
+        move |o| n2.delete_priority_class(o.metadata.name.as_deref().unwrap_or_default()),
+        move |os| n3.reset_priority_classes(&os),
+    )
+    .await;
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<ResourceClaim>(
+        client,
+        sync,
+        tasks,
+        "ResourceClaim",
+        "DRA node-allocatable accounting",
+        move |o| n1.apply_claim(&o),
+        move |o| {
+            let (ns, name) = key_of(&o.metadata);
+            n2.delete_claim(&ns, &name)
+        },
+        move |os| n3.reset_claims(&os),
+    )
+    .await;
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<ResourceSlice>(
+        client,
+        sync,
+        tasks,
+        "ResourceSlice",
+        "DRA node-allocatable accounting",
+        move |o| n1.apply_slice(&o),
+        move |o| n2.delete_slice(o.metadata.name.as_deref().unwrap_or_default()),
+        move |os| n3.reset_slices(&os),
+    )
+    .await;
+
+    // Every Pod, reduced at once to what node fit reads.
+    sync.pending.lock().insert("Pod (extender)");
+    let pods: Api<Pod> = Api::all(client.clone());
+    let sync = Arc::clone(sync);
+    tasks.push(tokio::spawn(async move {
+        let extract = |p: Pod| (key_of(&p.metadata), PodEntry::from_pod(&p));
+        let stream = watcher::watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .map(move |ev| {
+                ev.map(|e| match e {
+                    Event::Apply(p) => Event::Apply(extract(p)),
+                    Event::InitApply(p) => Event::InitApply(extract(p)),
+                    Event::Delete(p) => Event::Delete(extract(p)),
+                    Event::Init => Event::Init,
+                    Event::InitDone => Event::InitDone,
+                })
+            });
+        let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+        drive(
+            Box::pin(stream),
+            "Pod (extender)",
+            &sync,
+            move |(k, e): (Key, PodEntry)| n1.apply_pod_entry(k, e),
+            move |(k, _): &(Key, PodEntry)| n2.delete_pod(&k.0, &k.1),
+            move |ps: Vec<(Key, PodEntry)>| n3.reset_pods(ps),
+        )
+        .await;
+    }));
 }
 
 #[cfg(test)]

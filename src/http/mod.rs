@@ -6,6 +6,8 @@ mod objects;
 mod runs;
 
 use crate::cache::Cache;
+use crate::cache::nodes::NodeCache;
+use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::metrics::Metrics;
 use axum::Router;
@@ -31,6 +33,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// PriorityClasses the admission webhooks check names against.
     pub priority_classes: Arc<crate::admission::PriorityClasses>,
+    /// The extender's cluster model (Nodes, Pods, groups, DRA).
+    pub nodes: Arc<NodeCache>,
+    /// Where writes go (the store in standalone mode, the API otherwise).
+    pub writer: Arc<dyn ClusterWriter>,
 }
 
 /// The service's router: the Run API, standalone objects, health, metrics,
@@ -54,6 +60,7 @@ pub fn router(state: AppState) -> Router {
                 .post(objects::upsert)
                 .delete(objects::delete),
         )
+        .merge(crate::extender::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

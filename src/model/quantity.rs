@@ -200,6 +200,61 @@ impl ParsedQuantity {
     }
 }
 
+impl ParsedQuantity {
+    /// The value times `10^scale`, rounded up to an integer, as Kubernetes'
+    /// `Value()` (`scale` 0) and `MilliValue()` (`scale` 3) do for
+    /// resource accounting: `"0.5"` cpu is 500 milli, `"1.5"` bytes is 2.
+    pub fn to_scaled_ceil(&self, scale: u32) -> Result<u64, QuantityError> {
+        if self.mantissa == 0 {
+            return Ok(0);
+        }
+        if self.negative {
+            return Err(QuantityError::Negative);
+        }
+        let m = shl_checked(self.mantissa, 10 * self.pow1024.min(12))?;
+        let e = self.exp10.saturating_add(scale as i32);
+        let v = if e >= 0 {
+            let p = 10u128
+                .checked_pow(e as u32)
+                .ok_or(QuantityError::TooLarge)?;
+            m.checked_mul(p).ok_or(QuantityError::TooLarge)?
+        } else {
+            match 10u128.checked_pow(e.unsigned_abs()) {
+                Some(p) => m.div_ceil(p),
+                // 10^39 and beyond exceed any u128 mantissa: a positive value below 1.
+                None => 1,
+            }
+        };
+        if v > u128::from(MAX_AMOUNT) {
+            return Err(QuantityError::TooLarge);
+        }
+        Ok(v as u64)
+    }
+
+    /// The exact product of two quantities (used for DRA multipliers).
+    pub fn checked_mul(&self, other: &ParsedQuantity) -> Result<ParsedQuantity, QuantityError> {
+        Ok(ParsedQuantity {
+            negative: self.negative != other.negative,
+            mantissa: self
+                .mantissa
+                .checked_mul(other.mantissa)
+                .ok_or(QuantityError::TooLarge)?,
+            exp10: self.exp10.saturating_add(other.exp10),
+            pow1024: self.pow1024.saturating_add(other.pow1024).min(12),
+        })
+    }
+}
+
+/// A quantity in milli-units rounded up (`MilliValue()`), e.g. cpu `"250m"` → 250.
+pub fn parse_milli(s: &str) -> Result<u64, QuantityError> {
+    parse(s)?.to_scaled_ceil(3)
+}
+
+/// A quantity rounded up to an integer (`Value()`), e.g. memory `"1.5"` → 2.
+pub fn parse_ceil(s: &str) -> Result<u64, QuantityError> {
+    parse(s)?.to_scaled_ceil(0)
+}
+
 fn shl_checked(m: u128, shift: u32) -> Result<u128, QuantityError> {
     if shift == 0 {
         return Ok(m);
@@ -249,6 +304,36 @@ impl fmt::Display for ParsedQuantity {
 mod tests {
     use super::*;
     use QuantityError::*;
+
+    #[test]
+    fn scaled_ceil_matches_milli_value_and_value() {
+        for (s, milli, plain) in [
+            ("1", 1000, 1),
+            ("250m", 250, 1),
+            ("0.5", 500, 1),
+            ("0.1m", 1, 1),
+            ("1Ki", 1_024_000, 1024),
+            ("1.5", 1500, 2),
+            ("0", 0, 0),
+            ("2e-3", 2, 1),
+        ] {
+            assert_eq!(parse_milli(s), Ok(milli), "{s}");
+            assert_eq!(parse_ceil(s), Ok(plain), "{s}");
+        }
+        assert_eq!(parse_milli("-1"), Err(Negative));
+        assert_eq!(parse_milli("1e30"), Err(TooLarge));
+        let two = parse("2").unwrap();
+        let gi = parse("4Gi").unwrap();
+        assert_eq!(gi.checked_mul(&two).unwrap().to_scaled_ceil(0), Ok(8 << 30));
+        assert_eq!(
+            parse("0.5")
+                .unwrap()
+                .checked_mul(&parse("3").unwrap())
+                .unwrap()
+                .to_scaled_ceil(3),
+            Ok(1500)
+        );
+    }
 
     #[test]
     fn integer_forms() {

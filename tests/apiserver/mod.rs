@@ -30,6 +30,7 @@ pub enum Res {
     Runtimes,
     Leases,
     Events,
+    Nodes,
 }
 
 impl Res {
@@ -40,12 +41,13 @@ impl Res {
             Res::Runtimes => "Runtime",
             Res::Leases => "Lease",
             Res::Events => "Event",
+            Res::Nodes => "Node",
         }
     }
 
     fn api_version(self) -> &'static str {
         match self {
-            Res::Pods => "v1",
+            Res::Pods | Res::Nodes => "v1",
             Res::Runs | Res::Runtimes => "kruntimes.io/v1alpha1",
             Res::Leases => "coordination.k8s.io/v1",
             Res::Events => "events.k8s.io/v1",
@@ -80,6 +82,8 @@ pub struct Inner {
     pub conflicts: usize,
     /// Resources answered with 404, as for an API group the cluster does not serve.
     pub unserved: Vec<Res>,
+    /// Every accepted `pods/binding`: (namespace/name, node).
+    pub bindings: Vec<(String, String)>,
     /// Field manager owning each Lease's holderIdentity.
     lease_owner: HashMap<(String, String), String>,
 }
@@ -170,6 +174,18 @@ impl FakeApi {
                 "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
                 get(get_lease).patch(patch_lease).put(put_lease),
             )
+            .route("/api/v1/nodes", get(list_or_watch_nodes))
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}/binding",
+                axum::routing::post(create_binding),
+            )
+            .fallback(|| async {
+                status(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )
+            })
             .with_state(api.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
@@ -391,6 +407,65 @@ async fn list_or_watch_runtimes(
     Query(p): Query<HashMap<String, String>>,
 ) -> Response {
     list_or_watch(api, Res::Runtimes, p).await
+}
+
+async fn list_or_watch_nodes(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::Nodes, p).await
+}
+
+/// `POST pods/{name}/binding`: the pod must exist, have the Binding's
+/// `metadata.uid` (when given) and no node yet; sets `spec.nodeName`.
+async fn create_binding(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(b) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid binding");
+    };
+    let Some(mut pod) = api.get(Res::Pods, &ns, &name) else {
+        return status(404, "NotFound", &format!("pods \"{name}\" not found"));
+    };
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(want) = b.pointer("/metadata/uid").and_then(Value::as_str)
+        && !want.is_empty()
+        && want != uid
+    {
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on pods/binding \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+            ),
+        );
+    }
+    if let Some(node) = pod.pointer("/spec/nodeName").and_then(Value::as_str) {
+        return status(
+            409,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{node}\""
+            ),
+        );
+    }
+    let Some(node) = b.pointer("/target/name").and_then(Value::as_str) else {
+        return status(400, "BadRequest", "target.name: Required value");
+    };
+    pod["spec"]["nodeName"] = json!(node);
+    api.inner
+        .lock()
+        .bindings
+        .push((format!("{ns}/{name}"), node.to_owned()));
+    api.put(Res::Pods, pod);
+    let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+    (StatusCode::CREATED, axum::Json(ok)).into_response()
 }
 
 async fn patch_run_status(

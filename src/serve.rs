@@ -1,6 +1,5 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
-use crate::admission::PriorityClasses;
 use crate::cache::nodes::NodeCache;
 use crate::cache::{Cache, CacheConfig};
 use crate::cluster::ClusterWriter;
@@ -107,16 +106,15 @@ pub fn standalone(
         Arc::clone(&nodes),
     ));
     store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The store holds the whole cluster: every index is complete now.
     cache.set_synced(true);
+    nodes.admission_classes().set_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
     let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
-    // The standalone store keeps no PriorityClasses: an empty, synced index.
-    let priority_classes = Arc::new(PriorityClasses::synced_with(std::iter::empty()));
     let state = AppState {
         cache,
         store: Some(Arc::clone(&store)),
         metrics,
-        priority_classes,
         nodes,
         writer: store.clone(),
     };
@@ -205,19 +203,13 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(NodeCache::new());
-    let mut watchers =
-        crate::cluster::watch::spawn(client.clone(), Arc::clone(&cache), Arc::clone(&nodes)).await;
-    let priority_classes = Arc::new(PriorityClasses::new());
-    watchers.push(crate::cluster::watch::spawn_priority_classes(
-        client,
-        Arc::clone(&priority_classes),
-    ));
+    let watchers =
+        crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes)).await;
     Cluster {
         state: AppState {
             cache,
             store: None,
             metrics,
-            priority_classes,
             nodes,
             writer,
         },

@@ -528,3 +528,16 @@ async fn admission_webhooks_are_served_and_counted() {
         "{m}"
     );
 }
+
+#[tokio::test]
+async fn priority_classes_from_the_store_reach_the_admission_check() {
+    let app = app("");
+    let review = fixture("admission/podgroup-create.json");
+    let r = post(&app, "/admission/validate/podgroups", &review).await;
+    assert_eq!(r.body["response"]["allowed"], false, "{}", r.text);
+    assert!(r.text.contains("high-priority"), "{}", r.text);
+    let pc = r#"{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"high-priority"},"value":1000}"#;
+    assert_eq!(post(&app, "/v1/objects", pc).await.status, StatusCode::OK);
+    let r = post(&app, "/admission/validate/podgroups", &review).await;
+    assert_eq!(r.body["response"]["allowed"], true, "{}", r.text);
+}

@@ -26,6 +26,7 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -639,6 +640,9 @@ impl NodeState {
 pub struct NodeCache {
     /// All state, behind one lock for consistent snapshots.
     state: RwLock<NodeState>,
+    /// The PriorityClass names the admission webhooks check, fed by the same
+    /// applies as `state` so there is one watch and one store path.
+    admission_classes: Arc<crate::admission::PriorityClasses>,
 }
 
 // === impl NodeCache ===
@@ -646,6 +650,12 @@ pub struct NodeCache {
 impl NodeCache {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The admission webhooks' view of PriorityClasses, kept in step with
+    /// this cache.
+    pub fn admission_classes(&self) -> &Arc<crate::admission::PriorityClasses> {
+        &self.admission_classes
     }
 
     /// A consistent snapshot for reading (hold it briefly).
@@ -789,15 +799,19 @@ impl NodeCache {
             .write()
             .classes
             .insert(name_of(&pc.metadata), Self::class_of(pc));
+        self.admission_classes.apply(pc);
     }
     pub fn delete_priority_class(&self, name: &str) {
         self.state.write().classes.remove(name);
+        self.admission_classes.delete_name(name);
     }
+    /// Replaces every PriorityClass (a relist); marks the admission view synced.
     pub fn reset_priority_classes(&self, pcs: &[PriorityClass]) {
         self.state.write().classes = pcs
             .iter()
             .map(|pc| (name_of(&pc.metadata), Self::class_of(pc)))
             .collect();
+        self.admission_classes.reset(pcs.iter().cloned());
     }
 
     // ResourceClaims

@@ -249,36 +249,9 @@ pub async fn spawn(
     tasks
 }
 
-/// Watches PriorityClasses for the admission webhooks' existence check. The
-/// index reports synced after the first list; until then the webhooks fail
-/// closed for objects that name a class.
-pub fn spawn_priority_classes(
-    client: Client,
-    classes: Arc<crate::admission::PriorityClasses>,
-) -> tokio::task::JoinHandle<()> {
-    use k8s_openapi::api::scheduling::v1::PriorityClass;
-    tokio::spawn(async move {
-        let api: Api<PriorityClass> = Api::all(client);
-        let mut stream =
-            Box::pin(watcher::watcher(api, watcher::Config::default()).default_backoff());
-        let mut buffer: Vec<PriorityClass> = Vec::new();
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(Event::Apply(pc)) => classes.apply(&pc),
-                Ok(Event::Delete(pc)) => classes.delete(&pc),
-                Ok(Event::Init) => buffer.clear(),
-                Ok(Event::InitApply(pc)) => buffer.push(pc),
-                Ok(Event::InitDone) => classes.reset(std::mem::take(&mut buffer)),
-                Err(e) => {
-                    tracing::warn!(kind = "PriorityClass", error = %e, "watch failed; retrying with backoff")
-                }
-            }
-        }
-    })
-}
-
 /// Starts one watcher of a kind when its API group is served (else logs
-/// once that `feature` is disabled); a served kind joins readiness.
+/// once that `feature` is disabled and resets the index to empty, which is
+/// what the cluster holds); a served kind joins readiness.
 #[allow(clippy::too_many_arguments)]
 async fn watch_kind<K>(
     client: &Client,
@@ -288,7 +261,7 @@ async fn watch_kind<K>(
     feature: &'static str,
     apply: impl FnMut(K) + Send + 'static,
     delete: impl FnMut(&K) + Send + 'static,
-    reset: impl FnMut(Vec<K>) + Send + 'static,
+    mut reset: impl FnMut(Vec<K>) + Send + 'static,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default,
@@ -297,6 +270,7 @@ async fn watch_kind<K>(
     if !served(&api).await {
         let gv = K::api_version(&K::DynamicType::default()).into_owned();
         tracing::warn!(kind, api_version = %gv, "{gv} {kind} is not served by this cluster: {feature} disabled");
+        reset(Vec::new());
         return;
     }
     sync.pending.lock().insert(kind);

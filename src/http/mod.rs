@@ -31,8 +31,6 @@ pub struct AppState {
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
     pub metrics: Arc<Metrics>,
-    /// PriorityClasses the admission webhooks check names against.
-    pub priority_classes: Arc<crate::admission::PriorityClasses>,
     /// The extender's cluster model (Nodes, Pods, groups, DRA).
     pub nodes: Arc<NodeCache>,
     /// Where writes go (the store in standalone mode, the API otherwise).
@@ -43,7 +41,7 @@ pub struct AppState {
 /// and the admission webhooks.
 pub fn router(state: AppState) -> Router {
     let admission = crate::admission::router(crate::admission::AdmissionState {
-        priority_classes: Arc::clone(&state.priority_classes),
+        priority_classes: Arc::clone(state.nodes.admission_classes()),
         metrics: Arc::clone(&state.metrics),
     });
     Router::new()

@@ -22,18 +22,10 @@
 //! never jumps a Run whose bypass budget is spent.
 
 use crate::model::resources::Requests;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
-/// Amounts by resource name.
-pub type Amounts = BTreeMap<String, u64>;
-
-/// Identity of a Run in the ledger.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
+pub use crate::cluster::RunRef;
+pub use crate::model::resources::Amounts;
 
 /// How a reservation came to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,7 +374,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn req(pairs: &[(&str, &str)]) -> Requests {
-        let m: BTreeMap<String, Quantity> = pairs
+        let m: std::collections::BTreeMap<String, Quantity> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
             .collect();

@@ -9,6 +9,9 @@ use std::fmt;
 /// The built-in resource every Run requests (at least 1) and every Runtime Pod has.
 pub const RUNS: &str = "runs";
 
+/// Integer amounts by resource name (the agent's ledger, node fit).
+pub type Amounts = BTreeMap<String, u64>;
+
 /// Interned resource name: an index into [`ResourceNames`].
 pub type ResId = u32;
 

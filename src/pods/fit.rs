@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
 /// Resource name → amount (cpu in milli-cores).
-pub type Amounts = BTreeMap<String, u64>;
+pub use crate::model::resources::Amounts;
 
 /// The resource a pod slot is counted in.
 pub const PODS: &str = "pods";

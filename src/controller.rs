@@ -23,6 +23,23 @@ const PENDING_BASE: Duration = Duration::from_secs(1);
 /// Longest interval between re-checks of a Pending Run.
 const PENDING_MAX: Duration = Duration::from_secs(120);
 
+/// Counts one more attempt for `key` and returns `base * 2^(attempts-1)`,
+/// capped at `max`.
+fn backoff(
+    attempts: &Mutex<HashMap<RunKey, u32>>,
+    key: &RunKey,
+    base: Duration,
+    max: Duration,
+) -> Duration {
+    let n = {
+        let mut a = attempts.lock();
+        let n = a.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    base.saturating_mul(1u32 << (n - 1).min(16)).min(max)
+}
+
 /// What one cycle did, for tests and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CycleOutcome {
@@ -168,15 +185,7 @@ impl RunController {
     fn pending_backoff(&self, key: &RunKey, outcome: &CycleOutcome) {
         match outcome {
             CycleOutcome::Pending { .. } => {
-                let n = {
-                    let mut p = self.pending.lock();
-                    let n = p.entry(key.clone()).or_insert(0);
-                    *n = n.saturating_add(1);
-                    *n
-                };
-                let delay = PENDING_BASE
-                    .saturating_mul(1u32 << (n - 1).min(16))
-                    .min(PENDING_MAX);
+                let delay = backoff(&self.pending, key, PENDING_BASE, PENDING_MAX);
                 self.cache.queue().add_after(key.clone(), delay);
             }
             CycleOutcome::Skipped | CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
@@ -192,15 +201,7 @@ impl RunController {
     fn failed_write(&self, key: &RunKey, e: WriteError) -> CycleOutcome {
         let metrics = self.cache.metrics();
         let retry = |this: &Self| {
-            let n = {
-                let mut f = this.failures.lock();
-                let n = f.entry(key.clone()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            };
-            let delay = RETRY_BASE
-                .saturating_mul(1u32 << (n - 1).min(16))
-                .min(RETRY_MAX);
+            let delay = backoff(&this.failures, key, RETRY_BASE, RETRY_MAX);
             this.cache.queue().add_after(key.clone(), delay);
         };
         match e {

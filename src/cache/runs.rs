@@ -221,13 +221,9 @@ impl Cache {
                 || entry.deleting && !active
                 || assigned.as_deref().is_some_and(|p| p != &*a.pod);
             if handed_over || moved_on {
-                let a = nss.assumed.remove(&uid).expect("present");
-                if let Some(slot) = nss.pods.get_mut(&a.pod) {
-                    slot.res.sub_assumed(&a.amounts);
-                }
-                self.metrics.assumed_reservations.dec();
+                let pod = self.take_assumption(nss, &uid);
                 if !handed_over {
-                    released_on.push(a.pod);
+                    released_on.extend(pod);
                 }
             }
         }
@@ -282,13 +278,18 @@ impl Cache {
         released_on: &mut Vec<Arc<str>>,
     ) {
         unindex(nss, name, &old, released_on);
-        if let Some(a) = nss.assumed.remove(&old.uid) {
-            if let Some(slot) = nss.pods.get_mut(&a.pod) {
-                slot.res.sub_assumed(&a.amounts);
-            }
-            self.metrics.assumed_reservations.dec();
-            released_on.push(a.pod);
+        released_on.extend(self.take_assumption(nss, &old.uid));
+    }
+
+    /// Removes Run `uid`'s reservation and its amounts from the pod's
+    /// ledger; returns the pod it was on.
+    fn take_assumption(&self, nss: &mut NsState, uid: &str) -> Option<Arc<str>> {
+        let a = nss.assumed.remove(uid)?;
+        if let Some(slot) = nss.pods.get_mut(&a.pod) {
+            slot.res.sub_assumed(&a.amounts);
         }
+        self.metrics.assumed_reservations.dec();
+        Some(a.pod)
     }
 
     /// Wakes the Pending Runs of the runtimes of pods that gained free capacity.
@@ -419,15 +420,12 @@ impl Cache {
         let mut st = self.state.write();
         let mut n = 0;
         for nss in st.namespaces.values_mut() {
-            for (_, a) in nss.assumed.drain() {
-                if let Some(slot) = nss.pods.get_mut(&a.pod) {
-                    slot.res.sub_assumed(&a.amounts);
-                }
-                n += 1;
+            let uids: Vec<String> = nss.assumed.keys().cloned().collect();
+            for uid in uids {
+                n += usize::from(self.take_assumption(nss, &uid).is_some());
             }
             nss.pods.retain(|_, s| !s.is_empty());
         }
-        self.metrics.assumed_reservations.set(0);
         n
     }
 
@@ -441,12 +439,8 @@ impl Cache {
         if nss.assumed.get(uid).is_none_or(|a| &*a.pod != pod) {
             return false;
         }
-        let a = nss.assumed.remove(uid).expect("present");
-        if let Some(slot) = nss.pods.get_mut(&a.pod) {
-            slot.res.sub_assumed(&a.amounts);
-        }
-        self.metrics.assumed_reservations.dec();
-        self.wake_released(nss, namespace, vec![a.pod]);
+        let released: Vec<Arc<str>> = self.take_assumption(nss, uid).into_iter().collect();
+        self.wake_released(nss, namespace, released);
         true
     }
 

@@ -282,38 +282,30 @@ impl NodeState {
                 },
             }
         };
-        let mut short: Vec<(&str, bool)> = Vec::new();
-        for (id, want, name) in &req.entries {
-            if *want == 0 {
-                continue;
-            }
-            let alloc = alloc_of(*id, name);
-            let have = id.map_or(0, |i| used.get(i));
-            if have.saturating_add(*want) > alloc {
-                short.push((name, *want > alloc));
-            }
-        }
-        let pods_alloc = alloc_of(Some(self.pods_id), fit::PODS);
-        if used.get(self.pods_id).saturating_add(1) > pods_alloc {
-            short.push((fit::PODS, pods_alloc == 0));
-        }
+        let terms = req
+            .entries
+            .iter()
+            .map(|(id, want, name)| {
+                (
+                    name.as_str(),
+                    *want,
+                    alloc_of(*id, name),
+                    id.map_or(0, |i| used.get(i)),
+                )
+            })
+            .chain(std::iter::once((
+                fit::PODS,
+                1,
+                alloc_of(Some(self.pods_id), fit::PODS),
+                used.get(self.pods_id),
+            )));
+        let short = fit::shortfalls(terms);
         if short.is_empty() {
             return Ok(());
         }
-        let message = short
-            .iter()
-            .map(|(n, _)| {
-                fit::Insufficient {
-                    resource: (*n).to_owned(),
-                    unresolvable: false,
-                }
-                .to_string()
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
         Err(Rejection {
-            message,
-            unresolvable: short.iter().all(|(_, u)| *u),
+            message: fit::describe(&short),
+            unresolvable: short.iter().all(|s| s.unresolvable),
         })
     }
 

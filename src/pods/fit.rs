@@ -365,26 +365,45 @@ impl std::fmt::Display for Insufficient {
 /// The pure fit check: every requested resource (plus one pod slot) fits
 /// in `allocatable - used`. All shortfalls, in name order.
 pub fn fits(request: &Amounts, allocatable: &Amounts, used: &Amounts) -> Vec<Insufficient> {
-    let mut out = Vec::new();
-    let slot = (PODS, 1u64);
-    let wanted = request
-        .iter()
-        .filter(|(k, _)| k.as_str() != PODS)
-        .map(|(k, v)| (k.as_str(), *v))
-        .chain(std::iter::once(slot));
-    for (name, want) in wanted {
-        if want == 0 {
-            continue;
-        }
-        let alloc = allocatable.get(name).copied().unwrap_or(0);
-        let have = used.get(name).copied().unwrap_or(0);
-        if have.saturating_add(want) > alloc {
-            out.push(Insufficient {
-                resource: name.to_owned(),
-                unresolvable: want > alloc,
-            });
-        }
-    }
+    let amount = |m: &Amounts, k: &str| m.get(k).copied().unwrap_or(0);
+    shortfalls(
+        request
+            .iter()
+            .filter(|(k, _)| k.as_str() != PODS)
+            .map(|(k, v)| (k.as_str(), *v))
+            .chain(std::iter::once((PODS, 1u64)))
+            .map(|(k, want)| (k, want, amount(allocatable, k), amount(used, k))),
+    )
+}
+
+/// The fit rule over resolved terms `(resource, wanted, allocatable, used)`:
+/// a resource is short when `used + wanted > allocatable`, and the shortfall
+/// is unresolvable (preemption cannot help) when `wanted > allocatable`.
+/// Callers resolve the terms however they index nodes; the rule is here only.
+pub fn shortfalls<'a>(
+    terms: impl IntoIterator<Item = (&'a str, u64, u64, u64)>,
+) -> Vec<Insufficient> {
+    let mut out: Vec<Insufficient> = terms
+        .into_iter()
+        .filter(|&(_, want, alloc, used)| want > 0 && used.saturating_add(want) > alloc)
+        .map(|(name, want, alloc, _)| Insufficient {
+            resource: name.to_owned(),
+            unresolvable: want > alloc,
+        })
+        .collect();
     out.sort_by(|a, b| a.resource.cmp(&b.resource));
     out
+}
+
+/// The scheduler-style message for shortfalls: `Insufficient cpu, Too many pods`.
+pub fn describe(short: &[Insufficient]) -> String {
+    use std::fmt::Write as _;
+    let mut m = String::new();
+    for (i, s) in short.iter().enumerate() {
+        if i > 0 {
+            m.push_str(", ");
+        }
+        let _ = write!(m, "{s}");
+    }
+    m
 }

@@ -289,6 +289,17 @@ impl Cache {
 
     /// Applies a Pod deletion.
     pub fn delete_pod(&self, namespace: &str, name: &str) {
+        // Most Pods are not Runtime Pods: answer those under the read lock,
+        // so their churn never blocks scheduling cycles.
+        let known = {
+            let st = self.state.read();
+            st.namespaces
+                .get(namespace)
+                .is_some_and(|n| n.pods.get(name).is_some_and(|s| s.pod.is_some()))
+        };
+        if !known {
+            return;
+        }
         let mut st = self.state.write();
         let Some(nss) = st.namespaces.get_mut(namespace) else {
             return;

@@ -139,19 +139,16 @@ pub async fn spawn(
     cache: Arc<Cache>,
     nodes: Arc<NodeCache>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let label_key = cache.config().runtime_label_key.clone();
     let sync = Arc::new(SyncTracker {
         cache: Arc::clone(&cache),
         pending: Mutex::new(BTreeSet::new()),
     });
-    let pods: Api<Pod> = Api::all(client.clone());
     let runs: Api<Run> = Api::all(client.clone());
     let runtimes: Api<Runtime> = Api::all(client.clone());
     let runs_served = served(&runs).await;
     let runtimes_served = served(&runtimes).await;
     {
         let mut p = sync.pending.lock();
-        p.insert("Pod");
         if runs_served {
             p.insert("Run");
         }
@@ -171,36 +168,8 @@ pub async fn spawn(
     }
     let mut tasks = Vec::new();
     spawn_extender(&client, &nodes, &sync, &mut tasks).await;
+    spawn_pods(&client, &cache, &nodes, &sync, &mut tasks);
 
-    // Pods: only those carrying the runtime label are Runtime Pods.
-    {
-        let (cache, sync, key) = (Arc::clone(&cache), Arc::clone(&sync), label_key.clone());
-        let cfg = watcher::Config::default().labels(&label_key);
-        tasks.push(tokio::spawn(async move {
-            let k2 = key.clone();
-            let stream = watcher::watcher(pods, cfg)
-                .default_backoff()
-                .map(move |ev| {
-                    ev.map(|e| match e {
-                        Event::Apply(p) => Event::Apply(strip_pod(p, &k2)),
-                        Event::InitApply(p) => Event::InitApply(strip_pod(p, &k2)),
-                        other => other,
-                    })
-                });
-            drive(
-                Box::pin(stream),
-                "Pod",
-                &sync,
-                |p: Pod| cache.apply_pod(&p, Timestamp::now()),
-                |p: &Pod| {
-                    let (ns, name) = key_of(&p.metadata);
-                    cache.delete_pod(&ns, &name)
-                },
-                |ps: Vec<Pod>| cache.reset_pods(&ps, Timestamp::now()),
-            )
-            .await;
-        }));
-    }
     if runs_served {
         let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
         tasks.push(tokio::spawn(async move {
@@ -381,32 +350,69 @@ async fn spawn_extender(
         move |os| n3.reset_slices(&os),
     )
     .await;
+}
 
-    // Every Pod, reduced at once to what node fit reads.
-    sync.pending.lock().insert("Pod (extender)");
+/// One Pod watch for both caches: every Pod is reduced at once to what node
+/// fit reads (the extender's cache), and Pods carrying the runtime label are
+/// also stripped into the Run cache as Runtime Pods. A Pod that loses the
+/// label leaves the Run cache.
+fn spawn_pods(
+    client: &Client,
+    cache: &Arc<Cache>,
+    nodes: &Arc<NodeCache>,
+    sync: &Arc<SyncTracker>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    /// What one Pod event carries to the caches.
+    type Reduced = (Key, PodEntry, Option<Pod>);
+    sync.pending.lock().insert("Pod");
     let pods: Api<Pod> = Api::all(client.clone());
+    let label_key = cache.config().runtime_label_key.clone();
     let sync = Arc::clone(sync);
+    let (c1, c2, c3) = (Arc::clone(cache), Arc::clone(cache), Arc::clone(cache));
+    let (n1, n2, n3) = (Arc::clone(nodes), Arc::clone(nodes), Arc::clone(nodes));
     tasks.push(tokio::spawn(async move {
-        let extract = |p: Pod| (key_of(&p.metadata), PodEntry::from_pod(&p));
+        let reduce = move |p: Pod| -> Reduced {
+            let key = key_of(&p.metadata);
+            let entry = PodEntry::from_pod(&p);
+            let runtime = p
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(&label_key));
+            (key, entry, runtime.then(|| strip_pod(p, &label_key)))
+        };
         let stream = watcher::watcher(pods, watcher::Config::default())
             .default_backoff()
             .map(move |ev| {
                 ev.map(|e| match e {
-                    Event::Apply(p) => Event::Apply(extract(p)),
-                    Event::InitApply(p) => Event::InitApply(extract(p)),
-                    Event::Delete(p) => Event::Delete(extract(p)),
+                    Event::Apply(p) => Event::Apply(reduce(p)),
+                    Event::InitApply(p) => Event::InitApply(reduce(p)),
+                    Event::Delete(p) => Event::Delete(reduce(p)),
                     Event::Init => Event::Init,
                     Event::InitDone => Event::InitDone,
                 })
             });
-        let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
         drive(
             Box::pin(stream),
-            "Pod (extender)",
+            "Pod",
             &sync,
-            move |(k, e): (Key, PodEntry)| n1.apply_pod_entry(k, e),
-            move |(k, _): &(Key, PodEntry)| n2.delete_pod(&k.0, &k.1),
-            move |ps: Vec<(Key, PodEntry)>| n3.reset_pods(ps),
+            move |(k, e, runtime): Reduced| {
+                match runtime {
+                    Some(p) => c1.apply_pod(&p, Timestamp::now()),
+                    None => c1.delete_pod(&k.0, &k.1),
+                }
+                n1.apply_pod_entry(k, e)
+            },
+            move |(k, _, _): &Reduced| {
+                c2.delete_pod(&k.0, &k.1);
+                n2.delete_pod(&k.0, &k.1)
+            },
+            move |ps: Vec<Reduced>| {
+                let runtime: Vec<Pod> = ps.iter().filter_map(|(_, _, p)| p.clone()).collect();
+                c3.reset_pods(&runtime, Timestamp::now());
+                n3.reset_pods(ps.into_iter().map(|(k, e, _)| (k, e)).collect())
+            },
         )
         .await;
     }));

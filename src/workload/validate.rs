@@ -491,60 +491,49 @@ impl<'a> PodFields<'a> {
     }
 }
 
+/// The view of a composite group. The v1beta1 template and the v1alpha3
+/// spec are distinct types with the same field names, so one body serves
+/// both through a macro.
+macro_rules! composite_view {
+    ($c:expr) => {{
+        let c = $c;
+        GroupView {
+            policy: Some(PolicyView {
+                basic: c.scheduling_policy.basic.is_some(),
+                gang: c
+                    .scheduling_policy
+                    .gang
+                    .as_ref()
+                    .map(|g| Some(g.min_group_count)),
+            }),
+            min_field: "minGroupCount",
+            disruption: c.disruption_mode.as_ref().map(|d| DisruptionView {
+                all: d.all.is_some(),
+                single: d.single.is_some(),
+            }),
+            topology: c.scheduling_constraints.as_ref().map(|k| {
+                k.topology
+                    .iter()
+                    .flatten()
+                    .map(|t| t.key.as_str())
+                    .collect()
+            }),
+            claims: None,
+            priority: PriorityView {
+                class_name: c.priority_class_name.as_deref(),
+                priority: c.priority,
+                preemption_policy: c.preemption_policy.as_deref(),
+            },
+        }
+    }};
+}
+
 fn composite_template_view(t: &v1beta1::CompositePodGroupTemplate) -> GroupView<'_> {
-    let p = &t.scheduling_policy;
-    GroupView {
-        policy: Some(PolicyView {
-            basic: p.basic.is_some(),
-            gang: p.gang.as_ref().map(|g| Some(g.min_group_count)),
-        }),
-        min_field: "minGroupCount",
-        disruption: t.disruption_mode.as_ref().map(|d| DisruptionView {
-            all: d.all.is_some(),
-            single: d.single.is_some(),
-        }),
-        topology: t.scheduling_constraints.as_ref().map(|c| {
-            c.topology
-                .iter()
-                .flatten()
-                .map(|t| t.key.as_str())
-                .collect()
-        }),
-        claims: None,
-        priority: PriorityView {
-            class_name: t.priority_class_name.as_deref(),
-            priority: t.priority,
-            preemption_policy: t.preemption_policy.as_deref(),
-        },
-    }
+    composite_view!(t)
 }
 
 fn composite_spec_view(s: &v1alpha3::CompositePodGroupSpec) -> GroupView<'_> {
-    let p = &s.scheduling_policy;
-    GroupView {
-        policy: Some(PolicyView {
-            basic: p.basic.is_some(),
-            gang: p.gang.as_ref().map(|g| Some(g.min_group_count)),
-        }),
-        min_field: "minGroupCount",
-        disruption: s.disruption_mode.as_ref().map(|d| DisruptionView {
-            all: d.all.is_some(),
-            single: d.single.is_some(),
-        }),
-        topology: s.scheduling_constraints.as_ref().map(|c| {
-            c.topology
-                .iter()
-                .flatten()
-                .map(|t| t.key.as_str())
-                .collect()
-        }),
-        claims: None,
-        priority: PriorityView {
-            class_name: s.priority_class_name.as_deref(),
-            priority: s.priority,
-            preemption_policy: s.preemption_policy.as_deref(),
-        },
-    }
+    composite_view!(s)
 }
 
 // === objects: Workload ===

@@ -126,8 +126,6 @@ struct RuntimePod {
 struct ColdPod {
     facts: PodFacts,
     base: Result<(), Unavailable>,
-    /// Interned declared capacity (also in the slot's ledger).
-    capacity: ResourceVec,
 }
 
 /// What the cache keeps of a Run.
@@ -224,7 +222,9 @@ impl Cache {
             ..
         } = &mut *st;
         let nss = namespaces.entry(ns.to_owned()).or_default();
-        let old = nss.pods.get(name).and_then(|s| s.pod.as_ref());
+        let old_slot = nss.pods.get(name);
+        let old = old_slot.and_then(|s| s.pod.as_ref());
+        let old_capacity = old_slot.map(|s| s.res.capacity()).unwrap_or_default();
         let stale = self.config.heartbeat_stale_after;
         let new = facts.runtime.clone().map(|rt| {
             let next = runtime_ids.len() as u32;
@@ -232,21 +232,18 @@ impl Cache {
             let capacity =
                 ResourceVec::from_pairs(facts.capacity.iter().map(|(n, a)| (names.intern(n), *a)));
             let base = facts.static_availability();
-            RuntimePod {
+            let pod = RuntimePod {
                 runtime_id,
                 base_ok: base.is_ok(),
                 heartbeat: facts.heartbeat,
-                cold: Box::new(ColdPod {
-                    facts,
-                    base,
-                    capacity,
-                }),
-            }
+                cold: Box::new(ColdPod { facts, base }),
+            };
+            (pod, capacity)
         });
         let changed = match (old, &new) {
             (None, None) => false,
-            (Some(o), Some(n)) => {
-                o.cold.capacity != n.cold.capacity
+            (Some(o), Some((n, capacity))) => {
+                old_capacity != *capacity
                     || o.runtime_id != n.runtime_id
                     || o.cold.facts.availability(now, stale).is_ok()
                         != n.cold.facts.availability(now, stale).is_ok()
@@ -256,7 +253,7 @@ impl Cache {
         if changed {
             for rt in [
                 old.and_then(|o| o.cold.facts.runtime.clone()),
-                new.as_ref().and_then(|n| n.cold.facts.runtime.clone()),
+                new.as_ref().and_then(|(n, _)| n.cold.facts.runtime.clone()),
             ]
             .into_iter()
             .flatten()
@@ -267,9 +264,11 @@ impl Cache {
             }
         }
         match new {
-            Some(n) => {
+            Some((n, capacity)) => {
                 let slot = nss.pods.entry(Arc::from(name)).or_default();
-                slot.res.set_capacity(&n.cold.capacity);
+                if capacity != old_capacity {
+                    slot.res.set_capacity(&capacity);
+                }
                 slot.pod = Some(n);
             }
             None => {

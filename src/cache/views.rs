@@ -69,7 +69,7 @@ impl Cache {
                     reason: avail
                         .err()
                         .map(|u| format!("{}: {u}", PendingReason::RuntimePodUnavailable)),
-                    capacity: pod.cold.capacity.to_named(&st.names),
+                    capacity: slot.res.capacity().to_named(&st.names),
                     usage: slot.res.actual().to_named(&st.names),
                     assumed: slot.res.assumed().to_named(&st.names),
                 });

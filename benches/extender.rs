@@ -12,7 +12,7 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
 use kruntimes_scheduler::extender::types::ExtenderArgs;
-use kruntimes_scheduler::extender::{decide_filter, decide_prioritize};
+use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize};
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::time::Instant;
@@ -71,18 +71,23 @@ fn full_body(n: usize) -> Vec<u8> {
     .expect("json")
 }
 
-/// One filter call as the handler does it: decode, decide, encode.
-fn filter_call(cache: &NodeCache, body: &[u8]) -> (Vec<u8>, Value) {
+/// One filter call as the handler does it: decode, resolve the nodes,
+/// decide, encode.
+fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
-    let out = decide_filter(&cache.read(), &args);
-    let bytes = serde_json::to_vec(&out).expect("encode");
-    let names = json!(out.node_names);
-    (bytes, names)
+    let snap = cache.read();
+    let candidates = Candidates::of(&snap, &args).expect("nodes");
+    let out = decide_filter(&snap, &args, &candidates);
+    drop(snap);
+    serde_json::to_vec(&out).expect("encode")
 }
 
 fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
-    let out = decide_prioritize(&cache.read(), &args);
+    let snap = cache.read();
+    let candidates = Candidates::of(&snap, &args).expect("nodes");
+    let out = decide_prioritize(&snap, &args, &candidates);
+    drop(snap);
     serde_json::to_vec(&out).expect("encode")
 }
 
@@ -110,8 +115,8 @@ fn benches(c: &mut Criterion) {
     for n in [500usize, 5_000, 15_000] {
         let cache = cluster(n);
         let body = cache_body(n);
-        let (_, filtered) = filter_call(&cache, &body);
-        let pbody = prioritize_body(&filtered);
+        let answer: Value = serde_json::from_slice(&filter_call(&cache, &body)).expect("answer");
+        let pbody = prioritize_body(&answer["NodeNames"]);
         g.bench_with_input(BenchmarkId::new("filter/cache", n), &n, |b, _| {
             b.iter(|| black_box(filter_call(&cache, &body)))
         });

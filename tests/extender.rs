@@ -216,6 +216,35 @@ async fn dra_overhead_per_pod_filters_a_node_the_pod_would_otherwise_fit() {
 }
 
 #[tokio::test]
+async fn a_pending_pods_own_allocated_claim_counts_on_the_node_of_its_device() {
+    let app = state();
+    // Shares gpu-claim (allocated on dra-node) with gpu-user. Its request
+    // alone fits dra-node (3.5Gi of 4Gi used), but the device's per-pod
+    // overhead is taken once more for this pod there; elsewhere the device
+    // takes nothing.
+    let body =
+        json!({"Pod": {"metadata": {"name": "gpu-user-2", "namespace": "default", "uid": "u2"},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}],
+            "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"memory": "256Mi"}, "claims": [{"name": "gpu"}]}}]}},
+        "NodeNames": ["dra-node", "n3"], "Nodes": null})
+        .to_string();
+    let r = post(&app, "/scheduler/filter", &body).await;
+    let (names, _, failed, _, error) = go_filter_result(&r.body);
+    assert_eq!(error, "");
+    assert_eq!(names, Some(vec!["n3".to_owned()]), "{failed:?}");
+    assert_eq!(failed["dra-node"], "Insufficient memory");
+    // The same pod without the claim fits dra-node.
+    let body = json!({"Pod": {"metadata": {"name": "plain", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"memory": "256Mi"}}}]}},
+        "NodeNames": ["dra-node"]})
+    .to_string();
+    let r = post(&app, "/scheduler/filter", &body).await;
+    let (names, ..) = go_filter_result(&r.body);
+    assert_eq!(names, Some(vec!["dra-node".to_owned()]));
+}
+
+#[tokio::test]
 async fn filter_full_mode_answers_the_given_node_objects() {
     let app = state();
     let req = fixture("filter-full.json");

@@ -51,6 +51,8 @@ pub struct NodeInfo {
 /// A slot exists while the node exists or any pod is counted on it.
 #[derive(Debug, Default)]
 pub struct NodeSlot {
+    /// The node name (empty for a free slot).
+    pub name: Box<str>,
     /// The Node, when it exists.
     pub node: Option<NodeInfo>,
     /// Pods counted here (bound or assumed).
@@ -59,6 +61,128 @@ pub struct NodeSlot {
     pub used: ResourceVec,
     /// The same by name, for views and messages.
     pub used_named: Amounts,
+}
+
+/// Sentinel slot index of a name the cache does not know.
+pub const NO_SLOT: u32 = u32::MAX;
+
+/// Node slots in one dense vector, found by name through one index, so a
+/// request's node list can be resolved to slot indexes once and reused.
+#[derive(Debug, Default)]
+struct NodeTable {
+    index: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
+    slots: Vec<NodeSlot>,
+    free: Vec<u32>,
+    /// Bumped whenever a name gains or loses its slot: slot indexes
+    /// resolved under an older layout are stale.
+    layout: u64,
+    /// `[allocatable, used]` by resource id, then slot: the numbers a
+    /// filter call compares, kept contiguous for a scan over many nodes (a
+    /// copy of each slot's `node.alloc` and `used`).
+    cols: Vec<Vec<[u64; 2]>>,
+}
+
+/// Index of allocatable and used in a [`NodeTable`] column entry.
+const ALLOC: usize = 0;
+const USED: usize = 1;
+
+impl NodeTable {
+    fn find(&self, name: &str) -> Option<u32> {
+        self.index.get(name).copied()
+    }
+
+    fn get(&self, name: &str) -> Option<&NodeSlot> {
+        self.find(name).map(|i| &self.slots[i as usize])
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut NodeSlot> {
+        let i = self.find(name)?;
+        Some(&mut self.slots[i as usize])
+    }
+
+    /// The slot at an index from [`NodeTable::find`] under the current layout.
+    fn at(&self, i: u32) -> Option<&NodeSlot> {
+        self.slots.get(i as usize).filter(|s| !s.name.is_empty())
+    }
+
+    /// The slot of a name, created when missing.
+    fn entry(&mut self, name: &str) -> &mut NodeSlot {
+        let i = match self.find(name) {
+            Some(i) => i,
+            None => {
+                self.layout += 1;
+                let slot = NodeSlot {
+                    name: name.into(),
+                    ..NodeSlot::default()
+                };
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.slots[i as usize] = slot;
+                        i
+                    }
+                    None => {
+                        self.slots.push(slot);
+                        for c in &mut self.cols {
+                            c.push([0, 0]);
+                        }
+                        u32::try_from(self.slots.len() - 1).unwrap_or(NO_SLOT - 1)
+                    }
+                };
+                self.index.insert(name.into(), i);
+                i
+            }
+        };
+        &mut self.slots[i as usize]
+    }
+
+    /// Frees a name's slot when no node and no pod keep it.
+    fn release_if_empty(&mut self, name: &str) {
+        if let Some(i) = self.find(name)
+            && let Some(slot) = self.slots.get_mut(i as usize)
+            && slot.node.is_none()
+            && slot.pods.is_empty()
+        {
+            *slot = NodeSlot::default();
+            self.index.remove(name);
+            self.free.push(i);
+            self.layout += 1;
+            self.set_col(i, ALLOC, &ResourceVec::new());
+            self.set_col(i, USED, &ResourceVec::new());
+        }
+    }
+
+    /// Copies a slot's allocatable or used amounts into the columns.
+    fn set_col(&mut self, i: u32, which: usize, v: &ResourceVec) {
+        let i = i as usize;
+        for c in &mut self.cols {
+            if let Some(e) = c.get_mut(i) {
+                e[which] = 0;
+            }
+        }
+        for (id, a) in v.iter() {
+            let id = id as usize;
+            while self.cols.len() <= id {
+                self.cols.push(vec![[0, 0]; self.slots.len()]);
+            }
+            if let Some(e) = self.cols[id].get_mut(i) {
+                e[which] = a;
+            }
+        }
+    }
+
+    /// `[allocatable, used]` of a resource on a slot.
+    fn amounts(&self, id: ResId, i: u32) -> [u64; 2] {
+        self.cols
+            .get(id as usize)
+            .and_then(|c| c.get(i as usize))
+            .copied()
+            .unwrap_or([0, 0])
+    }
+
+    /// Live slots.
+    fn iter(&self) -> impl Iterator<Item = &NodeSlot> {
+        self.slots.iter().filter(|s| !s.name.is_empty())
+    }
 }
 
 /// What the cache keeps of a Pod.
@@ -137,8 +261,8 @@ pub struct NodeState {
     /// Ids of `cpu` and `memory`, for scoring.
     cpu_id: ResId,
     memory_id: ResId,
-    /// Slots by node name (a fast hasher: node names are looked up per request).
-    nodes: HashMap<String, NodeSlot, foldhash::fast::RandomState>,
+    /// Node slots, dense, found by name.
+    nodes: NodeTable,
     /// Pods as the watch shows them.
     pods: HashMap<Key, PodEntry>,
     /// Pods this extender bound (or is binding), until the watch shows them bound.
@@ -159,6 +283,8 @@ pub struct NodeState {
     slices: HashMap<String, Vec<DeviceKey>>,
     /// Published devices.
     devices: HashMap<DeviceKey, DeviceInfo>,
+    /// Recently resolved `NodeNames` arrays, most recent first.
+    refs: parking_lot::Mutex<Vec<Arc<NodeRefs>>>,
 }
 
 impl Default for NodeState {
@@ -172,7 +298,7 @@ impl Default for NodeState {
             pods_id,
             cpu_id,
             memory_id,
-            nodes: HashMap::default(),
+            nodes: NodeTable::default(),
             pods: HashMap::new(),
             assumed: HashMap::new(),
             groups: HashMap::new(),
@@ -183,6 +309,7 @@ impl Default for NodeState {
             claim_users: HashMap::new(),
             slices: HashMap::new(),
             devices: HashMap::new(),
+            refs: Default::default(),
         }
     }
 }
@@ -207,6 +334,65 @@ pub struct Resolved {
     /// (100m, 200Mi) for a pod that requests none.
     cpu: u64,
     memory: u64,
+}
+
+/// The reason given for a node name the cache does not know.
+pub const NOT_FOUND: &str = "node not found in the extender's cache";
+
+/// How many resolved `NodeNames` arrays are kept.
+const REFS_CACHED: usize = 8;
+
+/// A `NodeNames` array resolved to slot indexes ([`NO_SLOT`] for names the
+/// cache does not know), valid under the layout it was resolved in.
+#[derive(Debug, Default)]
+pub struct NodeRefs {
+    raw: Box<str>,
+    hash: u64,
+    layout: u64,
+    names: Vec<Box<str>>,
+    slots: Vec<u32>,
+}
+
+impl NodeRefs {
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// `(name, slot)` in request order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.names
+            .iter()
+            .map(|n| &**n)
+            .zip(self.slots.iter().copied())
+    }
+}
+
+/// The fit of one node ([`NodeState::fit_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    Fits,
+    /// Bit 0: the pod slot; bit `i + 1`: the request's entry `i`.
+    Short {
+        short: u64,
+        unresolvable: bool,
+    },
+    /// The node is not cached.
+    NotFound,
+    /// Rejected on the general path (a request with very many resources).
+    Other(Rejection),
+}
+
+/// What a pending pod's own allocated claims add ([`NodeState::pending_claims_load`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimsLoad {
+    /// On every node not listed in `on`.
+    pub everywhere: Amounts,
+    /// On these slots instead.
+    pub on: Vec<(u32, Amounts)>,
 }
 
 /// Why a node is not feasible.
@@ -248,11 +434,54 @@ impl NodeState {
         let mut v: Vec<String> = self
             .nodes
             .iter()
-            .filter(|(_, s)| s.node.is_some())
-            .map(|(n, _)| n.clone())
+            .filter(|s| s.node.is_some())
+            .map(|s| s.name.to_string())
             .collect();
         v.sort();
         v
+    }
+
+    /// The slot index of a node name under the current layout.
+    pub fn find(&self, node: &str) -> Option<u32> {
+        self.nodes.find(node)
+    }
+
+    /// Resolves a `NodeNames` array (its raw JSON text) to slot indexes,
+    /// reusing the resolution of an identical array seen under the same
+    /// layout: kube-scheduler sends the same list for pod after pod.
+    pub fn resolve_names(&self, raw: &str) -> Result<Arc<NodeRefs>, serde_json::Error> {
+        use std::hash::BuildHasher as _;
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(raw);
+        let layout = self.nodes.layout;
+        {
+            let mut cache = self.refs.lock();
+            if let Some(pos) = cache
+                .iter()
+                .position(|r| r.hash == hash && r.layout == layout && *r.raw == *raw)
+            {
+                let hit = cache.remove(pos);
+                cache.insert(0, Arc::clone(&hit));
+                return Ok(hit);
+            }
+        }
+        let names: Vec<Box<str>> =
+            serde_json::from_str::<Option<Vec<Box<str>>>>(raw)?.unwrap_or_default();
+        let slots = names
+            .iter()
+            .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
+            .collect();
+        let refs = Arc::new(NodeRefs {
+            raw: raw.into(),
+            hash,
+            layout,
+            names,
+            slots,
+        });
+        let mut cache = self.refs.lock();
+        cache.retain(|r| r.layout == layout);
+        cache.insert(0, Arc::clone(&refs));
+        cache.truncate(REFS_CACHED);
+        Ok(refs)
     }
 
     /// Node fit against the cached Node (or the given allocatable, in
@@ -263,11 +492,89 @@ impl NodeState {
         req: &Resolved,
         allocatable: Option<&Amounts>,
     ) -> Result<(), Rejection> {
-        let slot = self.nodes.get(node);
+        self.check_slot(self.nodes.get(node), req, allocatable)
+    }
+
+    /// [`NodeState::check`] of the cached node at a slot index.
+    pub fn check_at(&self, slot: u32, req: &Resolved) -> Result<(), Rejection> {
+        match self.fit_at(slot, req) {
+            Fit::Fits => Ok(()),
+            _ => self.check_slot(self.nodes.at(slot), req, None),
+        }
+    }
+
+    /// The fit of the cached node at a slot index, without building a
+    /// message: the per-node step of a filter call.
+    pub fn fit_at(&self, slot: u32, req: &Resolved) -> Fit {
+        let Some(node) = self.nodes.at(slot) else {
+            return Fit::NotFound;
+        };
+        if node.node.is_none() {
+            return Fit::NotFound;
+        }
+        if req.entries.len() >= 64 {
+            return match self.check_slot(Some(node), req, None) {
+                Ok(()) => Fit::Fits,
+                Err(r) => Fit::Other(r),
+            };
+        }
+        let (mut short, mut resolvable) = (0u64, false);
+        let mut test = |bit: u32, id: Option<ResId>, want: u64| {
+            if want == 0 {
+                return;
+            }
+            let [alloc, used] = id.map_or([0, 0], |id| self.nodes.amounts(id, slot));
+            if used.saturating_add(want) > alloc {
+                short |= 1 << bit;
+                resolvable |= want <= alloc;
+            }
+        };
+        test(0, Some(self.pods_id), 1);
+        for (i, (id, want, _)) in req.entries.iter().enumerate() {
+            test(i as u32 + 1, *id, *want);
+        }
+        if short == 0 {
+            Fit::Fits
+        } else {
+            Fit::Short {
+                short,
+                unresolvable: !resolvable,
+            }
+        }
+    }
+
+    /// The message for a [`Fit::Short`] mask of `req`.
+    pub fn short_message(&self, req: &Resolved, short: u64) -> String {
+        let mut list: Vec<fit::Insufficient> = req
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| short & (1 << (i + 1)) != 0)
+            .map(|(_, (_, _, name))| fit::Insufficient {
+                resource: name.clone(),
+                unresolvable: false,
+            })
+            .collect();
+        if short & 1 != 0 {
+            list.push(fit::Insufficient {
+                resource: fit::PODS.into(),
+                unresolvable: false,
+            });
+        }
+        list.sort_by(|a, b| a.resource.cmp(&b.resource));
+        fit::describe(&list)
+    }
+
+    fn check_slot(
+        &self,
+        slot: Option<&NodeSlot>,
+        req: &Resolved,
+        allocatable: Option<&Amounts>,
+    ) -> Result<(), Rejection> {
         let cached = slot.and_then(|s| s.node.as_ref());
         if allocatable.is_none() && cached.is_none() {
             return Err(Rejection {
-                message: "node not found in the extender's cache".into(),
+                message: NOT_FOUND.into(),
                 unresolvable: true,
             });
         }
@@ -311,17 +618,26 @@ impl NodeState {
 
     /// Least-allocated score 0..=10 over cpu and memory after placing the pod.
     pub fn score(&self, node: &str, req: &Resolved) -> i64 {
-        let Some(slot) = self.nodes.get(node) else {
+        self.nodes
+            .find(node)
+            .map_or(0, |slot| self.score_at(slot, req))
+    }
+
+    /// [`NodeState::score`] of the node at a slot index.
+    pub fn score_at(&self, slot: u32, req: &Resolved) -> i64 {
+        if self.nodes.at(slot).is_none_or(|s| s.node.is_none()) {
             return 0;
-        };
-        let Some(info) = &slot.node else { return 0 };
-        let part = |id: ResId, want: u64| -> u128 {
-            let alloc = u128::from(info.alloc.get(id));
+        }
+        let part = |id: ResId, want: u64| -> u64 {
+            let [alloc, used] = self.nodes.amounts(id, slot);
             if alloc == 0 {
                 return 0;
             }
-            let after = u128::from(slot.used.get(id)) + u128::from(want);
-            alloc.saturating_sub(after) * 10 / alloc
+            let free = alloc.saturating_sub(used.saturating_add(want));
+            match free.checked_mul(10) {
+                Some(f) => f / alloc,
+                None => (u128::from(free) * 10 / u128::from(alloc)) as u64,
+            }
         };
         ((part(self.cpu_id, req.cpu) + part(self.memory_id, req.memory)) / 2) as i64
     }
@@ -396,11 +712,7 @@ impl NodeState {
             slot.pods.remove(k);
         }
         if let Some(a) = &after {
-            self.nodes
-                .entry(a.clone())
-                .or_default()
-                .pods
-                .insert(k.clone());
+            self.nodes.entry(a).pods.insert(k.clone());
         }
         for n in before.iter().chain(after.iter()).collect::<BTreeSet<_>>() {
             self.recompute(n);
@@ -421,21 +733,7 @@ impl NodeState {
                 claims: &p.claims,
             })
             .collect();
-        let (claims, devices) = (&self.claims, &self.devices);
-        let (used, errors) = fit::node_usage(&loads, |claim| {
-            let c = claims.get(claim)?;
-            Some(
-                c.devices
-                    .iter()
-                    .filter_map(|(dk, consumed)| {
-                        devices.get(dk).map(|device| AllocatedDevice {
-                            consumed: consumed.as_ref(),
-                            device,
-                        })
-                    })
-                    .collect(),
-            )
-        });
+        let (used, errors) = fit::node_usage(&loads, |claim| self.devices_on(claim, node));
         for e in errors {
             tracing::warn!(node, error = %e, "DRA node-allocatable quantity ignored");
         }
@@ -443,13 +741,122 @@ impl NodeState {
         for (n, a) in &used {
             vec.add_one(self.names.intern(n), *a);
         }
-        if let Some(slot) = self.nodes.get_mut(node) {
+        if let Some(i) = self.nodes.find(node) {
+            self.nodes.set_col(i, USED, &vec);
+            let slot = &mut self.nodes.slots[i as usize];
             slot.used = vec;
             slot.used_named = used;
-            if slot.node.is_none() && slot.pods.is_empty() {
-                self.nodes.remove(node);
+        }
+        self.nodes.release_if_empty(node);
+    }
+
+    /// The allocated devices of a claim that take from `node`: those whose
+    /// ResourceSlice is on that node or names no node (`None` while the
+    /// claim is not allocated).
+    fn devices_on<'a>(&'a self, claim: &str, node: &str) -> Option<Vec<AllocatedDevice<'a>>> {
+        let c = self.claims.get(claim)?;
+        Some(
+            c.devices
+                .iter()
+                .filter_map(|(dk, consumed)| {
+                    let device = self.devices.get(dk)?;
+                    device
+                        .node
+                        .as_deref()
+                        .is_none_or(|n| n == node)
+                        .then_some(AllocatedDevice {
+                            consumed: consumed.as_ref(),
+                            device,
+                        })
+                })
+                .collect(),
+        )
+    }
+
+    /// What a pending pod's own allocated claims would add on each node:
+    /// their overhead, and the mapping of each claim not already counted
+    /// there through another pod sharing it. The same on every node but
+    /// the few returned by slot (nodes its devices are on, or where a
+    /// shared claim is already counted).
+    pub fn pending_claims_load(&self, claims: &[ClaimRef]) -> ClaimsLoad {
+        let mut out = ClaimsLoad::default();
+        if !claims.iter().any(|c| self.claims.contains_key(&c.claim)) {
+            return out;
+        }
+        let mut special: BTreeSet<String> = BTreeSet::new();
+        for c in claims {
+            let Some(entry) = self.claims.get(&c.claim) else {
+                continue;
+            };
+            special.extend(
+                entry
+                    .devices
+                    .iter()
+                    .filter_map(|(dk, _)| self.devices.get(dk)?.node.clone()),
+            );
+            special.extend(
+                self.claim_users
+                    .get(&c.claim)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|k| self.counted_node(k)),
+            );
+        }
+        // A node no device is on and where nothing is counted: only the
+        // node-less devices take from it.
+        out.everywhere = self.claims_load_on(claims, None);
+        for node in special {
+            if let Some(slot) = self.nodes.find(&node) {
+                out.on
+                    .push((slot, self.claims_load_on(claims, Some(&node))));
             }
         }
+        out
+    }
+
+    fn claims_load_on(&self, claims: &[ClaimRef], node: Option<&str>) -> Amounts {
+        let mut out = Amounts::new();
+        for c in claims {
+            let devs = match node {
+                Some(n) => self.devices_on(&c.claim, n),
+                None => self.claims.get(&c.claim).map(|e| {
+                    e.devices
+                        .iter()
+                        .filter_map(|(dk, consumed)| {
+                            let device = self.devices.get(dk).filter(|d| d.node.is_none())?;
+                            Some(AllocatedDevice {
+                                consumed: consumed.as_ref(),
+                                device,
+                            })
+                        })
+                        .collect()
+                }),
+            };
+            let Some(devs) = devs else { continue };
+            let counted_here = node.is_some_and(|n| {
+                self.claim_users
+                    .get(&c.claim)
+                    .into_iter()
+                    .flatten()
+                    .any(|k| self.counted_node(k).as_deref() == Some(n))
+            });
+            let mut add = |a: Result<Amounts, fit::FitError>| match a {
+                Ok(a) => {
+                    for (k, v) in a {
+                        let e = out.entry(k).or_insert(0);
+                        *e = e.saturating_add(v);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(claim = %c.claim, error = %e, "DRA node-allocatable quantity ignored")
+                }
+            };
+            add(fit::claim_overhead(&devs, c.refs));
+            if !counted_here {
+                add(fit::claim_mapping(&devs));
+            }
+        }
+        out
     }
 
     /// Recomputes every node where a pod uses a claim (devices changed).
@@ -485,16 +892,22 @@ impl NodeState {
                 .and_then(|s| s.unschedulable)
                 .unwrap_or(false),
         };
-        self.nodes.entry(name).or_default().node = Some(info);
+        if name.is_empty() {
+            return;
+        }
+        let alloc = info.alloc.clone();
+        self.nodes.entry(&name).node = Some(info);
+        if let Some(i) = self.nodes.find(&name) {
+            self.nodes.set_col(i, ALLOC, &alloc);
+        }
     }
 
     fn unset_node(&mut self, name: &str) {
-        if let Some(slot) = self.nodes.get_mut(name) {
-            slot.node = None;
-            if slot.pods.is_empty() {
-                self.nodes.remove(name);
-            }
+        if let Some(i) = self.nodes.find(name) {
+            self.nodes.slots[i as usize].node = None;
+            self.nodes.set_col(i, ALLOC, &ResourceVec::new());
         }
+        self.nodes.release_if_empty(name);
     }
 
     fn index_pod(&mut self, k: &Key, p: &PodEntry, add: bool) {
@@ -668,9 +1081,9 @@ impl NodeCache {
         let keep: HashSet<String> = nodes.iter().map(|n| name_of(&n.metadata)).collect();
         let gone: Vec<String> = s
             .nodes
-            .keys()
-            .filter(|n| !keep.contains(*n))
-            .cloned()
+            .iter()
+            .filter(|slot| !keep.contains(&*slot.name))
+            .map(|slot| slot.name.to_string())
             .collect();
         for n in gone {
             s.unset_node(&n);
@@ -848,8 +1261,39 @@ impl NodeCache {
 }
 
 #[cfg(test)]
+impl NodeState {
+    /// Every derived index agrees with the slots it was derived from.
+    fn assert_consistent(&self) {
+        let t = &self.nodes;
+        for (name, &i) in &t.index {
+            assert_eq!(&*t.slots[i as usize].name, &**name);
+        }
+        for (i, slot) in t.slots.iter().enumerate() {
+            let live = !slot.name.is_empty();
+            assert_eq!(live, t.find(&slot.name) == Some(i as u32) && live);
+            assert_eq!(live, !t.free.contains(&(i as u32)), "slot {i}");
+            let alloc = slot
+                .node
+                .as_ref()
+                .map(|n| n.alloc.clone())
+                .unwrap_or_default();
+            for (id, col) in t.cols.iter().enumerate() {
+                let id = id as ResId;
+                assert_eq!(col.len(), t.slots.len());
+                assert_eq!(
+                    col[i],
+                    [alloc.get(id), slot.used.get(id)],
+                    "slot {i} id {id}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn mk_node(name: &str, cpu: &str) -> Node {
@@ -916,6 +1360,99 @@ mod tests {
         assert_eq!(cpu(&c, "n1"), Some(1000));
         c.delete_pod("ns", "a");
         assert!(c.read().slot("n1").is_none());
+        c.read().assert_consistent();
+    }
+
+    #[test]
+    fn resolved_node_names_are_reused_until_the_layout_changes() {
+        let c = NodeCache::new();
+        c.apply_node(&mk_node("n1", "4"));
+        let raw = r#"["n1","n2"]"#;
+        let a = c.read().resolve_names(raw).unwrap();
+        let b = c.read().resolve_names(raw).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(
+            a.iter().collect::<Vec<_>>(),
+            vec![("n1", 0), ("n2", NO_SLOT)]
+        );
+        // A new node changes the layout: resolved again, n2 now found.
+        c.apply_node(&mk_node("n2", "4"));
+        let d = c.read().resolve_names(raw).unwrap();
+        assert!(!Arc::ptr_eq(&a, &d));
+        assert_eq!(d.iter().collect::<Vec<_>>(), vec![("n1", 0), ("n2", 1)]);
+        // A pod counted there does not change the layout.
+        c.apply_pod(&mk_pod("a", Some("n2"), "1", None));
+        assert!(Arc::ptr_eq(&d, &c.read().resolve_names(raw).unwrap()));
+        // Escaped names resolve to what they spell.
+        let e = c.read().resolve_names(r#"["n\u0031", null]"#);
+        assert!(e.is_err(), "null is not a node name");
+        let e = c.read().resolve_names("[\"n\\u0031\"]").unwrap();
+        assert_eq!(e.iter().collect::<Vec<_>>(), vec![("n1", 0)]);
+        assert!(c.read().resolve_names("[1]").is_err());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Node(u8, u8),
+        DeleteNode(u8),
+        Pod(u8, Option<u8>, u8),
+        DeletePod(u8),
+        Assume(u8, u8),
+        Forget(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..4u8, 1..8u8).prop_map(|(n, cpu)| Op::Node(n, cpu)),
+            (0..4u8).prop_map(Op::DeleteNode),
+            (0..6u8, proptest::option::of(0..4u8), 1..4u8).prop_map(|(p, n, c)| Op::Pod(p, n, c)),
+            (0..6u8).prop_map(Op::DeletePod),
+            (0..6u8, 0..4u8).prop_map(|(p, n)| Op::Assume(p, n)),
+            (0..6u8).prop_map(Op::Forget),
+        ]
+    }
+
+    proptest! {
+        /// Under any history the dense columns match the slots, and the
+        /// fast per-slot check agrees with the named one.
+        #[test]
+        fn columns_follow_every_history(ops in proptest::collection::vec(op(), 1..40)) {
+            let c = NodeCache::new();
+            for op in ops {
+                match op {
+                    Op::Node(n, cpu) => c.apply_node(&mk_node(&format!("n{n}"), &cpu.to_string())),
+                    Op::DeleteNode(n) => c.delete_node(&format!("n{n}")),
+                    Op::Pod(p, n, cpu) => c.apply_pod(&mk_pod(
+                        &format!("p{p}"),
+                        n.map(|n| format!("n{n}")).as_deref(),
+                        &cpu.to_string(),
+                        None,
+                    )),
+                    Op::DeletePod(p) => c.delete_pod("ns", &format!("p{p}")),
+                    Op::Assume(p, n) => {
+                        c.assume("ns", &format!("p{p}"), "", &format!("n{n}"));
+                    }
+                    Op::Forget(p) => c.forget("ns", &format!("p{p}")),
+                }
+                let s = c.read();
+                s.assert_consistent();
+                let req = s.resolve(&[("cpu".to_owned(), 2000)].into_iter().collect());
+                for n in 0..4 {
+                    let name = format!("n{n}");
+                    let named = s.check(&name, &req, None);
+                    let fast = s.find(&name).map_or(Fit::NotFound, |i| s.fit_at(i, &req));
+                    match (&named, &fast) {
+                        (Ok(()), Fit::Fits) => {}
+                        (Err(r), Fit::NotFound) => prop_assert_eq!(&r.message, NOT_FOUND),
+                        (Err(r), Fit::Short { short, unresolvable }) => {
+                            prop_assert_eq!(&r.message, &s.short_message(&req, *short));
+                            prop_assert_eq!(r.unresolvable, *unresolvable);
+                        }
+                        _ => prop_assert!(false, "{name}: {named:?} vs {fast:?}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -947,6 +1484,72 @@ mod tests {
         c.apply_claim(&claim(true));
         c.delete_slice("s");
         assert_eq!(cpu(&c, "n1"), Some(2000));
+    }
+
+    fn cpu_slice(name: &str, node: &str, per_pod: Option<&str>) -> ResourceSlice {
+        let mut res = json!({"mapping": {"deviceMultiplier": "4"}});
+        if let Some(o) = per_pod {
+            res["overhead"] = json!({"perPod": o});
+        }
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"driver": "d", "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "cpu0", "nodeAllocatableResources": {"cpu": res}}]}}))
+        .unwrap()
+    }
+
+    fn allocated(claim: &str, pool: &str) -> ResourceClaim {
+        serde_json::from_value(json!({"metadata": {"name": claim, "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "r", "driver": "d", "pool": pool, "device": "cpu0"}]}}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_device_takes_only_from_the_node_its_slice_is_on() {
+        let c = NodeCache::new();
+        c.apply_node(&mk_node("n1", "16"));
+        c.apply_node(&mk_node("n2", "16"));
+        c.apply_slice(&cpu_slice("s2", "n2", None));
+        c.apply_claim(&allocated("cl", "n2"));
+        // A pod on n1 referencing a claim whose device is on n2: its
+        // request counts on n1, the device's mapping does not.
+        c.apply_pod(&mk_pod("a", Some("n1"), "1", Some("cl")));
+        assert_eq!(cpu(&c, "n1"), Some(1000));
+        c.apply_pod(&mk_pod("b", Some("n2"), "1", Some("cl")));
+        assert_eq!(cpu(&c, "n2"), Some(5000));
+    }
+
+    #[test]
+    fn a_pending_pods_claims_load_the_nodes_of_their_devices() {
+        let c = NodeCache::new();
+        c.apply_node(&mk_node("n1", "16"));
+        c.apply_node(&mk_node("n2", "16"));
+        c.apply_slice(&cpu_slice("s1", "n1", Some("500m")));
+        c.apply_claim(&allocated("cl", "n1"));
+        let claims = [ClaimRef {
+            claim: "ns/cl".into(),
+            refs: 1,
+        }];
+        let n1 = c.read().find("n1").unwrap();
+        let cpu_of = |a: &Amounts| a.get("cpu").copied();
+        // Nobody uses the claim yet: mapping and overhead on n1, nothing elsewhere.
+        let load = c.read().pending_claims_load(&claims);
+        assert_eq!(cpu_of(&load.everywhere), None);
+        assert_eq!(load.on.len(), 1);
+        assert_eq!((load.on[0].0, cpu_of(&load.on[0].1)), (n1, Some(4500)));
+        // Shared with a pod already counted on n1: the mapping is counted
+        // there once already; only this pod's overhead is added.
+        c.apply_pod(&mk_pod("a", Some("n1"), "1", Some("cl")));
+        assert_eq!(cpu(&c, "n1"), Some(5500));
+        let load = c.read().pending_claims_load(&claims);
+        assert_eq!((load.on[0].0, cpu_of(&load.on[0].1)), (n1, Some(500)));
+        // Unallocated claims add nothing anywhere.
+        let none = c.read().pending_claims_load(&[ClaimRef {
+            claim: "ns/other".into(),
+            refs: 1,
+        }]);
+        assert_eq!(none, ClaimsLoad::default());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 pub mod types;
 
-use crate::cache::nodes::{NodeState, Rejection};
+use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolved};
 use crate::cluster::PodBinding;
 use crate::http::AppState;
 use crate::http::error::{ApiError, Body, decode_json};
@@ -24,6 +24,8 @@ use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 use types::*;
 
@@ -49,7 +51,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 fn decode_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|_| {
         match decode_json::<serde_json::Value>(bytes).and_then(|v| {
-            serde_path_to_error::deserialize::<_, ExtenderArgs<'static>>(v)
+            serde_path_to_error::deserialize::<_, ExtenderArgsShape>(v)
                 .map(drop)
                 .map_err(|e| ApiError::unprocessable(format!("{}: {}", e.path(), e.inner())))
         }) {
@@ -59,22 +61,45 @@ fn decode_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, 
     })
 }
 
-/// The node names of a request, and in full mode each node's allocatable.
-fn requested_nodes<'a>(args: &'a ExtenderArgs<'_>) -> Vec<(&'a str, Option<Amounts>)> {
-    match (&args.node_names, &args.nodes) {
-        (Some(names), _) => names.iter().map(|n| (n.as_ref(), None)).collect(),
-        (None, Some(list)) => list
-            .items
-            .iter()
-            .map(|item| {
-                let name = item
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                (name, Some(allocatable_of(item)))
-            })
-            .collect(),
-        (None, None) => Vec::new(),
+/// The nodes of a request, resolved against a snapshot.
+#[derive(Debug)]
+pub enum Candidates<'a> {
+    /// Cache-capable mode: names resolved to cache slots.
+    Cached(Arc<NodeRefs>),
+    /// Full mode: each given Node's name and allocatable, in `Nodes.items` order.
+    Full(Vec<(&'a str, Amounts)>),
+}
+
+impl Candidates<'_> {
+    /// Resolves the nodes of a request. An error names the field that is
+    /// not the protocol.
+    pub fn of<'a>(
+        snap: &NodeState,
+        args: &'a ExtenderArgs<'_>,
+    ) -> Result<Candidates<'a>, ApiError> {
+        match (args.node_names, &args.nodes) {
+            (Some(raw), _) => snap
+                .resolve_names(raw.get())
+                .map(Candidates::Cached)
+                .map_err(|e| ApiError::unprocessable(format!("NodeNames: {e}"))),
+            (None, Some(list)) => Ok(Candidates::Full(
+                list.items
+                    .iter()
+                    .map(|item| {
+                        let name = item
+                            .pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        (name, allocatable_of(item))
+                    })
+                    .collect(),
+            )),
+            (None, None) => Ok(Candidates::Cached(Arc::default())),
+        }
+    }
+
+    fn cache_capable(&self) -> bool {
+        matches!(self, Candidates::Cached(_))
     }
 }
 
@@ -119,9 +144,64 @@ fn pod_wide_rejection(snap: &NodeState, pod: &Pod) -> Option<Rejection> {
         })
 }
 
+/// The pod's requests resolved for fit, with what its own allocated
+/// ResourceClaims take from a node (the same request everywhere but the
+/// returned slots).
+fn resolve_with_claims(
+    snap: &NodeState,
+    pod: &Pod,
+    requests: &Amounts,
+) -> (Resolved, Vec<(u32, Resolved)>) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let claims: Vec<fit::ClaimRef> = pod
+        .spec
+        .as_ref()
+        .map(|s| fit::pod_claims(s, pod.status.as_ref()))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| fit::ClaimRef {
+            claim: format!("{ns}/{}", c.claim),
+            refs: c.refs,
+        })
+        .collect();
+    if claims.is_empty() {
+        return (snap.resolve(requests), Vec::new());
+    }
+    let load = snap.pending_claims_load(&claims);
+    let plus = |extra: &Amounts| {
+        let mut r = requests.clone();
+        for (k, v) in extra {
+            let e = r.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+        snap.resolve(&r)
+    };
+    let special = load.on.iter().map(|(slot, a)| (*slot, plus(a))).collect();
+    (plus(&load.everywhere), special)
+}
+
+/// Reasons shared between nodes rejected for the same shortfall.
+#[derive(Default)]
+struct Reasons(Vec<(u64, Arc<str>)>);
+
+impl Reasons {
+    fn short(&mut self, snap: &NodeState, req: &Resolved, short: u64) -> Arc<str> {
+        if let Some((_, m)) = self.0.iter().find(|(k, _)| *k == short) {
+            return Arc::clone(m);
+        }
+        let m: Arc<str> = snap.short_message(req, short).into();
+        self.0.push((short, Arc::clone(&m)));
+        m
+    }
+}
+
 /// The filter decision, pure over a snapshot.
-pub fn decide_filter<'a>(snap: &NodeState, args: &'a ExtenderArgs<'_>) -> ExtenderFilterResult<'a> {
-    let cache_capable = args.node_names.is_some() || args.nodes.is_none();
+pub fn decide_filter<'a>(
+    snap: &NodeState,
+    args: &ExtenderArgs<'_>,
+    candidates: &'a Candidates<'_>,
+) -> ExtenderFilterResult<'a> {
+    let cache_capable = candidates.cache_capable();
     let mut out = ExtenderFilterResult {
         node_names: cache_capable.then(Vec::new),
         nodes: (!cache_capable).then(|| NodeList {
@@ -141,29 +221,69 @@ pub fn decide_filter<'a>(snap: &NodeState, args: &'a ExtenderArgs<'_>) -> Extend
             return out;
         }
     };
-    let wide = pod_wide_rejection(snap, pod);
-    let resolved = snap.resolve(&requests);
-    for (i, (name, alloc)) in requested_nodes(args).into_iter().enumerate() {
-        let verdict = match &wide {
-            Some(r) => Err(r.clone()),
-            None => snap.check(name, &resolved, alloc.as_ref()),
+    let wide = pod_wide_rejection(snap, pod).map(|r| (Arc::<str>::from(r.message), r.unresolvable));
+    let (resolved, special) = resolve_with_claims(snap, pod, &requests);
+    let request_on = |slot: Option<u32>| -> &Resolved {
+        slot.and_then(|slot| special.iter().find(|(s, _)| *s == slot))
+            .map_or(&resolved, |(_, r)| r)
+    };
+    let mut reasons = Reasons::default();
+    let not_found: Arc<str> = NOT_FOUND.into();
+    let reject = |out: &mut ExtenderFilterResult<'a>,
+                  name: &'a str,
+                  (why, unresolvable): (Arc<str>, bool)| {
+        let list = if unresolvable {
+            &mut out.failed_and_unresolvable_nodes
+        } else {
+            &mut out.failed_nodes
         };
-        match verdict {
-            Ok(()) => {
-                if let Some(names) = &mut out.node_names {
-                    names.push(std::borrow::Cow::Borrowed(name));
-                } else if let (Some(list), Some(src)) = (&mut out.nodes, &args.nodes)
-                    && let Some(item) = src.items.get(i)
-                {
-                    list.items.push(item.clone());
+        list.0.push((Cow::Borrowed(name), why));
+    };
+    match candidates {
+        Candidates::Cached(refs) => {
+            for (name, slot) in refs.iter() {
+                if let Some(w) = &wide {
+                    reject(&mut out, name, (Arc::clone(&w.0), w.1));
+                    continue;
+                }
+                let resolved = request_on(Some(slot));
+                match snap.fit_at(slot, resolved) {
+                    Fit::Fits => {
+                        if let Some(names) = &mut out.node_names {
+                            names.push(name);
+                        }
+                    }
+                    Fit::Short {
+                        short,
+                        unresolvable,
+                    } => reject(
+                        &mut out,
+                        name,
+                        (reasons.short(snap, resolved, short), unresolvable),
+                    ),
+                    Fit::NotFound => reject(&mut out, name, (Arc::clone(&not_found), true)),
+                    Fit::Other(r) => reject(&mut out, name, (r.message.into(), r.unresolvable)),
                 }
             }
-            Err(r) if r.unresolvable => {
-                out.failed_and_unresolvable_nodes
-                    .insert(name.to_owned(), r.message);
-            }
-            Err(r) => {
-                out.failed_nodes.insert(name.to_owned(), r.message);
+        }
+        Candidates::Full(list) => {
+            for (i, (name, alloc)) in list.iter().enumerate() {
+                let verdict = match &wide {
+                    Some(w) => Err((Arc::clone(&w.0), w.1)),
+                    None => snap
+                        .check(name, request_on(snap.find(name)), Some(alloc))
+                        .map_err(|r| (r.message.into(), r.unresolvable)),
+                };
+                match verdict {
+                    Ok(()) => {
+                        if let (Some(list), Some(src)) = (&mut out.nodes, &args.nodes)
+                            && let Some(item) = src.items.get(i)
+                        {
+                            list.items.push(item.clone());
+                        }
+                    }
+                    Err(why) => reject(&mut out, name, why),
+                }
             }
         }
     }
@@ -174,7 +294,8 @@ pub fn decide_filter<'a>(snap: &NodeState, args: &'a ExtenderArgs<'_>) -> Extend
 /// pod, 0..=10, for every node given, in order.
 pub fn decide_prioritize<'a>(
     snap: &NodeState,
-    args: &'a ExtenderArgs<'_>,
+    args: &ExtenderArgs<'_>,
+    candidates: &'a Candidates<'_>,
 ) -> Vec<HostPriority<'a>> {
     let requests = args
         .pod
@@ -183,13 +304,20 @@ pub fn decide_prioritize<'a>(
         .and_then(|s| fit::pod_requests(s).ok())
         .unwrap_or_default();
     let resolved = snap.resolve(&requests);
-    requested_nodes(args)
-        .into_iter()
-        .map(|(name, _)| HostPriority {
-            host: std::borrow::Cow::Borrowed(name),
-            score: snap.score(name, &resolved).clamp(0, 10),
-        })
-        .collect()
+    let score = |score: i64, name: &'a str| HostPriority {
+        host: Cow::Borrowed(name),
+        score: score.clamp(0, 10),
+    };
+    match candidates {
+        Candidates::Cached(refs) => refs
+            .iter()
+            .map(|(name, slot)| score(snap.score_at(slot, &resolved), name))
+            .collect(),
+        Candidates::Full(list) => list
+            .iter()
+            .map(|(name, _)| score(snap.score(name, &resolved), name))
+            .collect(),
+    }
 }
 
 /// The preempt decision of this stage: kube-scheduler's candidates, as
@@ -231,8 +359,11 @@ pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> Extend
     out
 }
 
-fn json_response<T: serde::Serialize>(v: &T) -> Result<Response, ApiError> {
-    let bytes = serde_json::to_vec(v)
+/// Encodes an answer into a buffer of `capacity` (an answer about the
+/// nodes of a request is about as long as the request's node list).
+fn json_response<T: serde::Serialize>(v: &T, capacity: usize) -> Result<Response, ApiError> {
+    let mut bytes = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut bytes, v)
         .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }
@@ -240,8 +371,11 @@ fn json_response<T: serde::Serialize>(v: &T) -> Result<Response, ApiError> {
 async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
     let start = Instant::now();
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
-    let out = decide_filter(&s.nodes.read(), &args);
-    let resp = json_response(&out);
+    let snap = s.nodes.read();
+    let candidates = Candidates::of(&snap, &args)?;
+    let out = decide_filter(&snap, &args, &candidates);
+    drop(snap);
+    let resp = json_response(&out, body.len() + 1024);
     s.metrics.observe(Endpoint::ExtenderFilter, start);
     resp
 }
@@ -249,8 +383,11 @@ async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response,
 async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
     let start = Instant::now();
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
-    let out = decide_prioritize(&s.nodes.read(), &args);
-    let resp = json_response(&out);
+    let snap = s.nodes.read();
+    let candidates = Candidates::of(&snap, &args)?;
+    let out = decide_prioritize(&snap, &args, &candidates);
+    drop(snap);
+    let resp = json_response(&out, body.len() + 1024);
     s.metrics.observe(Endpoint::ExtenderPrioritize, start);
     resp
 }

@@ -9,8 +9,10 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// `v1.NodeList` as received and echoed (items kept verbatim).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -30,27 +32,83 @@ pub struct ExtenderArgs<'a> {
     /// Full mode (`nodeCacheCapable: false`).
     #[serde(default)]
     pub nodes: Option<NodeList>,
-    /// Cache-capable mode (names borrowed from the body when unescaped).
-    #[serde(default, borrow, deserialize_with = "borrowed_names")]
-    pub node_names: Option<Vec<Cow<'a, str>>>,
+    /// Cache-capable mode: the `NodeNames` array as sent. Kept as raw JSON
+    /// text: kube-scheduler sends the same list for pod after pod, so the
+    /// text is the key under which its resolution to cache slots is reused
+    /// (see [`NodeState::resolve_names`](crate::cache::nodes::NodeState::resolve_names)).
+    #[serde(default, borrow)]
+    pub node_names: Option<&'a RawValue>,
 }
 
-/// Node name → reason.
-pub type FailedNodesMap = BTreeMap<String, String>;
+/// [`ExtenderArgs`] with every field owned: decodes from a `Value`, to name
+/// the offending field of a body the fast path rejected.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ExtenderArgsShape {
+    #[serde(default)]
+    pub pod: Option<Pod>,
+    #[serde(default)]
+    pub nodes: Option<NodeList>,
+    #[serde(default)]
+    pub node_names: Option<Vec<String>>,
+}
+
+/// Node name → reason (`FailedNodesMap`), encoded as a JSON object. Built
+/// as a list: names are unique in a request, and a reason shared by many
+/// nodes is one allocation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FailedNodes<'a>(pub Vec<(Cow<'a, str>, Arc<str>)>);
+
+impl FailedNodes<'_> {
+    /// The reason given for a node.
+    pub fn get(&self, node: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == node).map(|(_, r)| &**r)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for FailedNodes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, &**v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for FailedNodes<'static> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m: Option<BTreeMap<String, String>> = Option::deserialize(d)?;
+        Ok(FailedNodes(
+            m.unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (Cow::Owned(k), Arc::from(v)))
+                .collect(),
+        ))
+    }
+}
 
 /// `ExtenderFilterResult`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 #[serde(rename_all = "PascalCase")]
 pub struct ExtenderFilterResult<'a> {
     /// Full mode: the nodes that passed (`null` in cache-capable mode).
     pub nodes: Option<NodeList>,
     /// Cache-capable mode: the names that passed, `[]` when none.
-    #[serde(borrow)]
-    pub node_names: Option<Vec<Cow<'a, str>>>,
+    pub node_names: Option<Vec<&'a str>>,
     /// Rejected here, but preemption might help.
-    pub failed_nodes: FailedNodesMap,
+    pub failed_nodes: FailedNodes<'a>,
     /// Rejected whatever is preempted.
-    pub failed_and_unresolvable_nodes: FailedNodesMap,
+    pub failed_and_unresolvable_nodes: FailedNodes<'a>,
     /// Set when the extender failed; kube-scheduler then retries the pod.
     pub error: String,
 }
@@ -146,34 +204,4 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-/// Strings borrowed from the input when they have no escapes (serde's own
-/// `Cow` impl always copies inside a `Vec`): a 5,000-name request then
-/// decodes without 5,000 allocations.
-fn borrowed_names<'de, D>(d: D) -> Result<Option<Vec<Cow<'de, str>>>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    struct Name<'a>(Cow<'a, str>);
-    impl<'de> Deserialize<'de> for Name<'de> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Name<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("a node name")
-                }
-                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
-                    Ok(Name(Cow::Borrowed(v)))
-                }
-                fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
-                    Ok(Name(Cow::Owned(v.to_owned())))
-                }
-            }
-            d.deserialize_str(V)
-        }
-    }
-    let v: Option<Vec<Name<'de>>> = Option::deserialize(d)?;
-    Ok(v.map(|v| v.into_iter().map(|n| n.0).collect()))
 }

@@ -1,5 +1,6 @@
 //! Extender benchmarks: the server-side work of one kube-scheduler call
-//! (decode the JSON body, decide over a cache snapshot, encode the answer).
+//! (decode the JSON body, resolve its nodes, decide over a cache snapshot,
+//! encode the answer), as the handlers do it.
 //!
 //! - `filter/cache/N`, `prioritize/cache/N`: `nodeCacheCapable: true`, N node
 //!   names (500, 5,000, 15,000), 10 bound pods per node.
@@ -11,7 +12,7 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
-use kruntimes_scheduler::extender::types::ExtenderArgs;
+use kruntimes_scheduler::extender::types::{ExtenderArgs, write_priorities};
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize};
 use serde_json::{Value, json};
 use std::hint::black_box;
@@ -79,7 +80,9 @@ fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let candidates = Candidates::of(&snap, &args).expect("nodes");
     let out = decide_filter(&snap, &args, &candidates);
     drop(snap);
-    serde_json::to_vec(&out).expect("encode")
+    let mut bytes = Vec::with_capacity(body.len() + 1024);
+    out.write_json(&mut bytes);
+    bytes
 }
 
 fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
@@ -88,7 +91,9 @@ fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let candidates = Candidates::of(&snap, &args).expect("nodes");
     let out = decide_prioritize(&snap, &args, &candidates);
     drop(snap);
-    serde_json::to_vec(&out).expect("encode")
+    let mut bytes = Vec::with_capacity(body.len() + 1024);
+    write_priorities(&out, &mut bytes);
+    bytes
 }
 
 /// The prioritize body kube-scheduler sends after filter: the feasible names.

@@ -98,6 +98,18 @@ impl Candidates<'_> {
         }
     }
 
+    /// How many nodes the request names.
+    pub fn len(&self) -> usize {
+        match self {
+            Candidates::Cached(refs) => refs.len(),
+            Candidates::Full(list) => list.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn cache_capable(&self) -> bool {
         matches!(self, Candidates::Cached(_))
     }
@@ -203,7 +215,7 @@ pub fn decide_filter<'a>(
 ) -> ExtenderFilterResult<'a> {
     let cache_capable = candidates.cache_capable();
     let mut out = ExtenderFilterResult {
-        node_names: cache_capable.then(Vec::new),
+        node_names: cache_capable.then(|| Vec::with_capacity(candidates.len())),
         nodes: (!cache_capable).then(|| NodeList {
             metadata: Some(Value::Object(Default::default())),
             items: Vec::new(),
@@ -359,13 +371,9 @@ pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> Extend
     out
 }
 
-/// Encodes an answer into a buffer of `capacity` (an answer about the
-/// nodes of a request is about as long as the request's node list).
-fn json_response<T: serde::Serialize>(v: &T, capacity: usize) -> Result<Response, ApiError> {
-    let mut bytes = Vec::with_capacity(capacity);
-    serde_json::to_writer(&mut bytes, v)
-        .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+/// An encoded JSON answer.
+fn json_bytes(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
 async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
@@ -375,9 +383,10 @@ async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response,
     let candidates = Candidates::of(&snap, &args)?;
     let out = decide_filter(&snap, &args, &candidates);
     drop(snap);
-    let resp = json_response(&out, body.len() + 1024);
+    let mut bytes = Vec::with_capacity(body.len() + 1024);
+    out.write_json(&mut bytes);
     s.metrics.observe(Endpoint::ExtenderFilter, start);
-    resp
+    Ok(json_bytes(bytes))
 }
 
 async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
@@ -387,9 +396,10 @@ async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Respo
     let candidates = Candidates::of(&snap, &args)?;
     let out = decide_prioritize(&snap, &args, &candidates);
     drop(snap);
-    let resp = json_response(&out, body.len() + 1024);
+    let mut bytes = Vec::with_capacity(body.len() + 1024);
+    write_priorities(&out, &mut bytes);
     s.metrics.observe(Endpoint::ExtenderPrioritize, start);
-    resp
+    Ok(json_bytes(bytes))
 }
 
 async fn preempt(

@@ -341,7 +341,7 @@ mod tests {
             let mine: Value = serde_json::from_slice(&mine).expect("valid JSON");
             assert_eq!(mine, serde_json::to_value(c).unwrap());
         }
-        let list = vec![
+        let list = [
             HostPriority {
                 host: Cow::Borrowed("n1"),
                 score: 10,

@@ -8,6 +8,7 @@ use crate::cluster::leader::{self, LeaderConfig};
 use crate::cluster::load::load_path;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
+use crate::extender::binding::{BindingConfig, BindingGate};
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
 use crate::runs::queue::WorkQueue;
@@ -73,6 +74,16 @@ pub struct ServeArgs {
     /// within this).
     #[arg(long, env = "KRS_LEADER_ELECT_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_elect_duration: Duration,
+    /// Extender bind: how long after the first wait for a ResourceClaim's
+    /// device binding conditions its allocation is cleared and the pod
+    /// rescheduled (kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
+    #[arg(long, env = "KRS_BINDING_TIMEOUT", default_value = "600s", value_parser = parse_duration)]
+    pub binding_timeout: Duration,
+    /// Extender bind: the longest one bind call waits for device binding
+    /// conditions before answering `Error` for a retry; keep it, plus any
+    /// other bind wait, below the extender's `httpTimeout`.
+    #[arg(long, env = "KRS_BINDING_WAIT", default_value = "10s", value_parser = parse_duration)]
+    pub binding_wait: Duration,
 }
 
 impl ServeArgs {
@@ -81,6 +92,13 @@ impl ServeArgs {
             runtime_label_key: self.runtime_label_key.clone(),
             default_runs_capacity: self.default_runs_capacity,
             heartbeat_stale_after: self.heartbeat_stale_after,
+        }
+    }
+
+    pub fn binding_config(&self) -> BindingConfig {
+        BindingConfig {
+            timeout: self.binding_timeout,
+            wait: self.binding_wait,
         }
     }
 }
@@ -117,6 +135,7 @@ pub fn standalone(
         metrics,
         nodes,
         writer: store.clone(),
+        binding: Arc::new(BindingGate::default()),
     };
     Ok(Standalone {
         state,
@@ -137,8 +156,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let count = objects.len();
-    let app = standalone(args.cache_config(), objects)
+    let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
+    app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
     let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
     let queue = Arc::clone(app.state.cache.queue());
@@ -212,6 +232,7 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
             metrics,
             nodes,
             writer,
+            binding: Arc::new(BindingGate::default()),
         },
         controller,
         watchers,
@@ -258,7 +279,8 @@ pub async fn lead(
 async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let id = identity();
-    let app = cluster(args.cache_config(), client.clone(), &id).await;
+    let mut app = cluster(args.cache_config(), client.clone(), &id).await;
+    app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
         let cfg = LeaderConfig {

@@ -474,3 +474,111 @@ async fn extender_binds_through_the_api_with_the_uid_precondition() {
         w.abort();
     }
 }
+
+/// `POST /scheduler/bind` through the router; the answer's `Error`.
+async fn bind_call(app: &axum::Router, body: Value) -> String {
+    use tower::ServiceExt;
+    let req = axum::http::Request::post("/scheduler/bind")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    serde_json::from_slice::<Value>(&b).unwrap()["Error"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Claim `gpu` allocated for pod `web`: device gpu-0 binds when `Attached`
+/// is True and has failed when `AttachFailed` is; `conditions` are the
+/// device's reported conditions.
+fn gpu_claim(conditions: &[(&str, &str)]) -> Value {
+    let conds: Vec<Value> = conditions
+        .iter()
+        .map(|(t, s)| {
+            json!({"type": t, "status": s, "reason": "Driver", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        })
+        .collect();
+    json!({"metadata": {"name": "gpu", "namespace": "ns"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+        "status": {
+            "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com",
+                "pool": "n1", "device": "gpu-0", "bindingConditions": ["Attached"],
+                "bindingFailureConditions": ["AttachFailed"]}]}},
+            "devices": [{"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "conditions": conds}],
+            "reservedFor": [{"resource": "pods", "name": "web", "uid": "uid-Pod-ns-web"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extender_clears_a_failed_claim_allocation_through_the_api() {
+    let api = FakeApi::start().await;
+    api.put(
+        Res::Nodes,
+        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "4Gi", "pods": "10"}}}),
+    );
+    api.put(
+        Res::Pods,
+        json!({"metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+                "containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}]}}),
+    );
+    let failed = api.put(
+        Res::ResourceClaims,
+        gpu_claim(&[("Attached", "False"), ("AttachFailed", "True")]),
+    );
+    let c = cluster(config(), api.client(), "test").await;
+    wait_for("ready", || c.state.cache.is_synced()).await;
+    wait_for("pod and claim cached", || {
+        let s = c.state.nodes.read();
+        s.has_node("n1") && s.pod("ns", "web").is_some() && s.claim_binding("ns/gpu").is_some()
+    })
+    .await;
+    let app = kruntimes_scheduler::http::router(c.state.clone());
+    let bind =
+        json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "uid-Pod-ns-web", "Node": "n1"});
+    let err = bind_call(&app, bind.clone()).await;
+    assert!(
+        err.contains("binding failure condition AttachFailed is True"),
+        "{err}"
+    );
+    assert!(err.contains("allocation cleared"), "{err}");
+    assert!(api.inner.lock().bindings.is_empty());
+    // One status patch, preconditioned on the claim as it was seen.
+    let patches = api.inner.lock().claim_status_patches.clone();
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].0, "ns/gpu");
+    assert_eq!(
+        patches[0].1["metadata"]["resourceVersion"],
+        failed["metadata"]["resourceVersion"]
+    );
+    assert_eq!(patches[0].1["metadata"]["uid"], failed["metadata"]["uid"]);
+    let stored = api.get(Res::ResourceClaims, "ns", "gpu").unwrap();
+    for field in ["allocation", "devices", "reservedFor"] {
+        assert!(stored["status"].get(field).is_none(), "{field}: {stored}");
+    }
+    // The watch brings the cleared claim back; nothing gates any more.
+    wait_for("cleared claim observed", || {
+        c.state.nodes.read().claim_binding("ns/gpu").is_none()
+    })
+    .await;
+    // Allocated again, and the driver reports the device attached: it binds.
+    api.put(Res::ResourceClaims, gpu_claim(&[("Attached", "True")]));
+    wait_for("reallocated claim observed", || {
+        c.state.nodes.read().claim_binding("ns/gpu").is_some()
+    })
+    .await;
+    assert_eq!(bind_call(&app, bind).await, "");
+    assert_eq!(
+        api.inner.lock().bindings,
+        vec![("ns/web".to_owned(), "n1".to_owned())]
+    );
+    assert_eq!(api.inner.lock().claim_status_patches.len(), 1);
+    for w in c.watchers {
+        w.abort();
+    }
+}

@@ -412,14 +412,25 @@ async fn bind_failures_are_precise() {
 // === preempt ===
 
 #[tokio::test]
-async fn preempt_passes_candidates_through_for_existing_nodes() {
+async fn preempt_keeps_existing_nodes_with_lower_priority_victims() {
     let app = state();
-    let r = post(&app, "/scheduler/preempt", &fixture("preempt-meta.json")).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // The preemptor (priority 0) may not preempt `big` (priority 0).
+    for f in ["preempt-meta.json", "preempt-full.json"] {
+        let r = post(&app, "/scheduler/preempt", &fixture(f)).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert!(go_preemption(&r.body).is_empty(), "{f}: {}", r.text);
+    }
+    // At priority 1000 it may; the node the cache does not know is dropped.
+    let raised = |f: &str| {
+        let mut body: Value = serde_json::from_str(&fixture(f)).unwrap();
+        body["Pod"]["spec"]["priority"] = json!(1000);
+        body.to_string()
+    };
+    let r = post(&app, "/scheduler/preempt", &raised("preempt-meta.json")).await;
     let got = go_preemption(&r.body);
     assert_eq!(got.len(), 1);
     assert_eq!(got["n1"], (vec!["big-uid".to_owned()], 1));
-    let r = post(&app, "/scheduler/preempt", &fixture("preempt-full.json")).await;
+    let r = post(&app, "/scheduler/preempt", &raised("preempt-full.json")).await;
     let got = go_preemption(&r.body);
     assert_eq!(got.len(), 1);
     assert_eq!(got["n1"], (vec!["big-uid".to_owned()], 0));

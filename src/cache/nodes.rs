@@ -28,6 +28,12 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+mod binding;
+mod groups;
+
+pub use binding::{ClaimBinding, GatedDevice, ShareKey};
+pub use groups::Scope;
+
 /// `(namespace, name)`.
 pub type Key = (String, String);
 
@@ -283,6 +289,8 @@ pub struct NodeState {
     slices: HashMap<String, Vec<DeviceKey>>,
     /// Published devices.
     devices: HashMap<DeviceKey, DeviceInfo>,
+    /// Binding state of allocated claims with gated devices, by `namespace/name`.
+    claim_bindings: HashMap<String, ClaimBinding>,
     /// Recently resolved `NodeNames` arrays, most recent first.
     refs: parking_lot::Mutex<Vec<Arc<NodeRefs>>>,
 }
@@ -309,6 +317,7 @@ impl Default for NodeState {
             claim_users: HashMap::new(),
             slices: HashMap::new(),
             devices: HashMap::new(),
+            claim_bindings: HashMap::new(),
             refs: Default::default(),
         }
     }
@@ -966,6 +975,7 @@ impl NodeState {
     fn set_claim(&mut self, claim: &ResourceClaim) {
         let (ns, name) = key_of(&claim.metadata);
         let qualified = format!("{ns}/{name}");
+        self.set_claim_binding(&qualified, claim);
         let results = claim
             .status
             .as_ref()
@@ -1048,6 +1058,8 @@ pub struct NodeCache {
     /// The PriorityClass names the admission webhooks check, fed by the same
     /// applies as `state` so there is one watch and one store path.
     admission_classes: Arc<crate::admission::PriorityClasses>,
+    /// Woken after every ResourceClaim change (binds waiting on devices).
+    claim_changes: tokio::sync::Notify,
 }
 
 // === impl NodeCache ===
@@ -1222,20 +1234,34 @@ impl NodeCache {
     // ResourceClaims
     pub fn apply_claim(&self, c: &ResourceClaim) {
         self.state.write().set_claim(c);
+        self.claim_changes.notify_waiters();
     }
     pub fn delete_claim(&self, namespace: &str, name: &str) {
-        let mut s = self.state.write();
-        let q = format!("{namespace}/{name}");
-        s.claims.remove(&q);
-        s.recompute_claim_users(&q);
+        {
+            let mut s = self.state.write();
+            let q = format!("{namespace}/{name}");
+            s.claims.remove(&q);
+            s.claim_bindings.remove(&q);
+            s.recompute_claim_users(&q);
+        }
+        self.claim_changes.notify_waiters();
     }
     pub fn reset_claims(&self, cs: &[ResourceClaim]) {
-        let mut s = self.state.write();
-        s.claims.clear();
-        for c in cs {
-            s.set_claim(c);
+        {
+            let mut s = self.state.write();
+            s.claims.clear();
+            s.claim_bindings.clear();
+            for c in cs {
+                s.set_claim(c);
+            }
+            s.recompute_dra_nodes();
         }
-        s.recompute_dra_nodes();
+        self.claim_changes.notify_waiters();
+    }
+    /// Notified after every ResourceClaim change: register (`notified()`,
+    /// then `enable()`) before reading the state, then await.
+    pub fn claim_changes(&self) -> &tokio::sync::Notify {
+        &self.claim_changes
     }
 
     // ResourceSlices

@@ -1,7 +1,9 @@
 //! The write side against the Kubernetes API: Run status through the status
 //! subresource with a resourceVersion precondition, and Events.
 
-use super::{BindError, ClusterWriter, EventKind, PodBinding, RunRef, WriteError};
+use super::{
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, PodBinding, RunRef, WriteError,
+};
 use crate::crd::{Run, RunStatus};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -50,6 +52,23 @@ pub fn status_patch(resource_version: Option<&str>, status: &RunStatus) -> Value
         body["metadata"] = json!({ "resourceVersion": rv });
     }
     body
+}
+
+/// The merge patch on `resourceclaims/status` that clears an allocation:
+/// `allocation`, `devices` and `reservedFor` removed, with the uid and
+/// resourceVersion as preconditions.
+pub fn clear_allocation_patch(claim: &ClaimAllocationRef) -> Value {
+    let mut meta = serde_json::Map::new();
+    if !claim.uid.is_empty() {
+        meta.insert("uid".into(), json!(claim.uid));
+    }
+    if !claim.resource_version.is_empty() {
+        meta.insert("resourceVersion".into(), json!(claim.resource_version));
+    }
+    json!({
+        "metadata": meta,
+        "status": {"allocation": null, "devices": null, "reservedFor": null},
+    })
 }
 
 impl ClusterWriter for KubeWriter {
@@ -101,6 +120,33 @@ impl ClusterWriter for KubeWriter {
                     name: b.name.clone(),
                     message: e.to_string(),
                 }),
+            }
+        })
+    }
+
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        claim: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let api: Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+                Api::namespaced(self.client.clone(), &claim.namespace);
+            let params = PatchParams {
+                field_manager: Some(MANAGER.into()),
+                ..PatchParams::default()
+            };
+            match api
+                .patch_status(
+                    &claim.name,
+                    &params,
+                    &Patch::Merge(clear_allocation_patch(claim)),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Err(WriteError::Conflict),
+                Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
+                Err(e) => Err(WriteError::Other(e.to_string())),
             }
         })
     }

@@ -60,6 +60,18 @@ pub struct PodBinding {
     pub node: String,
 }
 
+/// A ResourceClaim whose allocation is to be cleared, with the preconditions
+/// that it is still the claim (uid) and still as seen (resourceVersion).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAllocationRef {
+    pub namespace: String,
+    pub name: String,
+    /// Precondition (empty: none).
+    pub uid: String,
+    /// Precondition (empty: none).
+    pub resource_version: String,
+}
+
 /// The Run an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRef {
@@ -103,4 +115,12 @@ pub trait ClusterWriter: Send + Sync + 'static {
     /// Creates the pod's `pods/binding` to a node, with the pod uid as
     /// precondition.
     fn bind_pod<'a>(&'a self, binding: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>>;
+
+    /// Removes a ResourceClaim's `status.allocation`, with its
+    /// `status.devices` and `status.reservedFor` (which the API allows only
+    /// with an allocation), so the claim is allocated again.
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        claim: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>>;
 }

@@ -5,7 +5,7 @@
 //! scheduler's own status writes, is applied to the [`Cache`] exactly as a
 //! watch event would be, in store order.
 
-use super::{BindError, ClusterWriter, PodBinding, WriteError};
+use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
 use crate::cache::Cache;
 use crate::cache::nodes::NodeCache;
 use crate::crd::{Run, RunStatus, Runtime};
@@ -513,6 +513,42 @@ impl ClusterWriter for StandaloneStore {
             obj["metadata"]["resourceVersion"] = json!(rv);
             let v = obj.clone();
             self.observe(Kind::Run, &v, Timestamp::now());
+            Ok(())
+        })
+    }
+
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        c: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock();
+            let key = (Kind::ResourceClaim, c.namespace.clone(), c.name.clone());
+            let Some(cur) = inner.objects.get(&key) else {
+                return Err(WriteError::NotFound);
+            };
+            let meta = |field: &str| {
+                cur.pointer(&format!("/metadata/{field}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            if (!c.uid.is_empty() && meta("uid") != c.uid)
+                || (!c.resource_version.is_empty() && meta("resourceVersion") != c.resource_version)
+            {
+                return Err(WriteError::Conflict);
+            }
+            inner.resource_version += 1;
+            let rv = inner.resource_version.to_string();
+            let obj = inner.objects.get_mut(&key).expect("checked above");
+            if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+                for field in ["allocation", "devices", "reservedFor"] {
+                    status.remove(field);
+                }
+            }
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            let v = obj.clone();
+            self.observe(Kind::ResourceClaim, &v, Timestamp::now());
             Ok(())
         })
     }

@@ -329,7 +329,7 @@ async fn spawn_extender(
         sync,
         tasks,
         "ResourceClaim",
-        "DRA node-allocatable accounting",
+        "DRA node-allocatable accounting and device binding conditions",
         move |o| n1.apply_claim(&o),
         move |o| {
             let (ns, name) = key_of(&o.metadata);

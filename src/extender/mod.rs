@@ -7,7 +7,11 @@
 //! HTTP 200; failures inside the extender are reported in `Error`. Only a
 //! body that is not the protocol at all is an HTTP 4xx.
 
+pub mod binding;
+pub mod preempt;
 pub mod types;
+
+pub use preempt::decide_preempt;
 
 use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolved};
 use crate::cluster::PodBinding;
@@ -332,45 +336,6 @@ pub fn decide_prioritize<'a>(
     }
 }
 
-/// The preempt decision of this stage: kube-scheduler's candidates, as
-/// `MetaVictims`, restricted to nodes that exist.
-pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> ExtenderPreemptionResult {
-    let mut out = ExtenderPreemptionResult::default();
-    if let Some(meta) = &args.node_name_to_meta_victims {
-        for (node, v) in meta {
-            if snap.has_node(node) {
-                out.node_name_to_meta_victims
-                    .insert(node.clone(), v.clone().unwrap_or_default());
-            }
-        }
-    } else if let Some(full) = &args.node_name_to_victims {
-        for (node, v) in full {
-            if !snap.has_node(node) {
-                continue;
-            }
-            let v = v.clone().unwrap_or_default();
-            out.node_name_to_meta_victims.insert(
-                node.clone(),
-                MetaVictims {
-                    pods: v
-                        .pods
-                        .iter()
-                        .map(|p| MetaPod {
-                            uid: p
-                                .pointer("/metadata/uid")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                        })
-                        .collect(),
-                    num_pdb_violations: v.num_pdb_violations,
-                },
-            );
-        }
-    }
-    out
-}
-
 /// An encoded JSON answer.
 fn json_bytes(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
@@ -414,8 +379,9 @@ async fn preempt(
 }
 
 /// Binds: the node must exist; the pod is assumed on it (counted there at
-/// once) and the binding created; on failure the assumption is dropped and
-/// the reason returned in `Error`.
+/// once), its devices' binding conditions are awaited
+/// ([`binding::BindingGate`]) and the binding created; on failure the
+/// assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<AppState>,
     Body(body): Body,
@@ -454,13 +420,23 @@ async fn bind_one(s: &AppState, args: &ExtenderBindingArgs) -> Result<(), String
     let assumed = s
         .nodes
         .assume(namespace, &args.pod_name, &args.pod_uid, &args.node);
-    match s.writer.bind_pod(&binding).await {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            if assumed {
-                s.nodes.forget(namespace, &args.pod_name);
-            }
-            Err(e.to_string())
-        }
+    // Order: node check, assume, device binding conditions, binding.
+    let result = match s
+        .binding
+        .wait_for_devices(
+            &s.nodes,
+            s.writer.as_ref(),
+            namespace,
+            &args.pod_name,
+            &args.pod_uid,
+        )
+        .await
+    {
+        Ok(()) => s.writer.bind_pod(&binding).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    if result.is_err() && assumed {
+        s.nodes.forget(namespace, &args.pod_name);
     }
+    result
 }

@@ -35,6 +35,8 @@ pub struct AppState {
     pub nodes: Arc<NodeCache>,
     /// Where writes go (the store in standalone mode, the API otherwise).
     pub writer: Arc<dyn ClusterWriter>,
+    /// Binds waiting on DRA device binding conditions.
+    pub binding: Arc<crate::extender::binding::BindingGate>,
 }
 
 /// The service's router: the Run API, standalone objects, health, metrics,

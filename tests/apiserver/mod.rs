@@ -3,8 +3,9 @@
 //! lists with resourceVersion, watch streams with bookmarks, `410 Expired`
 //! for a compacted resourceVersion, label selectors (including objects
 //! leaving a selector), status merge patches with resourceVersion
-//! preconditions (`409 Conflict`), events, and Leases with server-side
-//! apply ownership of `holderIdentity`.
+//! preconditions (`409 Conflict`), ResourceClaim status merge patches with
+//! uid and resourceVersion preconditions, events, and Leases with
+//! server-side apply ownership of `holderIdentity`.
 //!
 //! Fault injection: conflicts on the next N status patches, delivery lag on
 //! Run watch events, dropping every open watch, compacting history.
@@ -31,6 +32,7 @@ pub enum Res {
     Leases,
     Events,
     Nodes,
+    ResourceClaims,
 }
 
 impl Res {
@@ -42,6 +44,7 @@ impl Res {
             Res::Leases => "Lease",
             Res::Events => "Event",
             Res::Nodes => "Node",
+            Res::ResourceClaims => "ResourceClaim",
         }
     }
 
@@ -51,6 +54,7 @@ impl Res {
             Res::Runs | Res::Runtimes => "kruntimes.io/v1alpha1",
             Res::Leases => "coordination.k8s.io/v1",
             Res::Events => "events.k8s.io/v1",
+            Res::ResourceClaims => "resource.k8s.io/v1",
         }
     }
 }
@@ -84,6 +88,8 @@ pub struct Inner {
     pub unserved: Vec<Res>,
     /// Every accepted `pods/binding`: (namespace/name, node).
     pub bindings: Vec<(String, String)>,
+    /// Every accepted ResourceClaim status patch: (namespace/name, patch body).
+    pub claim_status_patches: Vec<(String, Value)>,
     /// Field manager owning each Lease's holderIdentity.
     lease_owner: HashMap<(String, String), String>,
 }
@@ -175,6 +181,14 @@ impl FakeApi {
                 get(get_lease).patch(patch_lease).put(put_lease),
             )
             .route("/api/v1/nodes", get(list_or_watch_nodes))
+            .route(
+                "/apis/resource.k8s.io/v1/resourceclaims",
+                get(list_or_watch_claims),
+            )
+            .route(
+                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}/status",
+                axum::routing::patch(patch_claim_status),
+            )
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 axum::routing::post(create_binding),
@@ -414,6 +428,77 @@ async fn list_or_watch_nodes(
     Query(p): Query<HashMap<String, String>>,
 ) -> Response {
     list_or_watch(api, Res::Nodes, p).await
+}
+
+async fn list_or_watch_claims(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::ResourceClaims, p).await
+}
+
+/// `PATCH resourceclaims/{name}/status` (JSON merge patch): `metadata.uid`
+/// and `metadata.resourceVersion` in the patch are preconditions (409);
+/// only `status` is changed.
+async fn patch_claim_status(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let merge_patch = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/merge-patch+json"));
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid patch");
+    };
+    if !merge_patch {
+        return status(415, "UnsupportedMediaType", "expected a merge patch");
+    }
+    let mut g = api.inner.lock();
+    let key = (Res::ResourceClaims, ns.clone(), name.clone());
+    let Some(cur) = g.objects.get(&key).cloned() else {
+        return status(
+            404,
+            "NotFound",
+            &format!("resourceclaims.resource.k8s.io \"{name}\" not found"),
+        );
+    };
+    for field in ["uid", "resourceVersion"] {
+        if let Some(want) = patch
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_str)
+            && cur
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                != Some(want)
+        {
+            return status(
+                409,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on resourceclaims.resource.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            );
+        }
+    }
+    let mut obj = cur.clone();
+    if let Some(st) = patch.get("status") {
+        merge(
+            obj.as_object_mut()
+                .unwrap()
+                .entry("status")
+                .or_insert(json!({})),
+            st,
+        );
+    }
+    g.rv += 1;
+    obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+    g.claim_status_patches.push((format!("{ns}/{name}"), patch));
+    g.objects.insert(key, obj.clone());
+    api.record(&mut g, Res::ResourceClaims, false, Some(cur), obj.clone());
+    axum::Json(obj).into_response()
 }
 
 /// `POST pods/{name}/binding`: the pod must exist, have the Binding's

@@ -1,0 +1,141 @@
+//! What the node cache keeps of a ResourceClaim for DRA binding conditions:
+//! the devices whose allocation carries `bindingConditions` or
+//! `bindingFailureConditions`, the conditions the drivers report in
+//! `status.devices[]`, the allocation's identity and the claim's consumers.
+//! Claims without such devices are not kept here: nothing gates their bind.
+
+use super::{Key, NodeState, key_of};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use std::collections::{BTreeSet, HashMap};
+
+/// A device of an allocation, as `status.devices[]` names it:
+/// `(driver, pool, device, shareID)`.
+pub type ShareKey = (String, String, String, Option<String>);
+
+/// An allocated device that gates binding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatedDevice {
+    pub device: ShareKey,
+    /// Every one must be `True` in the device's status before binding.
+    pub binding_conditions: Vec<String>,
+    /// Any one `True` means binding failed.
+    pub failure_conditions: Vec<String>,
+}
+
+/// A claim's binding state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimBinding {
+    /// `(namespace, name)`.
+    pub key: Key,
+    pub uid: String,
+    pub resource_version: String,
+    /// Identifies this allocation (its timestamp and devices): a claim that
+    /// is allocated again is a new allocation.
+    pub allocation: String,
+    /// Devices with binding or failure conditions.
+    pub gated: Vec<GatedDevice>,
+    /// Condition types reported `True`, per device.
+    pub true_conditions: HashMap<ShareKey, BTreeSet<String>>,
+    /// UIDs of the consumers in `status.reservedFor`.
+    pub reserved_for: Vec<String>,
+}
+
+impl ClaimBinding {
+    /// The binding state of an allocated claim with gated devices, else `None`.
+    pub fn from_claim(claim: &ResourceClaim) -> Option<ClaimBinding> {
+        let status = claim.status.as_ref()?;
+        let allocation = status.allocation.as_ref()?;
+        let results = allocation.devices.as_ref()?.results.as_ref()?;
+        let gated: Vec<GatedDevice> = results
+            .iter()
+            .filter(|r| {
+                r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty())
+                    || r.binding_failure_conditions
+                        .as_ref()
+                        .is_some_and(|c| !c.is_empty())
+            })
+            .map(|r| GatedDevice {
+                device: (
+                    r.driver.clone(),
+                    r.pool.clone(),
+                    r.device.clone(),
+                    r.share_id.clone(),
+                ),
+                binding_conditions: r.binding_conditions.clone().unwrap_or_default(),
+                failure_conditions: r.binding_failure_conditions.clone().unwrap_or_default(),
+            })
+            .collect();
+        if gated.is_empty() {
+            return None;
+        }
+        let mut identity = allocation
+            .allocation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        for r in results {
+            identity.push_str(&format!(
+                "|{}/{}/{}/{}",
+                r.driver,
+                r.pool,
+                r.device,
+                r.share_id.as_deref().unwrap_or_default()
+            ));
+        }
+        let true_conditions = status
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| {
+                (
+                    (
+                        d.driver.clone(),
+                        d.pool.clone(),
+                        d.device.clone(),
+                        d.share_id.clone(),
+                    ),
+                    d.conditions
+                        .iter()
+                        .flatten()
+                        .filter(|c| c.status == "True")
+                        .map(|c| c.type_.clone())
+                        .collect(),
+                )
+            })
+            .collect();
+        Some(ClaimBinding {
+            key: key_of(&claim.metadata),
+            uid: claim.metadata.uid.clone().unwrap_or_default(),
+            resource_version: claim.metadata.resource_version.clone().unwrap_or_default(),
+            allocation: identity,
+            gated,
+            true_conditions,
+            reserved_for: status
+                .reserved_for
+                .iter()
+                .flatten()
+                .map(|r| r.uid.clone())
+                .collect(),
+        })
+    }
+}
+
+// === impl NodeState ===
+
+impl NodeState {
+    /// The binding state of a claim (`namespace/name`), when it gates binding.
+    pub fn claim_binding(&self, qualified: &str) -> Option<&ClaimBinding> {
+        self.claim_bindings.get(qualified)
+    }
+
+    pub(super) fn set_claim_binding(&mut self, qualified: &str, claim: &ResourceClaim) {
+        match ClaimBinding::from_claim(claim) {
+            Some(b) => {
+                self.claim_bindings.insert(qualified.to_owned(), b);
+            }
+            None => {
+                self.claim_bindings.remove(qualified);
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Reads for group-aware preemption: the pods counted on a node, and how a
+//! PodGroup may be disrupted (its own `disruptionMode`, or `All` on any
+//! CompositePodGroup above it, following `parentCompositePodGroupName`).
+
+use super::{Key, NodeState, PodEntry};
+
+/// Parent references followed at most (admission allows depth 4; a cycle
+/// of bad references ends here).
+const MAX_DEPTH: usize = 16;
+
+/// The set of pods a victim's disruption takes with it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// `Single` (the default): pods are disrupted one by one.
+    Single,
+    /// The PodGroup is `All`: all of its pods go together.
+    Group(String),
+    /// A CompositePodGroup above is `All`: all pods of every PodGroup
+    /// beneath it go together (the topmost such CompositePodGroup).
+    Composite(String),
+}
+
+// === impl NodeState ===
+
+impl NodeState {
+    /// Pods counted on a node (bound or assumed there), assumed versions first.
+    pub fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = (&'a Key, &'a PodEntry)> {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flat_map(|s| s.pods.iter())
+            .filter_map(|k| self.counted(k).map(|e| (k, e)))
+    }
+
+    /// The node a pod is counted on (bound or assumed; not terminal).
+    pub fn counted_on(&self, key: &Key) -> Option<&str> {
+        self.counted(key).and_then(|e| e.node.as_deref())
+    }
+
+    /// How a PodGroup may be disrupted. An unknown PodGroup is `Single`,
+    /// the API's default.
+    pub fn disruption_scope(&self, namespace: &str, group: &str) -> Scope {
+        let Some(g) = self.group(namespace, group) else {
+            return Scope::Single;
+        };
+        let mut scope = if g
+            .spec
+            .disruption_mode
+            .as_ref()
+            .is_some_and(|m| m.all.is_some())
+        {
+            Scope::Group(group.to_owned())
+        } else {
+            Scope::Single
+        };
+        let mut parent = g.spec.parent_composite_pod_group_name.clone();
+        for _ in 0..MAX_DEPTH {
+            let Some(name) = parent else { break };
+            let Some(c) = self.composite(namespace, &name) else {
+                break;
+            };
+            if c.spec
+                .disruption_mode
+                .as_ref()
+                .is_some_and(|m| m.all.is_some())
+            {
+                scope = Scope::Composite(name.clone());
+            }
+            parent = c.spec.parent_composite_pod_group_name.clone();
+        }
+        scope
+    }
+
+    /// Whether a PodGroup lies beneath a CompositePodGroup.
+    fn beneath(&self, namespace: &str, group: &str, composite: &str) -> bool {
+        let mut parent = self
+            .group(namespace, group)
+            .and_then(|g| g.spec.parent_composite_pod_group_name.clone());
+        for _ in 0..MAX_DEPTH {
+            let Some(name) = parent else { return false };
+            if name == composite {
+                return true;
+            }
+            parent = self
+                .composite(namespace, &name)
+                .and_then(|c| c.spec.parent_composite_pod_group_name.clone());
+        }
+        false
+    }
+
+    /// The pods of a scope that are counted on some node (pending members
+    /// are not running and cannot be disrupted), sorted by key.
+    pub fn scope_pods(&self, namespace: &str, scope: &Scope) -> Vec<(&Key, &PodEntry)> {
+        let groups: Vec<&str> = match scope {
+            Scope::Single => return Vec::new(),
+            Scope::Group(g) => vec![g.as_str()],
+            Scope::Composite(c) => self
+                .groups
+                .keys()
+                .filter(|(ns, g)| ns == namespace && self.beneath(ns, g, c))
+                .map(|(_, g)| g.as_str())
+                .collect(),
+        };
+        let mut out: Vec<(&Key, &PodEntry)> = groups
+            .into_iter()
+            .filter_map(|g| {
+                self.members
+                    .get_key_value(&(namespace.to_owned(), g.to_owned()))
+            })
+            .flat_map(|((ns, _), names)| names.iter().map(move |n| (ns, n)))
+            .filter_map(|(ns, n)| {
+                let (k, _) = self.pods.get_key_value(&(ns.clone(), n.clone()))?;
+                self.counted(k).map(|e| (k, e))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+}

@@ -1,0 +1,270 @@
+//! DRA device binding conditions: the gate a bind passes before the
+//! `pods/binding` is created.
+//!
+//! For every ResourceClaim of the pod, each allocated device that carries
+//! `bindingConditions` must have all of them `True` in the claim's
+//! `status.devices[]` entry for that device (matched by driver, pool,
+//! device and shareID).
+//!
+//! - All `True` → the bind proceeds.
+//! - Not yet → the bind waits, woken by every ResourceClaim change, for at
+//!   most `--binding-wait` per call (so the call fits kube-scheduler's
+//!   extender `httpTimeout`), then answers `Error` and kube-scheduler
+//!   retries the pod.
+//! - A `bindingFailureConditions` entry `True`, or `--binding-timeout`
+//!   passed since the first wait for that allocation of that claim → the
+//!   claim's allocation is cleared (with its device status and
+//!   reservations, preconditioned on the claim's uid and resourceVersion)
+//!   and the bind fails, so the pod is scheduled again and the claim
+//!   allocated again. A claim also reserved for other pods is in use and is
+//!   not cleared; the bind fails all the same.
+//!
+//! Time is tokio's clock, so tests run with paused time and never sleep.
+
+use crate::cache::nodes::{ClaimBinding, NodeCache};
+use crate::cluster::{ClaimAllocationRef, ClusterWriter};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Default `--binding-timeout` (as kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
+pub const DEFAULT_BINDING_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default `--binding-wait`: well below the 30s extender `httpTimeout`.
+pub const DEFAULT_BINDING_WAIT: Duration = Duration::from_secs(10);
+
+/// How long binds wait for device binding conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindingConfig {
+    /// From the first wait for a claim's allocation until it is cleared.
+    pub timeout: Duration,
+    /// Longest wait within one bind call.
+    pub wait: Duration,
+}
+
+impl Default for BindingConfig {
+    fn default() -> Self {
+        BindingConfig {
+            timeout: DEFAULT_BINDING_TIMEOUT,
+            wait: DEFAULT_BINDING_WAIT,
+        }
+    }
+}
+
+/// One claim's state against its binding conditions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every binding condition is `True`.
+    Ready,
+    /// Conditions still missing, described.
+    Waiting(String),
+    /// A binding failure condition is `True`, described.
+    Failed(String),
+}
+
+fn device_name(d: &crate::cache::nodes::ShareKey) -> String {
+    match &d.3 {
+        Some(share) => format!("{}/{}/{} (share {share})", d.0, d.1, d.2),
+        None => format!("{}/{}/{}", d.0, d.1, d.2),
+    }
+}
+
+/// The verdict for one claim, pure.
+pub fn claim_verdict(b: &ClaimBinding) -> Verdict {
+    let mut missing = Vec::new();
+    for d in &b.gated {
+        let ok = b.true_conditions.get(&d.device);
+        let is_true = |c: &String| ok.is_some_and(|t| t.contains(c));
+        if let Some(f) = d.failure_conditions.iter().find(|c| is_true(c)) {
+            return Verdict::Failed(format!(
+                "device {}: binding failure condition {f} is True",
+                device_name(&d.device)
+            ));
+        }
+        let not_yet: Vec<&str> = d
+            .binding_conditions
+            .iter()
+            .filter(|c| !is_true(c))
+            .map(String::as_str)
+            .collect();
+        if !not_yet.is_empty() {
+            missing.push(format!(
+                "device {} needs {}",
+                device_name(&d.device),
+                not_yet.join(", ")
+            ));
+        }
+    }
+    if missing.is_empty() {
+        Verdict::Ready
+    } else {
+        Verdict::Waiting(missing.join("; "))
+    }
+}
+
+/// The gate: its settings and when each claim allocation was first waited for.
+#[derive(Debug, Default)]
+pub struct BindingGate {
+    config: BindingConfig,
+    /// `(claim uid, allocation)` → first wait.
+    first_wait: Mutex<HashMap<(String, String), Instant>>,
+}
+
+/// A claim that must be cleared, and why.
+struct Clear {
+    claim: ClaimAllocationRef,
+    qualified: String,
+    reason: String,
+    /// Reserved for other pods too: in use, left allocated.
+    in_use: bool,
+}
+
+// === impl BindingGate ===
+
+impl BindingGate {
+    pub fn new(config: BindingConfig) -> Self {
+        BindingGate {
+            config,
+            first_wait: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> BindingConfig {
+        self.config
+    }
+
+    /// Claim allocations being waited for.
+    pub fn waiting(&self) -> usize {
+        self.first_wait.lock().len()
+    }
+
+    fn id(b: &ClaimBinding) -> (String, String) {
+        (b.uid.clone(), b.allocation.clone())
+    }
+
+    /// When this allocation was first waited for (now, if never).
+    fn first_wait(&self, b: &ClaimBinding, now: Instant) -> Instant {
+        let mut m = self.first_wait.lock();
+        if let Some(t) = m.get(&Self::id(b)) {
+            return *t;
+        }
+        // Entries nobody asked about for a long time belong to claims that
+        // were deleted or reallocated: drop them.
+        let horizon = self.config.timeout * 2 + self.config.wait;
+        m.retain(|_, t| now.saturating_duration_since(*t) <= horizon);
+        m.insert(Self::id(b), now);
+        now
+    }
+
+    fn forget(&self, b: &ClaimBinding) {
+        self.first_wait.lock().remove(&Self::id(b));
+    }
+
+    /// Waits until every gated device of the pod's claims is ready (`Ok`),
+    /// or fails: conditions still missing after `--binding-wait`, or a
+    /// claim failed or timed out (its allocation is then cleared). A pod
+    /// the cache does not know has no known claims and passes.
+    pub async fn wait_for_devices(
+        &self,
+        nodes: &NodeCache,
+        writer: &dyn ClusterWriter,
+        namespace: &str,
+        pod_name: &str,
+        pod_uid: &str,
+    ) -> Result<(), String> {
+        let call_deadline = Instant::now() + self.config.wait;
+        loop {
+            // Registered before reading, so no change is missed.
+            let changed = nodes.claim_changes().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now = Instant::now();
+            let mut clear: Vec<Clear> = Vec::new();
+            let mut waiting: Vec<(String, Instant)> = Vec::new();
+            {
+                let snap = nodes.read();
+                let Some(pod) = snap.pod(namespace, pod_name) else {
+                    return Ok(());
+                };
+                let uid = if pod_uid.is_empty() {
+                    pod.uid.as_str()
+                } else {
+                    pod_uid
+                };
+                for c in &pod.claims {
+                    let Some(b) = snap.claim_binding(&c.claim) else {
+                        continue;
+                    };
+                    let reason = match claim_verdict(b) {
+                        Verdict::Ready => {
+                            self.forget(b);
+                            continue;
+                        }
+                        Verdict::Failed(why) => why,
+                        Verdict::Waiting(what) => {
+                            let expires = self.first_wait(b, now) + self.config.timeout;
+                            if now < expires {
+                                waiting.push((format!("claim {}: {what}", c.claim), expires));
+                                continue;
+                            }
+                            format!(
+                                "binding conditions not met within {:?} ({what})",
+                                self.config.timeout
+                            )
+                        }
+                    };
+                    clear.push(Clear {
+                        claim: ClaimAllocationRef {
+                            namespace: b.key.0.clone(),
+                            name: b.key.1.clone(),
+                            uid: b.uid.clone(),
+                            resource_version: b.resource_version.clone(),
+                        },
+                        qualified: c.claim.clone(),
+                        reason,
+                        in_use: b.reserved_for.iter().any(|r| r != uid),
+                    });
+                    self.forget(b);
+                }
+            }
+            if !clear.is_empty() {
+                return Err(self.clear(writer, clear).await);
+            }
+            let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
+                return Ok(());
+            };
+            if now >= call_deadline {
+                let what: Vec<String> = waiting.into_iter().map(|(w, _)| w).collect();
+                return Err(format!(
+                    "waiting for device binding conditions: {}; retry",
+                    what.join("; ")
+                ));
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = tokio::time::sleep_until(call_deadline.min(expires)) => {}
+            }
+        }
+    }
+
+    /// Clears failed claims' allocations; the bind error naming each.
+    async fn clear(&self, writer: &dyn ClusterWriter, clear: Vec<Clear>) -> String {
+        let mut parts = Vec::new();
+        for c in clear {
+            let outcome = if c.in_use {
+                "reserved for other pods, allocation kept".to_owned()
+            } else {
+                match writer.clear_claim_allocation(&c.claim).await {
+                    Ok(()) => "allocation cleared".to_owned(),
+                    Err(e) => format!("clearing the allocation failed: {e}"),
+                }
+            };
+            tracing::info!(claim = %c.qualified, reason = %c.reason, outcome = %outcome, "device binding failed");
+            parts.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
+        }
+        format!("device binding failed: {}", parts.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,408 @@
+//! The binding-condition gate with tokio's paused clock: waits take no real
+//! time, and the virtual time at which a wait ends is asserted.
+
+use super::*;
+use crate::cluster::{BindError, PodBinding, WriteError};
+use crate::crd::RunStatus;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Records allocation clears; nothing else is expected of it.
+#[derive(Default)]
+struct Recorder {
+    clears: Mutex<Vec<(ClaimAllocationRef, Instant)>>,
+}
+
+impl ClusterWriter for Recorder {
+    fn write_run_status<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<&'a str>,
+        _: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::Other("not expected here".into())) })
+    }
+    fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async move { Err(BindError::NodeGone(b.node.clone())) })
+    }
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        claim: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            self.clears.lock().push((claim.clone(), Instant::now()));
+            Ok(())
+        })
+    }
+}
+
+/// A device `(name, bindingConditions, bindingFailureConditions)`.
+type Dev<'a> = (&'a str, &'a [&'a str], &'a [&'a str]);
+
+/// An allocated claim `name` (uid `name-uid`) with those devices, the True
+/// conditions reported per device, and the consumers.
+fn claim(
+    name: &str,
+    devices: &[Dev<'_>],
+    true_conds: &[(&str, &[&str])],
+    reserved: &[&str],
+) -> ResourceClaim {
+    let results: Vec<Value> = devices
+        .iter()
+        .map(|(d, bc, fc)| {
+            json!({"request": "r", "driver": "drv", "pool": "pool", "device": d,
+                "bindingConditions": bc, "bindingFailureConditions": fc})
+        })
+        .collect();
+    let statuses: Vec<Value> = true_conds
+        .iter()
+        .map(|(d, conds)| {
+            let conds: Vec<Value> = conds
+                .iter()
+                .map(|c| {
+                    json!({"type": c, "status": "True", "reason": "R", "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"})
+                })
+                .chain(std::iter::once(
+                    json!({"type": "Other", "status": "False", "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+                ))
+                .collect();
+            json!({"driver": "drv", "pool": "pool", "device": d, "conditions": conds})
+        })
+        .collect();
+    let reserved: Vec<Value> = reserved
+        .iter()
+        .map(|u| json!({"resource": "pods", "name": u, "uid": u}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"), "resourceVersion": "7"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
+        "status": {"allocation": {"devices": {"results": results}, "allocationTimestamp": "2026-01-01T00:00:00Z"},
+            "devices": statuses, "reservedFor": reserved}}))
+    .unwrap()
+}
+
+fn pod(claims: &[&str]) -> Pod {
+    let rc: Vec<Value> = claims
+        .iter()
+        .map(|c| json!({"name": c, "resourceClaimName": c}))
+        .collect();
+    serde_json::from_value(
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "p-uid"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "resourceClaims": rc}}),
+    )
+    .unwrap()
+}
+
+struct Fixture {
+    nodes: Arc<NodeCache>,
+    writer: Arc<Recorder>,
+    gate: Arc<BindingGate>,
+}
+
+fn fixture(timeout: u64, wait: u64) -> Fixture {
+    let nodes = Arc::new(NodeCache::new());
+    nodes.apply_pod(&pod(&["gpu", "nic"]));
+    Fixture {
+        nodes,
+        writer: Arc::new(Recorder::default()),
+        gate: Arc::new(BindingGate::new(BindingConfig {
+            timeout: Duration::from_secs(timeout),
+            wait: Duration::from_secs(wait),
+        })),
+    }
+}
+
+impl Fixture {
+    fn gate_task(&self) -> tokio::task::JoinHandle<(Result<(), String>, Duration)> {
+        let (nodes, writer, gate) = (self.nodes.clone(), self.writer.clone(), self.gate.clone());
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let r = gate
+                .wait_for_devices(&nodes, writer.as_ref(), "ns", "p", "p-uid")
+                .await;
+            (r, start.elapsed())
+        })
+    }
+
+    async fn gate(&self) -> (Result<(), String>, Duration) {
+        self.gate_task().await.unwrap()
+    }
+
+    fn clears(&self) -> Vec<ClaimAllocationRef> {
+        self.writer
+            .clears
+            .lock()
+            .iter()
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+}
+
+const GPU: Dev<'static> = ("gpu-0", &["Attached", "Healthy"], &["AttachFailed"]);
+
+#[test]
+fn verdicts() {
+    let b = |c: &ResourceClaim| ClaimBinding::from_claim(c).unwrap();
+    assert_eq!(
+        claim_verdict(&b(&claim(
+            "gpu",
+            &[GPU],
+            &[("gpu-0", &["Attached", "Healthy"])],
+            &[]
+        ))),
+        Verdict::Ready
+    );
+    assert_eq!(
+        claim_verdict(&b(&claim("gpu", &[GPU], &[("gpu-0", &["Attached"])], &[]))),
+        Verdict::Waiting("device drv/pool/gpu-0 needs Healthy".into())
+    );
+    // A True condition on another device does not count.
+    assert!(matches!(
+        claim_verdict(&b(&claim(
+            "gpu",
+            &[GPU],
+            &[("gpu-1", &["Attached", "Healthy"])],
+            &[]
+        ))),
+        Verdict::Waiting(_)
+    ));
+    // A failure condition wins, even with every binding condition True.
+    assert_eq!(
+        claim_verdict(&b(&claim(
+            "gpu",
+            &[GPU],
+            &[("gpu-0", &["Attached", "Healthy", "AttachFailed"])],
+            &[]
+        ))),
+        Verdict::Failed(
+            "device drv/pool/gpu-0: binding failure condition AttachFailed is True".into()
+        )
+    );
+    // No device with conditions, or no allocation: nothing to gate.
+    assert!(ClaimBinding::from_claim(&claim("gpu", &[("gpu-0", &[], &[])], &[], &[])).is_none());
+    let mut c = claim("gpu", &[GPU], &[], &[]);
+    c.status.as_mut().unwrap().allocation = None;
+    assert!(ClaimBinding::from_claim(&c).is_none());
+}
+
+#[test]
+fn a_status_entry_with_another_share_id_is_another_device() {
+    let mut c = claim("gpu", &[GPU], &[("gpu-0", &["Attached", "Healthy"])], &[]);
+    let status = c.status.as_mut().unwrap();
+    status
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .as_mut()
+        .unwrap()[0]
+        .share_id = Some("s1".into());
+    let b = ClaimBinding::from_claim(&c).unwrap();
+    assert!(matches!(claim_verdict(&b), Verdict::Waiting(_)));
+    c.status.as_mut().unwrap().devices.as_mut().unwrap()[0].share_id = Some("s1".into());
+    assert_eq!(
+        claim_verdict(&ClaimBinding::from_claim(&c).unwrap()),
+        Verdict::Ready
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_devices_and_ungated_pods_pass_at_once() {
+    let f = fixture(600, 10);
+    // No claim known yet: nothing gates.
+    assert_eq!(f.gate().await, (Ok(()), Duration::ZERO));
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    ));
+    f.nodes
+        .apply_claim(&claim("nic", &[("nic-0", &[], &[])], &[], &[]));
+    assert_eq!(f.gate().await, (Ok(()), Duration::ZERO));
+    // A pod the cache does not know passes (nothing known to gate).
+    let r = f
+        .gate
+        .wait_for_devices(&f.nodes, f.writer.as_ref(), "ns", "other", "")
+        .await;
+    assert_eq!(r, Ok(()));
+    assert!(f.clears().is_empty());
+    assert_eq!(f.gate.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bind_proceeds_exactly_when_the_last_condition_turns_true() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim("gpu", &[GPU], &[], &["p-uid"]));
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!task.is_finished());
+    // One of two conditions: still waiting.
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached"])],
+        &["p-uid"],
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!task.is_finished());
+    // Both, four (virtual) seconds in.
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    ));
+    let (r, elapsed) = task.await.unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(elapsed, Duration::from_secs(4));
+    assert!(f.clears().is_empty());
+    assert_eq!(f.gate.waiting(), 0, "a ready claim is no longer waited for");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_is_bounded_per_call_and_answers_an_error_to_retry() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached"])],
+        &["p-uid"],
+    ));
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("waiting for device binding conditions"),
+        "{err}"
+    );
+    assert!(
+        err.contains("claim ns/gpu: device drv/pool/gpu-0 needs Healthy"),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::from_secs(10));
+    assert!(f.clears().is_empty());
+    assert_eq!(f.gate.waiting(), 1, "the first wait is remembered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_condition_clears_the_allocation_and_fails_the_bind() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim("gpu", &[GPU], &[], &["p-uid"]));
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!task.is_finished());
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["AttachFailed"])],
+        &["p-uid"],
+    ));
+    let (r, elapsed) = task.await.unwrap();
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("binding failure condition AttachFailed is True"),
+        "{err}"
+    );
+    assert!(err.contains("allocation cleared"), "{err}");
+    assert_eq!(elapsed, Duration::from_secs(3));
+    assert_eq!(
+        f.clears(),
+        vec![ClaimAllocationRef {
+            namespace: "ns".into(),
+            name: "gpu".into(),
+            uid: "gpu-uid".into(),
+            resource_version: "7".into(),
+        }]
+    );
+    assert_eq!(f.gate.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_timeout_runs_from_the_first_wait_across_calls() {
+    let f = fixture(25, 10);
+    f.nodes.apply_claim(&claim("gpu", &[GPU], &[], &["p-uid"]));
+    let start = Instant::now();
+    for _ in 0..2 {
+        let (r, elapsed) = f.gate().await;
+        assert!(r.unwrap_err().contains("retry"));
+        assert_eq!(elapsed, Duration::from_secs(10));
+        assert!(f.clears().is_empty());
+    }
+    // The third call reaches 25s after the first wait: cleared then, not before.
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(err.contains("not met within 25s"), "{err}");
+    assert!(err.contains("allocation cleared"), "{err}");
+    assert_eq!(elapsed, Duration::from_secs(5));
+    let clears = f.writer.clears.lock().clone();
+    assert_eq!(clears.len(), 1);
+    assert_eq!(clears[0].1 - start, Duration::from_secs(25));
+    // A new allocation of the claim is a new wait, with a fresh timeout.
+    let mut again = claim("gpu", &[GPU], &[], &["p-uid"]);
+    again
+        .status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .allocation_timestamp = serde_json::from_value(json!("2026-01-01T00:05:00Z")).ok();
+    f.nodes.apply_claim(&again);
+    let (r, elapsed) = f.gate().await;
+    assert!(r.unwrap_err().contains("retry"));
+    assert_eq!(elapsed, Duration::from_secs(10));
+    assert_eq!(f.clears().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_in_use_by_other_pods_is_not_cleared() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["AttachFailed"])],
+        &["p-uid", "q-uid"],
+    ));
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("reserved for other pods, allocation kept"),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::ZERO);
+    assert!(f.clears().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_claim_of_the_pod_must_be_ready() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    ));
+    f.nodes.apply_claim(&claim(
+        "nic",
+        &[("nic-0", &["Linked"], &[])],
+        &[],
+        &["p-uid"],
+    ));
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    // A deleted claim gates nothing any more.
+    f.nodes.delete_claim("ns", "nic");
+    let (r, elapsed) = task.await.unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(elapsed, Duration::from_secs(1));
+}

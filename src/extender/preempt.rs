@@ -1,0 +1,254 @@
+//! Group-aware preemption: kube-scheduler's candidate nodes and victims,
+//! checked and completed against the cache, pure over a snapshot.
+//!
+//! kube-scheduler chooses the victims on each candidate node and then, among
+//! the candidates the extender returns, the node to preempt on. The
+//! extender can only drop candidates or change the victims of one, so the
+//! rules are applied per candidate, and the preference between candidates
+//! by dropping the dominated ones:
+//!
+//! 1. A preemptor whose own or group preemption policy is `Never` gets no
+//!    candidates.
+//! 2. Every victim must be a pod the cache counts on that node (the
+//!    UID-only form is resolved through the node's pods); a victim that is
+//!    unknown or counted elsewhere drops the node: its group and priority
+//!    cannot be checked, and the watch will catch up before the next try.
+//! 3. A victim in a PodGroup whose disruption mode is `All` (or beneath a
+//!    CompositePodGroup with `All`) brings every running pod of that group
+//!    (or of every PodGroup beneath the CompositePodGroup) on the node with
+//!    it; when any of them runs on another node the node is dropped, as the
+//!    group would be partly disrupted. `Single` groups go pod by pod.
+//! 4. No victim, added ones included, may have an effective priority (its
+//!    PodGroup's when it is in one) at or above the preemptor's (its
+//!    group's when it is in one); such a victim drops the node rather than
+//!    being removed, since kube-scheduler chose the victims as what frees
+//!    enough room.
+//! 5. A node without victims is dropped. `NumPDBViolations` is carried
+//!    through as kube-scheduler counted it.
+//! 6. Preference: a candidate is dropped when another is at least as good
+//!    on every count — PDB violations, PodGroups disrupted, highest victim
+//!    priority, number of victims — and better on one. kube-scheduler then
+//!    picks among the rest by its own order.
+
+use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims};
+use crate::cache::nodes::{Key, NodeState, PodEntry, Scope};
+use crate::pods::priority::{self, Declared};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// The preemption policy that forbids preempting.
+pub const NEVER: &str = "Never";
+
+/// A candidate that passed the rules.
+#[derive(Debug)]
+struct Candidate<'a> {
+    node: &'a str,
+    victims: Vec<&'a PodEntry>,
+    pdb: i64,
+    /// Distinct PodGroups among the victims.
+    groups: usize,
+    /// Highest effective victim priority.
+    highest: i32,
+}
+
+impl Candidate<'_> {
+    fn costs(&self) -> [i64; 4] {
+        [
+            self.pdb,
+            self.groups as i64,
+            i64::from(self.highest),
+            self.victims.len() as i64,
+        ]
+    }
+}
+
+/// Whether `a` is at least as good as `b` everywhere and better somewhere.
+fn dominates(a: &[i64; 4], b: &[i64; 4]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x <= y) && a != b
+}
+
+/// The preemptor's effective priority; `None` when it may not preempt.
+fn preemptor_priority(snap: &NodeState, pod: &Pod) -> Option<i32> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let spec = pod.spec.as_ref();
+    let own = priority::resolve(
+        Declared {
+            priority: spec.and_then(|s| s.priority),
+            class_name: spec.and_then(|s| s.priority_class_name.as_deref()),
+            preemption_policy: spec.and_then(|s| s.preemption_policy.as_deref()),
+        },
+        snap.classes(),
+    );
+    if own.preemption_policy == NEVER {
+        return None;
+    }
+    let group = spec
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.as_deref());
+    match group.and_then(|g| snap.group_priority(ns, g)) {
+        Some(g) if g.preemption_policy == NEVER => None,
+        Some(g) => Some(g.priority),
+        None => Some(own.priority),
+    }
+}
+
+/// A cached pod's effective priority: its PodGroup's when the group is known.
+fn effective_priority(snap: &NodeState, key: &Key, pod: &PodEntry) -> i32 {
+    pod.group
+        .as_deref()
+        .and_then(|g| snap.group_priority(&key.0, g))
+        .map(|e| e.priority)
+        .unwrap_or_else(|| priority::resolve(pod.declared(), snap.classes()).priority)
+}
+
+/// The request's candidates: node, victim UIDs (`None` when a full Pod has
+/// none) and PDB violations. The UID-only form wins when both are sent.
+fn requested(args: &ExtenderPreemptionArgs) -> Vec<(&str, Vec<Option<&str>>, i64)> {
+    if let Some(meta) = &args.node_name_to_meta_victims {
+        meta.iter()
+            .map(|(node, v)| {
+                let (pods, pdb) = v
+                    .as_ref()
+                    .map(|v| {
+                        (
+                            v.pods.iter().map(|p| Some(p.uid.as_str())).collect(),
+                            v.num_pdb_violations,
+                        )
+                    })
+                    .unwrap_or_default();
+                (node.as_str(), pods, pdb)
+            })
+            .collect()
+    } else if let Some(full) = &args.node_name_to_victims {
+        full.iter()
+            .map(|(node, v)| {
+                let (pods, pdb) = v
+                    .as_ref()
+                    .map(|v| {
+                        (
+                            v.pods
+                                .iter()
+                                .map(|p| {
+                                    p.pointer("/metadata/uid")
+                                        .and_then(Value::as_str)
+                                        .filter(|u| !u.is_empty())
+                                })
+                                .collect(),
+                            v.num_pdb_violations,
+                        )
+                    })
+                    .unwrap_or_default();
+                (node.as_str(), pods, pdb)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Running pods per disruption scope, looked up once per call.
+type ScopeMemo<'s> = HashMap<(String, Scope), Vec<(&'s Key, &'s PodEntry)>>;
+
+/// Applies rules 2–5 to one candidate.
+fn evaluate<'s>(
+    snap: &'s NodeState,
+    node: &'s str,
+    uids: &[Option<&str>],
+    pdb: i64,
+    preemptor: i32,
+    memo: &mut ScopeMemo<'s>,
+) -> Option<Candidate<'s>> {
+    if uids.is_empty() || !snap.has_node(node) {
+        return None;
+    }
+    let on_node: HashMap<&str, (&Key, &PodEntry)> = snap
+        .pods_on(node)
+        .filter(|(_, e)| !e.uid.is_empty())
+        .map(|(k, e)| (e.uid.as_str(), (k, e)))
+        .collect();
+    let mut chosen: Vec<(&Key, &PodEntry)> = Vec::with_capacity(uids.len());
+    let mut seen: HashSet<&Key> = HashSet::with_capacity(uids.len());
+    for uid in uids {
+        let &(key, entry) = on_node.get((*uid)?)?;
+        if seen.insert(key) {
+            chosen.push((key, entry));
+        }
+        let Some(group) = entry.group.as_deref() else {
+            continue;
+        };
+        let scope = snap.disruption_scope(&key.0, group);
+        if scope == Scope::Single {
+            continue;
+        }
+        let members = memo
+            .entry((key.0.clone(), scope))
+            .or_insert_with_key(|(ns, scope)| snap.scope_pods(ns, scope));
+        for &(mk, me) in members.iter() {
+            if me.node.as_deref() != Some(node) {
+                return None;
+            }
+            if seen.insert(mk) {
+                chosen.push((mk, me));
+            }
+        }
+    }
+    let mut highest = i32::MIN;
+    let mut groups: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for &(key, entry) in &chosen {
+        let p = effective_priority(snap, key, entry);
+        if p >= preemptor {
+            return None;
+        }
+        highest = highest.max(p);
+        if let Some(g) = entry.group.as_deref() {
+            groups.insert((key.0.as_str(), g));
+        }
+    }
+    Some(Candidate {
+        node,
+        victims: chosen.into_iter().map(|(_, e)| e).collect(),
+        pdb,
+        groups: groups.len(),
+        highest,
+    })
+}
+
+/// The preempt decision: kube-scheduler's candidates narrowed and completed
+/// by the rules in this module's documentation.
+pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> ExtenderPreemptionResult {
+    let mut out = ExtenderPreemptionResult::default();
+    let Some(pod) = &args.pod else {
+        return out;
+    };
+    let Some(preemptor) = preemptor_priority(snap, pod) else {
+        return out;
+    };
+    let requested = requested(args);
+    let mut memo = ScopeMemo::new();
+    let candidates: Vec<Candidate<'_>> = requested
+        .iter()
+        .filter_map(|(node, uids, pdb)| evaluate(snap, node, uids, *pdb, preemptor, &mut memo))
+        .collect();
+    let costs: Vec<[i64; 4]> = candidates.iter().map(Candidate::costs).collect();
+    for (c, cost) in candidates.iter().zip(&costs) {
+        if costs.iter().any(|other| dominates(other, cost)) {
+            continue;
+        }
+        out.node_name_to_meta_victims.insert(
+            c.node.to_owned(),
+            MetaVictims {
+                pods: c
+                    .victims
+                    .iter()
+                    .map(|e| MetaPod { uid: e.uid.clone() })
+                    .collect(),
+                num_pdb_violations: c.pdb,
+            },
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,479 @@
+//! Table tests for the preemption rules, each case run with the UID-only
+//! (`NodeNameToMetaVictims`) and the full-Pod (`NodeNameToVictims`) forms.
+
+use super::*;
+use crate::cache::nodes::NodeCache;
+use crate::extender::types::Victims;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}))
+    .unwrap()
+}
+
+/// A pod `name` with uid `name-uid` in namespace `ns`.
+fn pod(name: &str, node: Option<&str>, priority: i32, group: Option<&str>) -> Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "i"}], "priority": priority});
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
+        "spec": spec, "status": {"phase": "Running"}}),
+    )
+    .unwrap()
+}
+
+fn group(
+    name: &str,
+    priority: i32,
+    all: bool,
+    parent: Option<&str>,
+    policy: Option<&str>,
+) -> PodGroup {
+    let mut spec = json!({"priority": priority, "schedulingPolicy": {"basic": {}}});
+    if all {
+        spec["disruptionMode"] = json!({"all": {}});
+    }
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    if let Some(p) = policy {
+        spec["preemptionPolicy"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .unwrap()
+}
+
+fn composite(name: &str, all: bool, parent: Option<&str>) -> CompositePodGroup {
+    let mut spec = json!({"schedulingPolicy": {"basic": {}},
+        "workloadRef": {"name": "w", "podGroupTemplateName": "t"},
+        "disruptionMode": if all { json!({"all": {}}) } else { json!({"single": {}}) }});
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .unwrap()
+}
+
+/// Nodes n1..n6 and:
+///
+/// | pod | node | priority | group (mode, group priority) |
+/// | --- | --- | --- | --- |
+/// | lo0, lo1, lo2 | n1, n2, n3 | 1, 5, 0 | — |
+/// | hi0 | n3 | 2000 | — |
+/// | s0, s1 | n1, n2 | 10 | single-g (Single, 10) |
+/// | a0, a1; a2 pending | n1, n1; — | 10 | all-g (All, 10) |
+/// | sp0, sp1 | n2, n3 | 10 | spread (All, 10) |
+/// | c1a; c2a, c2b | n4 | 10 | c1; c2 (Single, 10) beneath comp (All) |
+/// | d1a; d2a | n5; n6 | 10 | d1; d2 beneath comp-spread (All) |
+/// | deep0, deep1 | n5 | 10 | deep (Single) beneath mid (Single) beneath outer (All) |
+/// | mis | n6 | 1 | hi-g (Single, 1000) |
+/// | mid0 | n6 | 50 | — |
+fn cluster() -> NodeCache {
+    let c = NodeCache::new();
+    for n in ["n1", "n2", "n3", "n4", "n5", "n6"] {
+        c.apply_node(&node(n));
+    }
+    for g in [
+        group("single-g", 10, false, None, None),
+        group("all-g", 10, true, None, None),
+        group("spread", 10, true, None, None),
+        group("c1", 10, false, Some("comp"), None),
+        group("c2", 10, false, Some("comp"), None),
+        group("d1", 10, false, Some("comp-spread"), None),
+        group("d2", 10, false, Some("comp-spread"), None),
+        group("deep", 10, false, Some("mid"), None),
+        group("hi-g", 1000, false, None, None),
+        group("never-g", 5000, false, None, Some("Never")),
+    ] {
+        c.apply_pod_group(&g);
+    }
+    for cp in [
+        composite("comp", true, None),
+        composite("comp-spread", true, None),
+        composite("outer", true, None),
+        composite("mid", false, Some("outer")),
+    ] {
+        c.apply_composite(&cp);
+    }
+    let pods = [
+        ("lo0", Some("n1"), 1, None),
+        ("lo1", Some("n2"), 5, None),
+        ("lo2", Some("n3"), 0, None),
+        ("hi0", Some("n3"), 2000, None),
+        ("s0", Some("n1"), 10, Some("single-g")),
+        ("s1", Some("n2"), 10, Some("single-g")),
+        ("a0", Some("n1"), 10, Some("all-g")),
+        ("a1", Some("n1"), 10, Some("all-g")),
+        ("a2", None, 10, Some("all-g")),
+        ("sp0", Some("n2"), 10, Some("spread")),
+        ("sp1", Some("n3"), 10, Some("spread")),
+        ("c1a", Some("n4"), 10, Some("c1")),
+        ("c2a", Some("n4"), 10, Some("c2")),
+        ("c2b", Some("n4"), 10, Some("c2")),
+        ("d1a", Some("n5"), 10, Some("d1")),
+        ("d2a", Some("n6"), 10, Some("d2")),
+        ("deep0", Some("n5"), 10, Some("deep")),
+        ("deep1", Some("n5"), 10, Some("deep")),
+        ("mis", Some("n6"), 1, Some("hi-g")),
+        ("mid0", Some("n6"), 50, None),
+    ];
+    for (name, n, p, g) in pods {
+        c.apply_pod(&pod(name, n, p, g));
+    }
+    c
+}
+
+/// The preemptor: priority, own policy, group.
+fn preemptor(priority: i32, policy: Option<&str>, group: Option<&str>) -> Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "i"}], "priority": priority,
+        "preemptionPolicy": policy});
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    json!({"metadata": {"name": "p", "namespace": "ns", "uid": "p-uid"}, "spec": spec, "status": {}})
+}
+
+type Candidates<'a> = &'a [(&'a str, &'a [&'a str], i64)];
+
+/// The UID-only request body, as kube-scheduler marshals it.
+fn meta_body(pod: &Value, cands: Candidates<'_>) -> Value {
+    let m: serde_json::Map<String, Value> = cands
+        .iter()
+        .map(|(n, uids, pdb)| {
+            let pods: Vec<Value> = uids.iter().map(|u| json!({"UID": u})).collect();
+            (
+                n.to_string(),
+                json!({"Pods": pods, "NumPDBViolations": pdb}),
+            )
+        })
+        .collect();
+    json!({"Pod": pod, "NodeNameToVictims": null, "NodeNameToMetaVictims": m})
+}
+
+/// The full-Pod request body: each victim a Pod named after its uid.
+fn full_body(pod: &Value, cands: Candidates<'_>) -> Value {
+    let m: serde_json::Map<String, Value> = cands
+        .iter()
+        .map(|(n, uids, pdb)| {
+            let pods: Vec<Value> = uids
+                .iter()
+                .map(|u| {
+                    json!({"metadata": {"name": u.trim_end_matches("-uid"), "namespace": "ns", "uid": u,
+                        "creationTimestamp": null}, "spec": {"containers": null}, "status": {}})
+                })
+                .collect();
+            (n.to_string(), json!({"Pods": pods, "NumPDBViolations": pdb}))
+        })
+        .collect();
+    json!({"Pod": pod, "NodeNameToVictims": m, "NodeNameToMetaVictims": null})
+}
+
+fn run(c: &NodeCache, body: &Value) -> BTreeMap<String, (Vec<String>, i64)> {
+    let args: ExtenderPreemptionArgs = serde_json::from_value(body.clone()).unwrap();
+    decide_preempt(&c.read(), &args)
+        .node_name_to_meta_victims
+        .into_iter()
+        .map(|(n, v)| {
+            (
+                n,
+                (
+                    v.pods.into_iter().map(|p| p.uid).collect(),
+                    v.num_pdb_violations,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// `(node, [pod names], pdb)` → the expected answer.
+fn want(entries: &[(&str, &[&str], i64)]) -> BTreeMap<String, (Vec<String>, i64)> {
+    entries
+        .iter()
+        .map(|(n, pods, pdb)| {
+            (
+                n.to_string(),
+                (pods.iter().map(|p| format!("{p}-uid")).collect(), *pdb),
+            )
+        })
+        .collect()
+}
+
+struct Case {
+    name: &'static str,
+    preemptor: Value,
+    candidates: Vec<(&'static str, Vec<&'static str>, i64)>,
+    want: Vec<(&'static str, Vec<&'static str>, i64)>,
+}
+
+fn case(
+    name: &'static str,
+    preemptor: Value,
+    candidates: &[(&'static str, &[&'static str], i64)],
+    want: &[(&'static str, &[&'static str], i64)],
+) -> Case {
+    Case {
+        name,
+        preemptor,
+        candidates: candidates
+            .iter()
+            .map(|(n, v, p)| (*n, v.to_vec(), *p))
+            .collect(),
+        want: want.iter().map(|(n, v, p)| (*n, v.to_vec(), *p)).collect(),
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let p100 = preemptor(100, None, None);
+    vec![
+        case(
+            "lower-priority lone victim is kept, PDB violations carried",
+            p100.clone(),
+            &[("n1", &["lo0"], 2)],
+            &[("n1", &["lo0"], 2)],
+        ),
+        case(
+            "preemptor with preemptionPolicy Never gets nothing",
+            preemptor(100, Some("Never"), None),
+            &[("n1", &["lo0"], 0)],
+            &[],
+        ),
+        case(
+            "preemptor whose group has preemptionPolicy Never gets nothing",
+            preemptor(5000, None, Some("never-g")),
+            &[("n1", &["lo0"], 0)],
+            &[],
+        ),
+        case(
+            "a victim of equal priority drops its node, others stay",
+            preemptor(5, None, None),
+            &[("n2", &["lo1"], 0), ("n1", &["lo0"], 1)],
+            &[("n1", &["lo0"], 1)],
+        ),
+        case(
+            "a higher-priority victim drops its node",
+            p100.clone(),
+            &[("n3", &["lo2", "hi0"], 0)],
+            &[],
+        ),
+        case(
+            "a victim's effective priority is its group's",
+            p100.clone(),
+            &[("n6", &["mis"], 0)],
+            &[],
+        ),
+        case(
+            "the preemptor's effective priority is its group's",
+            preemptor(0, None, Some("hi-g")),
+            &[("n1", &["a0"], 0)],
+            &[("n1", &["a0", "a1"], 0)],
+        ),
+        case(
+            "an All group on one node goes whole (pending members aside)",
+            p100.clone(),
+            &[("n1", &["a0"], 1)],
+            &[("n1", &["a0", "a1"], 1)],
+        ),
+        case(
+            "an All group with members elsewhere drops the node",
+            p100.clone(),
+            &[("n2", &["sp0"], 0)],
+            &[],
+        ),
+        case(
+            "a Single group is disrupted pod by pod",
+            p100.clone(),
+            &[("n1", &["s0"], 0)],
+            &[("n1", &["s0"], 0)],
+        ),
+        case(
+            "beneath a CompositePodGroup with All, every group goes",
+            p100.clone(),
+            &[("n4", &["c1a"], 0)],
+            &[("n4", &["c1a", "c2a", "c2b"], 0)],
+        ),
+        case(
+            "a CompositePodGroup with All spread over nodes drops the node",
+            p100.clone(),
+            &[("n5", &["d1a"], 0)],
+            &[],
+        ),
+        case(
+            "All anywhere above counts, through a Single CompositePodGroup",
+            p100.clone(),
+            &[("n5", &["deep1"], 0)],
+            &[("n5", &["deep1", "deep0"], 0)],
+        ),
+        case(
+            "a victim unknown to the cache drops the node",
+            p100.clone(),
+            &[("n1", &["lo0", "ghost"], 0)],
+            &[],
+        ),
+        case(
+            "a victim counted on another node drops the node",
+            p100.clone(),
+            &[("n1", &["lo1"], 0)],
+            &[],
+        ),
+        case(
+            "nodes not in the cache and nodes without victims are dropped",
+            p100.clone(),
+            &[("gone", &["lo0"], 0), ("n2", &[], 0), ("n1", &["lo0"], 0)],
+            &[("n1", &["lo0"], 0)],
+        ),
+        case(
+            "victims named twice are returned once",
+            p100.clone(),
+            &[("n1", &["a1", "a0", "a1"], 0)],
+            &[("n1", &["a1", "a0"], 0)],
+        ),
+        case(
+            "dominated candidates are dropped: more groups, higher priorities",
+            p100.clone(),
+            &[
+                ("n1", &["lo0"], 0),
+                ("n3", &["lo2"], 0),
+                ("n4", &["c1a"], 0),
+            ],
+            &[("n3", &["lo2"], 0)],
+        ),
+        case(
+            "fewer PDB violations keep a candidate with higher priorities",
+            p100.clone(),
+            &[("n1", &["lo0"], 0), ("n3", &["lo2"], 1)],
+            &[("n1", &["lo0"], 0), ("n3", &["lo2"], 1)],
+        ),
+        case(
+            "fewer groups keep a candidate with a higher priority",
+            p100,
+            &[("n1", &["s0"], 0), ("n6", &["mid0"], 0)],
+            &[("n1", &["s0"], 0), ("n6", &["mid0"], 0)],
+        ),
+    ]
+}
+
+#[test]
+fn rules_hold_for_both_request_forms() {
+    let c = cluster();
+    for case in cases() {
+        let cands: Vec<(&str, &[&str], i64)> = case
+            .candidates
+            .iter()
+            .map(|(n, v, p)| (*n, v.as_slice(), *p))
+            .collect();
+        let with_uids: Vec<Vec<String>> = cands
+            .iter()
+            .map(|(_, v, _)| v.iter().map(|p| format!("{p}-uid")).collect())
+            .collect();
+        let with_uids: Vec<Vec<&str>> = with_uids
+            .iter()
+            .map(|v| v.iter().map(String::as_str).collect())
+            .collect();
+        let cands: Vec<(&str, &[&str], i64)> = cands
+            .iter()
+            .zip(&with_uids)
+            .map(|((n, _, p), v)| (*n, v.as_slice(), *p))
+            .collect();
+        let expected: Vec<(&str, &[&str], i64)> = case
+            .want
+            .iter()
+            .map(|(n, v, p)| (*n, v.as_slice(), *p))
+            .collect();
+        let expected = want(&expected);
+        assert_eq!(
+            run(&c, &meta_body(&case.preemptor, &cands)),
+            expected,
+            "UID-only form: {}",
+            case.name
+        );
+        assert_eq!(
+            run(&c, &full_body(&case.preemptor, &cands)),
+            expected,
+            "full-Pod form: {}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn full_victims_without_uid_and_missing_pod_are_conservative() {
+    let c = cluster();
+    let mut args = ExtenderPreemptionArgs {
+        pod: serde_json::from_value(preemptor(100, None, None)).ok(),
+        node_name_to_victims: Some(
+            [(
+                "n1".to_owned(),
+                Some(Victims {
+                    pods: vec![json!({"metadata": {"name": "lo0", "namespace": "ns"}})],
+                    num_pdb_violations: 0,
+                }),
+            )]
+            .into_iter()
+            .collect(),
+        ),
+        node_name_to_meta_victims: None,
+    };
+    assert!(
+        decide_preempt(&c.read(), &args)
+            .node_name_to_meta_victims
+            .is_empty()
+    );
+    // A nil Victims (Go `null`) is a node without victims.
+    args.node_name_to_victims = Some([("n1".to_owned(), None)].into_iter().collect());
+    assert!(
+        decide_preempt(&c.read(), &args)
+            .node_name_to_meta_victims
+            .is_empty()
+    );
+    // No preemptor: nothing can be checked, nothing is returned.
+    let args: ExtenderPreemptionArgs =
+        serde_json::from_value(meta_body(&Value::Null, &[("n1", &["lo0-uid"], 0)])).unwrap();
+    assert!(args.pod.is_none());
+    assert!(
+        decide_preempt(&c.read(), &args)
+            .node_name_to_meta_victims
+            .is_empty()
+    );
+}
+
+#[test]
+fn assumed_and_moved_pods_are_resolved_where_they_are_counted() {
+    let c = cluster();
+    // a2 (the pending member of all-g) is assumed on n2: all-g now spans n1
+    // and n2, so neither node may lose part of it.
+    assert!(c.assume("ns", "a2", "a2-uid", "n2"));
+    let body = meta_body(
+        &preemptor(100, None, None),
+        &[("n1", &["a0-uid"], 0), ("n2", &["a2-uid"], 0)],
+    );
+    assert!(run(&c, &body).is_empty());
+    c.forget("ns", "a2");
+    assert_eq!(run(&c, &body), want(&[("n1", &["a0", "a1"], 0)]));
+    // A pod that finished counts nowhere and is no victim.
+    let mut done = pod("lo0", Some("n1"), 1, None);
+    done.status = serde_json::from_value(json!({"phase": "Succeeded"})).ok();
+    c.apply_pod(&done);
+    let body = meta_body(&preemptor(100, None, None), &[("n1", &["lo0-uid"], 0)]);
+    assert!(run(&c, &body).is_empty());
+}
+
+#[test]
+fn a_parent_reference_cycle_ends() {
+    let c = cluster();
+    c.apply_composite(&composite("loop-a", false, Some("loop-b")));
+    c.apply_composite(&composite("loop-b", true, Some("loop-a")));
+    c.apply_pod_group(&group("cyc", 10, false, Some("loop-a"), None));
+    c.apply_pod(&pod("cy0", Some("n6"), 10, Some("cyc")));
+    let body = meta_body(&preemptor(100, None, None), &[("n6", &["cy0-uid"], 0)]);
+    assert_eq!(run(&c, &body), want(&[("n6", &["cy0"], 0)]));
+}

@@ -34,7 +34,6 @@ use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, Me
 use crate::cache::nodes::{Key, NodeState, PodEntry, Scope};
 use crate::pods::priority::{self, Declared};
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The preemption policy that forbids preempting.
@@ -129,11 +128,7 @@ fn requested(args: &ExtenderPreemptionArgs) -> Vec<(&str, Vec<Option<&str>>, i64
                         (
                             v.pods
                                 .iter()
-                                .map(|p| {
-                                    p.pointer("/metadata/uid")
-                                        .and_then(Value::as_str)
-                                        .filter(|u| !u.is_empty())
-                                })
+                                .map(|p| Some(p.metadata.uid.as_str()).filter(|u| !u.is_empty()))
                                 .collect(),
                             v.num_pdb_violations,
                         )

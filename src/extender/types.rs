@@ -172,9 +172,24 @@ pub struct MetaVictims {
 #[serde(rename_all = "PascalCase")]
 pub struct Victims {
     #[serde(default, deserialize_with = "null_as_default")]
-    pub pods: Vec<Value>,
+    pub pods: Vec<VictimPod>,
     #[serde(default, rename = "NumPDBViolations")]
     pub num_pdb_violations: i64,
+}
+
+/// A victim Pod of the full form. Only its uid is read (the cache knows
+/// the rest), so the remainder of each Pod is skipped, not decoded.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct VictimPod {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub metadata: VictimMeta,
+}
+
+/// `metadata` of a [`VictimPod`].
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct VictimMeta {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub uid: String,
 }
 
 /// `ExtenderPreemptionArgs`.

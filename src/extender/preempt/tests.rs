@@ -7,7 +7,7 @@ use crate::extender::types::Victims;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 fn node(name: &str) -> Node {
@@ -414,7 +414,12 @@ fn full_victims_without_uid_and_missing_pod_are_conservative() {
             [(
                 "n1".to_owned(),
                 Some(Victims {
-                    pods: vec![json!({"metadata": {"name": "lo0", "namespace": "ns"}})],
+                    pods: vec![
+                        serde_json::from_value(
+                            json!({"metadata": {"name": "lo0", "namespace": "ns"}}),
+                        )
+                        .unwrap(),
+                    ],
                     num_pdb_violations: 0,
                 }),
             )]

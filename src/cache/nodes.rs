@@ -14,6 +14,13 @@
 //! counted there, one pod slot each, DRA consumption of their allocated
 //! claims) as an interned vector, recomputed whenever anything counted on
 //! that node changes, so a filter call only compares integers.
+//!
+//! Slots live in one dense vector, and allocatable and used amounts are
+//! also kept per resource as columns indexed by slot. kube-scheduler sends
+//! the same `NodeNames` list for pod after pod, so a list is resolved to
+//! slot indexes once ([`NodeState::resolve_names`], keyed by the list's
+//! JSON text and the slot layout) and a call then walks the columns
+//! without hashing a name.
 
 use crate::model::resources::{ResId, ResourceNames, ResourceVec};
 use crate::pods::fit::{self, AllocatedDevice, Amounts, ClaimRef, DeviceInfo, PodLoad};

@@ -71,7 +71,7 @@ pub enum Candidates<'a> {
     /// Cache-capable mode: names resolved to cache slots.
     Cached(Arc<NodeRefs>),
     /// Full mode: each given Node's name and allocatable, in `Nodes.items` order.
-    Full(Vec<(&'a str, Amounts)>),
+    Full(Vec<(Cow<'a, str>, Amounts)>),
 }
 
 impl Candidates<'_> {
@@ -89,13 +89,7 @@ impl Candidates<'_> {
             (None, Some(list)) => Ok(Candidates::Full(
                 list.items
                     .iter()
-                    .map(|item| {
-                        let name = item
-                            .pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        (name, allocatable_of(item))
-                    })
+                    .map(|item| node_facts(item.get()))
                     .collect(),
             )),
             (None, None) => Ok(Candidates::Cached(Arc::default())),
@@ -119,23 +113,49 @@ impl Candidates<'_> {
     }
 }
 
-/// `status.allocatable` (else `capacity`) of a raw Node; bad entries left out.
-fn allocatable_of(node: &Value) -> Amounts {
-    let list = node
-        .pointer("/status/allocatable")
-        .or_else(|| node.pointer("/status/capacity"))
-        .and_then(Value::as_object);
+/// The fields of a Node that full-mode fit reads.
+#[derive(Default, serde::Deserialize)]
+struct NodeFacts<'a> {
+    #[serde(default, borrow)]
+    metadata: NodeMeta<'a>,
+    #[serde(default)]
+    status: Option<NodeStatusFacts>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct NodeMeta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct NodeStatusFacts {
+    #[serde(default)]
+    allocatable: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    capacity: Option<serde_json::Map<String, Value>>,
+}
+
+/// Name and `status.allocatable` (else `capacity`) of a Node's JSON text;
+/// entries that are not quantities are left out, a Node that is not an
+/// object has no name.
+fn node_facts(json: &str) -> (Cow<'_, str>, Amounts) {
+    let facts: NodeFacts<'_> = serde_json::from_str(json).unwrap_or_default();
+    let list = facts
+        .status
+        .and_then(|s| s.allocatable.or(s.capacity))
+        .unwrap_or_default();
     let mut out = Amounts::new();
-    for (k, v) in list.into_iter().flatten() {
+    for (k, v) in list {
         if let Some(q) = v.as_str()
             && let Ok(a) =
-                crate::model::quantity::parse(q).and_then(|p| p.to_scaled_ceil(fit::scale_of(k)))
+                crate::model::quantity::parse(q).and_then(|p| p.to_scaled_ceil(fit::scale_of(&k)))
             && a > 0
         {
-            out.insert(k.clone(), a);
+            out.insert(k, a);
         }
     }
-    out
+    (facts.metadata.name.unwrap_or_default(), out)
 }
 
 /// Why the pod cannot go anywhere, before looking at nodes (group rules).

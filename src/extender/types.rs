@@ -19,6 +19,17 @@ use std::sync::Arc;
 pub struct NodeList {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Each Node's JSON text as sent: the few fields fit reads are decoded
+    /// from it, and a passing node is echoed byte for byte.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub items: Vec<Box<RawValue>>,
+}
+
+/// [`NodeList`] decoded into values, for naming a bad field.
+#[derive(Debug, Deserialize)]
+pub struct NodeListShape {
+    #[serde(default)]
+    pub metadata: Option<Value>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub items: Vec<Value>,
 }
@@ -48,7 +59,7 @@ pub struct ExtenderArgsShape {
     #[serde(default)]
     pub pod: Option<Pod>,
     #[serde(default)]
-    pub nodes: Option<NodeList>,
+    pub nodes: Option<NodeListShape>,
     #[serde(default)]
     pub node_names: Option<Vec<String>>,
 }
@@ -115,7 +126,12 @@ pub struct ExtenderFilterResult<'a> {
 
 impl PartialEq for NodeList {
     fn eq(&self, other: &Self) -> bool {
-        self.items == other.items
+        self.items.len() == other.items.len()
+            && self
+                .items
+                .iter()
+                .zip(&other.items)
+                .all(|(a, b)| a.get() == b.get())
     }
 }
 
@@ -344,7 +360,9 @@ mod tests {
             ExtenderFilterResult {
                 nodes: Some(NodeList {
                     metadata: Some(json!({})),
-                    items: vec![json!({"metadata": {"name": "n1"}})],
+                    items: vec![
+                        RawValue::from_string(r#"{"metadata": {"name": "n1"}}"#.into()).unwrap(),
+                    ],
                 }),
                 node_names: Some(vec![]),
                 ..Default::default()

@@ -8,6 +8,7 @@ use crate::cluster::leader::{self, LeaderConfig};
 use crate::cluster::load::load_path;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
+use crate::extender::hold::Gangs;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
 use crate::runs::queue::WorkQueue;
@@ -42,6 +43,10 @@ pub struct ServeArgs {
     /// A Runtime Pod whose runtimed heartbeat is older than this is unavailable.
     #[arg(long, env = "KRS_HEARTBEAT_STALE_AFTER", default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_stale_after: Duration,
+    /// How long bind holds a gang member waiting for its group's quorum;
+    /// keep it below kube-scheduler's extender `httpTimeout`.
+    #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
+    pub gang_wait: Duration,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     /// Concurrent scheduling workers.
@@ -117,6 +122,7 @@ pub fn standalone(
         metrics,
         nodes,
         writer: store.clone(),
+        gangs: Arc::new(Gangs::default()),
     };
     Ok(Standalone {
         state,
@@ -137,8 +143,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let count = objects.len();
-    let app = standalone(args.cache_config(), objects)
+    let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
+    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
     let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
     let queue = Arc::clone(app.state.cache.queue());
@@ -212,6 +219,7 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
             metrics,
             nodes,
             writer,
+            gangs: Arc::new(Gangs::default()),
         },
         controller,
         watchers,
@@ -258,7 +266,8 @@ pub async fn lead(
 async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let id = identity();
-    let app = cluster(args.cache_config(), client.clone(), &id).await;
+    let mut app = cluster(args.cache_config(), client.clone(), &id).await;
+    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
         let cfg = LeaderConfig {

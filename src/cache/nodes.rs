@@ -28,6 +28,9 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+mod domains;
+pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms};
+
 /// `(namespace, name)`.
 pub type Key = (String, String);
 
@@ -159,6 +162,8 @@ pub struct NodeState {
     slices: HashMap<String, Vec<DeviceKey>>,
     /// Published devices.
     devices: HashMap<DeviceKey, DeviceInfo>,
+    /// Topology label indexes and the group ledger (see [`domains`]).
+    domains: domains::Domains,
 }
 
 impl Default for NodeState {
@@ -183,6 +188,7 @@ impl Default for NodeState {
             claim_users: HashMap::new(),
             slices: HashMap::new(),
             devices: HashMap::new(),
+            domains: domains::Domains::default(),
         }
     }
 }
@@ -485,7 +491,8 @@ impl NodeState {
                 .and_then(|s| s.unschedulable)
                 .unwrap_or(false),
         };
-        self.nodes.entry(name).or_default().node = Some(info);
+        self.nodes.entry(name.clone()).or_default().node = Some(info);
+        self.node_labels_changed(&name);
     }
 
     fn unset_node(&mut self, name: &str) {
@@ -495,6 +502,7 @@ impl NodeState {
                 self.nodes.remove(name);
             }
         }
+        self.node_labels_changed(name);
     }
 
     fn index_pod(&mut self, k: &Key, p: &PodEntry, add: bool) {

@@ -7,6 +7,8 @@
 //! HTTP 200; failures inside the extender are reported in `Error`. Only a
 //! body that is not the protocol at all is an HTTP 4xx.
 
+pub mod gang;
+pub mod hold;
 pub mod types;
 
 use crate::cache::nodes::{NodeState, Rejection};
@@ -78,6 +80,19 @@ fn requested_nodes<'a>(args: &'a ExtenderArgs<'_>) -> Vec<(&'a str, Option<Amoun
     }
 }
 
+/// The node names of a request.
+fn request_names<'a>(args: &'a ExtenderArgs<'_>) -> Vec<&'a str> {
+    match (&args.node_names, &args.nodes) {
+        (Some(names), _) => names.iter().map(|n| n.as_ref()).collect(),
+        (None, Some(list)) => list
+            .items
+            .iter()
+            .filter_map(|i| i.pointer("/metadata/name").and_then(Value::as_str))
+            .collect(),
+        (None, None) => Vec::new(),
+    }
+}
+
 /// `status.allocatable` (else `capacity`) of a raw Node; bad entries left out.
 fn allocatable_of(node: &Value) -> Amounts {
     let list = node
@@ -142,11 +157,19 @@ pub fn decide_filter<'a>(snap: &NodeState, args: &'a ExtenderArgs<'_>) -> Extend
         }
     };
     let wide = pod_wide_rejection(snap, pod);
+    let gate = match wide {
+        Some(_) => gang::Gate::default(),
+        None => gang::filter_gate(snap, pod, &requests, &request_names(args)),
+    };
+    let wide = wide.or(gate.wide.clone());
     let resolved = snap.resolve(&requests);
     for (i, (name, alloc)) in requested_nodes(args).into_iter().enumerate() {
         let verdict = match &wide {
             Some(r) => Err(r.clone()),
-            None => snap.check(name, &resolved, alloc.as_ref()),
+            None => match gate.node(name) {
+                Some(r) => Err(r),
+                None => snap.check(name, &resolved, alloc.as_ref()),
+            },
         };
         match verdict {
             Ok(()) => {
@@ -183,11 +206,19 @@ pub fn decide_prioritize<'a>(
         .and_then(|s| fit::pod_requests(s).ok())
         .unwrap_or_default();
     let resolved = snap.resolve(&requests);
+    let prefer = args
+        .pod
+        .as_ref()
+        .and_then(|p| gang::prefer(snap, p, &requests));
     requested_nodes(args)
         .into_iter()
         .map(|(name, _)| HostPriority {
             host: std::borrow::Cow::Borrowed(name),
-            score: snap.score(name, &resolved).clamp(0, 10),
+            score: match &prefer {
+                Some(p) => p.score(name),
+                None => snap.score(name, &resolved),
+            }
+            .clamp(0, 10),
         })
         .collect()
 }
@@ -241,6 +272,7 @@ async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response,
     let start = Instant::now();
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let out = decide_filter(&s.nodes.read(), &args);
+    s.gangs.publish(&s.nodes, &s.writer);
     let resp = json_response(&out);
     s.metrics.observe(Endpoint::ExtenderFilter, start);
     resp
@@ -307,8 +339,24 @@ async fn bind_one(s: &AppState, args: &ExtenderBindingArgs) -> Result<(), String
     let assumed = s
         .nodes
         .assume(namespace, &args.pod_name, &args.pod_uid, &args.node);
+    // Gang members wait here (assumed) for their group's quorum.
+    if let Err(e) = s
+        .gangs
+        .hold(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
+        .await
+    {
+        if assumed {
+            s.nodes.forget(namespace, &args.pod_name);
+        }
+        return Err(e);
+    }
     match s.writer.bind_pod(&binding).await {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            s.gangs
+                .bound(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
+                .await;
+            Ok(())
+        }
         Err(e) => {
             if assumed {
                 s.nodes.forget(namespace, &args.pod_name);

@@ -35,6 +35,8 @@ pub struct AppState {
     pub nodes: Arc<NodeCache>,
     /// Where writes go (the store in standalone mode, the API otherwise).
     pub writer: Arc<dyn ClusterWriter>,
+    /// Gang members held in bind until their group's quorum (`--gang-wait`).
+    pub gangs: Arc<crate::extender::hold::Gangs>,
 }
 
 /// The service's router: the Run API, standalone objects, health, metrics,

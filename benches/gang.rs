@@ -39,7 +39,7 @@ fn cluster() -> NodeCache {
             .expect("node");
         cache.apply_node(&node);
         // Some load everywhere, more on every third rack.
-        let cpu = if (i / PER_RACK) % 3 == 0 {
+        let cpu = if (i / PER_RACK).is_multiple_of(3) {
             16_000
         } else {
             4_000

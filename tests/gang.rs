@@ -831,3 +831,21 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
         w.abort();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
+    let objects = kruntimes_scheduler::cluster::load::load_path(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gang/cluster.yaml"),
+    )
+    .expect("example loads");
+    let mut a = kruntimes_scheduler::serve::standalone(Default::default(), objects).expect("valid");
+    a.state.gangs = Arc::new(Gangs::new(Duration::from_secs(20)));
+    let pods: Vec<Value> = (0..3)
+        .map(|i| pod(&format!("train-{i}"), Some("train"), 2))
+        .collect();
+    let f = filter(&a, &pods[0], &node_names(&a).await).await;
+    assert_eq!(f.passed, ["r1-n0", "r1-n1"]);
+    assert!(schedule(&a, &pods, 2).await.is_empty());
+    let b = bound(&a).await;
+    assert!(pods.iter().all(|p| rack_of(&b[&name(p)]) == "r1"), "{b:?}");
+}

@@ -122,8 +122,12 @@ fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
             .expect("a node");
         let name = p.metadata.name.as_deref().unwrap_or_default();
         cache.assume("bench", name, "", &best);
-        black_box(gang::quorum(&cache.read(), "bench", name));
-        racks.insert(best[..best.len().min(10)].to_owned());
+        settle(cache, name);
+        let index: usize = best
+            .trim_start_matches("node-")
+            .parse()
+            .expect("node number");
+        racks.insert(index / PER_RACK);
     }
     racks.len()
 }
@@ -152,7 +156,18 @@ fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
         };
         let name = p.metadata.name.as_deref().unwrap_or_default();
         cache.assume("bench", name, "", &node);
-        black_box(gang::quorum(&cache.read(), "bench", name));
+        settle(cache, name);
+    }
+}
+
+/// What bind's hold does after the assumption: evaluate the unit's quorum,
+/// and once reached drop the group's plan.
+fn settle(cache: &NodeCache, name: &str) {
+    let snap = cache.read();
+    if let Some(q) = gang::quorum(&snap, "bench", name)
+        && q.reached
+    {
+        gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));
     }
 }
 

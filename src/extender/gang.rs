@@ -149,23 +149,25 @@ pub fn bounded(mut m: String) -> String {
 
 /// A leaf group's pods as the snapshot shows them.
 #[derive(Debug, Default, Clone)]
-struct Members {
+struct Members<'s> {
     /// Non-terminal pods.
     existing: usize,
     /// Nodes of the pods bound or assumed.
-    placed: Vec<String>,
+    placed: Vec<&'s str>,
     /// Requests of the pods not placed yet.
-    unplaced: Vec<Amounts>,
+    unplaced: Vec<&'s Amounts>,
 }
+
+static NO_REQUESTS: Amounts = Amounts::new();
 
 /// `this`: the pod being filtered (counted even if the watch has not shown
 /// it yet).
-fn members(
-    snap: &NodeState,
+fn members<'s>(
+    snap: &'s NodeState,
     namespace: &str,
     group: &str,
-    this: Option<(&str, &Amounts)>,
-) -> Members {
+    this: Option<(&str, &'s Amounts)>,
+) -> Members<'s> {
     let mut m = Members::default();
     let mut seen_this = false;
     for name in snap.members(namespace, group).into_iter().flatten() {
@@ -179,16 +181,16 @@ fn members(
         let is_this = this.is_some_and(|(n, _)| n == name);
         seen_this |= is_this;
         match &p.node {
-            Some(n) if !is_this => m.placed.push(n.clone()),
+            Some(n) if !is_this => m.placed.push(n),
             _ => m.unplaced.push(match (is_this, this) {
-                (true, Some((_, r))) => r.clone(),
-                _ => p.requests.clone().unwrap_or_default(),
+                (true, Some((_, r))) => r,
+                _ => p.requests.as_ref().unwrap_or(&NO_REQUESTS),
             }),
         }
     }
     if let (false, Some((_, r))) = (seen_this, this) {
         m.existing += 1;
-        m.unplaced.push(r.clone());
+        m.unplaced.push(r);
     }
     m
 }
@@ -391,7 +393,7 @@ struct Need {
 }
 
 impl Need {
-    fn new(dims: &Dims, reqs: &[Amounts], required: usize) -> Need {
+    fn new(dims: &Dims, reqs: &[&Amounts], required: usize) -> Need {
         let mut counts: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
         for r in reqs {
             *counts.entry(dims.shape(r)).or_default() += 1;
@@ -439,6 +441,26 @@ impl<'s> Free<'s> {
         }
         let mut out = Vec::new();
         self.rooms.room(node, &mut out).then_some(out)
+    }
+
+    /// Appends the node's room to `out`; false (nothing appended) when the
+    /// node cannot take pods.
+    fn load(&self, node: &str, out: &mut Vec<u64>, scratch: &mut Vec<u64>) -> bool {
+        if let Some(v) = self.changed.get(node) {
+            return match v {
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            };
+        }
+        if self.rooms.room(node, scratch) {
+            out.extend_from_slice(scratch);
+            true
+        } else {
+            false
+        }
     }
 
     fn set(&mut self, node: &str, room: Vec<u64>) {
@@ -575,15 +597,31 @@ impl Tree {
             return self.place_in(None, within, free, record);
         };
         let mut best: Option<(Outcome, &str)> = None;
-        for (value, _) in ix.domains() {
+        let (mut buf, mut scratch_room) = (Vec::new(), Vec::new());
+        for (value, nodes) in ix.domains() {
             if self.fixed.as_deref().is_some_and(|f| f != value) {
                 continue;
             }
-            let inner = within.with(Arc::clone(ix), value);
-            let mark = free.mark();
-            let mut scratch = Vec::new();
-            let o = self.place_in(Some(value), &inner, free, &mut scratch);
-            free.rollback(mark);
+            let o = match &self.body {
+                // A leaf is tried on a flat copy of its domain's rooms.
+                Body::Leaf(need) => trial_leaf(
+                    free,
+                    nodes,
+                    within,
+                    need,
+                    &self.big,
+                    &mut buf,
+                    &mut scratch_room,
+                ),
+                Body::Composite { .. } => {
+                    let inner = within.with(Arc::clone(ix), value);
+                    let mark = free.mark();
+                    let mut scratch = Vec::new();
+                    let o = self.place_in(Some(value), &inner, free, &mut scratch);
+                    free.rollback(mark);
+                    o
+                }
+            };
             let Some(o) = o else { continue };
             let better = match best {
                 None => true,
@@ -659,8 +697,56 @@ impl Tree {
     }
 }
 
+/// First fit of a leaf's need over `nodes` on a flat copy of their rooms
+/// (nothing committed).
+fn trial_leaf(
+    free: &Free<'_>,
+    nodes: &[String],
+    within: &Within,
+    need: &Need,
+    big: &[u64],
+    buf: &mut Vec<u64>,
+    scratch: &mut Vec<u64>,
+) -> Option<Outcome> {
+    let d = big.len();
+    buf.clear();
+    for n in nodes {
+        if within.admits(n) {
+            free.load(n, buf, scratch);
+        }
+    }
+    if buf.is_empty() || d == 0 {
+        return None;
+    }
+    let mut left: Vec<usize> = need.classes.iter().map(|(_, c)| *c).collect();
+    let mut placed = 0;
+    let mut leftover = 0u64;
+    for room in buf.chunks_mut(d) {
+        for ((shape, _), l) in need.classes.iter().zip(left.iter_mut()) {
+            if *l == 0 {
+                continue;
+            }
+            let k = max_fit(room, shape).min(*l as u64);
+            if k == 0 {
+                continue;
+            }
+            for (r, s) in room.iter_mut().zip(shape) {
+                *r = r.saturating_sub(s.saturating_mul(k));
+            }
+            *l -= k as usize;
+            placed += k as usize;
+        }
+        leftover = leftover.saturating_add(max_fit(room, big));
+    }
+    Some(Outcome {
+        satisfied: placed >= need.required,
+        placed,
+        leftover,
+    })
+}
+
 /// The value of `key` most of `nodes` carry (ties: the smallest).
-fn majority(ix: &DomainIndex, nodes: &[String]) -> Option<String> {
+fn majority(ix: &DomainIndex, nodes: &[&str]) -> Option<String> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for n in nodes {
         if let Some(v) = ix.value_of(n) {
@@ -675,7 +761,7 @@ fn majority(ix: &DomainIndex, nodes: &[String]) -> Option<String> {
 }
 
 /// Nodes of every pod placed under a group.
-fn placed_nodes(snap: &NodeState, r: &GroupRef) -> Vec<String> {
+fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
     ls.iter()
@@ -684,11 +770,11 @@ fn placed_nodes(snap: &NodeState, r: &GroupRef) -> Vec<String> {
 }
 
 /// What a leaf still needs: `(requests of unplaced pods, how many must fit)`.
-fn leaf_need(
-    snap: &NodeState,
+fn leaf_need<'s>(
+    snap: &'s NodeState,
     r: &GroupRef,
-    this: Option<(&str, &Amounts)>,
-) -> (Vec<Amounts>, usize) {
+    this: Option<(&str, &'s Amounts)>,
+) -> (Vec<&'s Amounts>, usize) {
     let m = members(snap, &r.namespace, &r.name, this);
     let required = match spec_of(snap, r).map(|s| s.policy) {
         Some(Policy::Gang(n)) => n.saturating_sub(m.placed.len()).min(m.unplaced.len()),
@@ -792,11 +878,11 @@ impl Tree {
 }
 
 /// Requests of every unplaced pod under `r` (for the simulation's dims).
-fn subtree_requests(
-    snap: &NodeState,
+fn subtree_requests<'s>(
+    snap: &'s NodeState,
     r: &GroupRef,
-    this: Option<(&str, &Amounts)>,
-) -> Vec<Amounts> {
+    this: Option<(&str, &'s Amounts)>,
+) -> Vec<&'s Amounts> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
     ls.iter()
@@ -836,7 +922,7 @@ fn reserve_others(
         if required == 0 {
             continue;
         }
-        let reqs: Vec<Amounts> = reqs.into_iter().take(required).collect();
+        let reqs: Vec<&Amounts> = reqs.into_iter().take(required).collect();
         let need = Need::new(dims, &reqs, required);
         free.fill(ix.nodes(&p.value).iter().map(String::as_str), &need);
     }
@@ -1042,7 +1128,7 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         if required == 0 {
             return Gate { wide: None, domain };
         }
-        let dims = Dims::of(reqs.iter());
+        let dims = Dims::of(reqs.iter().copied());
         let need = Need::new(&dims, &reqs, required);
         let nodes: Vec<&str> = match domain.last() {
             Some((_, ix, v)) => ix
@@ -1115,7 +1201,7 @@ fn make_plan(
     let root = &levels[at].group;
     // Members of the pod's own chain below `at` are in the subtree.
     let reqs = subtree_requests(snap, root, this);
-    let dims = Dims::of(reqs.iter());
+    let dims = Dims::of(reqs.iter().copied());
     let Some(tree) = build_tree(snap, root, &dims, this, 0) else {
         return Err((format!("waiting for {root} to exist"), true));
     };
@@ -1126,6 +1212,10 @@ fn make_plan(
             .collect(),
     );
     let mut ledger = snap.group_ledger();
+    // Lapsed plans and plans of groups that are gone reserve nothing.
+    ledger
+        .plans
+        .retain(|g, p| p.expires > now && spec_of(snap, g).is_some());
     let own: BTreeSet<GroupRef> = tree_of(snap, root).into_iter().collect();
     let mut free = Free::new(snap, &dims, false);
     reserve_others(snap, &ledger.plans, &own, &dims, &mut free, None, now);
@@ -1229,9 +1319,9 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         .collect();
     let (mut reqs, _) = leaf_need(snap, &levels[0].group, this);
     if reqs.is_empty() {
-        reqs.push(requests.clone());
+        reqs.push(requests);
     }
-    let dims = Dims::of(reqs.iter());
+    let dims = Dims::of(reqs.iter().copied());
     let all = Need::new(&dims, &reqs, reqs.len());
     let mut free = Free::new(snap, &dims, false);
     let mark = free.mark();
@@ -1244,7 +1334,7 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         // The rest of the group without this pod.
         let shape = dims.shape(requests);
         let mut others = reqs.clone();
-        if let Some(i) = others.iter().position(|r| r == requests) {
+        if let Some(i) = others.iter().position(|r| *r == requests) {
             others.remove(i);
         }
         let rest_need = Need::new(&dims, &others, others.len());

@@ -9,6 +9,7 @@ use crate::cluster::load::load_path;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
 use crate::extender::binding::{BindingConfig, BindingGate};
+use crate::extender::hold::Gangs;
 use crate::http::{AppState, router};
 use crate::metrics::Metrics;
 use crate::runs::queue::WorkQueue;
@@ -43,6 +44,10 @@ pub struct ServeArgs {
     /// A Runtime Pod whose runtimed heartbeat is older than this is unavailable.
     #[arg(long, env = "KRS_HEARTBEAT_STALE_AFTER", default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_stale_after: Duration,
+    /// How long bind holds a gang member waiting for its group's quorum;
+    /// keep it below kube-scheduler's extender `httpTimeout`.
+    #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
+    pub gang_wait: Duration,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     /// Concurrent scheduling workers.
@@ -82,7 +87,7 @@ pub struct ServeArgs {
     /// Extender bind: the longest one bind call waits for device binding
     /// conditions before answering `Error` for a retry; keep it, plus any
     /// other bind wait, below the extender's `httpTimeout`.
-    #[arg(long, env = "KRS_BINDING_WAIT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "KRS_BINDING_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub binding_wait: Duration,
 }
 
@@ -136,6 +141,7 @@ pub fn standalone(
         nodes,
         writer: store.clone(),
         binding: Arc::new(BindingGate::default()),
+        gangs: Arc::new(Gangs::default()),
     };
     Ok(Standalone {
         state,
@@ -159,6 +165,7 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
     let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
+    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
     let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
     let queue = Arc::clone(app.state.cache.queue());
@@ -233,6 +240,7 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
             nodes,
             writer,
             binding: Arc::new(BindingGate::default()),
+            gangs: Arc::new(Gangs::default()),
         },
         controller,
         watchers,
@@ -281,6 +289,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let id = identity();
     let mut app = cluster(args.cache_config(), client.clone(), &id).await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
+    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
         let cfg = LeaderConfig {

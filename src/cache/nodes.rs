@@ -40,6 +40,8 @@ mod groups;
 
 pub use binding::{ClaimBinding, GatedDevice, ShareKey};
 pub use groups::Scope;
+mod domains;
+pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -300,6 +302,8 @@ pub struct NodeState {
     claim_bindings: HashMap<String, ClaimBinding>,
     /// Recently resolved `NodeNames` arrays, most recent first.
     refs: parking_lot::Mutex<Vec<Arc<NodeRefs>>>,
+    /// Topology label indexes and the group ledger (see [`domains`]).
+    domains: domains::Domains,
 }
 
 impl Default for NodeState {
@@ -326,6 +330,7 @@ impl Default for NodeState {
             devices: HashMap::new(),
             claim_bindings: HashMap::new(),
             refs: Default::default(),
+            domains: domains::Domains::default(),
         }
     }
 }
@@ -916,6 +921,7 @@ impl NodeState {
         if let Some(i) = self.nodes.find(&name) {
             self.nodes.set_col(i, ALLOC, &alloc);
         }
+        self.node_labels_changed(&name);
     }
 
     fn unset_node(&mut self, name: &str) {
@@ -923,6 +929,7 @@ impl NodeState {
             self.nodes.slots[i as usize].node = None;
             self.nodes.set_col(i, ALLOC, &ResourceVec::new());
         }
+        self.node_labels_changed(name);
         self.nodes.release_if_empty(name);
     }
 

@@ -2,11 +2,16 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, PodBinding, RunRef, WriteError,
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, RunRef,
+    WriteError,
 };
+use crate::cache::nodes::GroupRef;
 use crate::crd::{Run, RunStatus};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -151,6 +156,57 @@ impl ClusterWriter for KubeWriter {
         })
     }
 
+    fn write_group_condition<'a>(
+        &'a self,
+        group: &'a GroupRef,
+        condition: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            // Server-side apply: conditions are a map keyed by type, so this
+            // manager owns only its own condition.
+            let body = group_condition_apply(group, condition);
+            let params = PatchParams::apply(MANAGER).force();
+            let res = if group.composite {
+                let api: Api<CompositePodGroup> =
+                    Api::namespaced(self.client.clone(), &group.namespace);
+                api.patch_status(&group.name, &params, &Patch::Apply(body))
+                    .await
+                    .map(drop)
+            } else {
+                let api: Api<PodGroup> = Api::namespaced(self.client.clone(), &group.namespace);
+                api.patch_status(&group.name, &params, &Patch::Apply(body))
+                    .await
+                    .map(drop)
+            };
+            match res {
+                Ok(()) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Err(WriteError::Conflict),
+                Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
+                Err(e) => Err(WriteError::Other(e.to_string())),
+            }
+        })
+    }
+
+    fn record_object_event<'a>(
+        &'a self,
+        object: &'a ObjectRef,
+        kind: EventKind,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let reference = ObjectReference {
+                api_version: Some(object.api_version.clone()),
+                kind: Some(object.kind.clone()),
+                namespace: Some(object.namespace.clone()),
+                name: Some(object.name.clone()),
+                uid: (!object.uid.is_empty()).then(|| object.uid.clone()),
+                ..ObjectReference::default()
+            };
+            self.publish(&reference, kind, reason, note).await;
+        })
+    }
+
     fn record_event<'a>(
         &'a self,
         run: &'a RunRef,
@@ -167,21 +223,48 @@ impl ClusterWriter for KubeWriter {
                 uid: (!run.uid.is_empty()).then(|| run.uid.clone()),
                 ..ObjectReference::default()
             };
-            let event = Event {
-                type_: match kind {
-                    EventKind::Normal => EventType::Normal,
-                    EventKind::Warning => EventType::Warning,
-                },
-                reason: reason.into(),
-                note: Some(note.chars().take(1024).collect()),
-                action: "Scheduling".into(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&event, &reference).await {
-                tracing::warn!(run = %format!("{}/{}", run.namespace, run.name), error = %e, "recording event failed");
-            }
+            self.publish(&reference, kind, reason, note).await;
         })
     }
+}
+
+impl KubeWriter {
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        kind: EventKind,
+        reason: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_: match kind {
+                EventKind::Normal => EventType::Normal,
+                EventKind::Warning => EventType::Warning,
+            },
+            reason: reason.into(),
+            note: Some(note.chars().take(1024).collect()),
+            action: "Scheduling".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            let object = format!(
+                "{}/{}",
+                reference.namespace.as_deref().unwrap_or_default(),
+                reference.name.as_deref().unwrap_or_default()
+            );
+            tracing::warn!(%object, error = %e, "recording event failed");
+        }
+    }
+}
+
+/// The server-side apply body setting one condition of a group's status.
+pub fn group_condition_apply(group: &GroupRef, condition: &Condition) -> Value {
+    json!({
+        "apiVersion": ObjectRef::group(group, None).api_version,
+        "kind": group.kind(),
+        "metadata": {"name": group.name, "namespace": group.namespace},
+        "status": {"conditions": [condition]},
+    })
 }
 
 /// The `Binding` object the API server expects; `metadata.uid` is the

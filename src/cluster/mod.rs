@@ -7,8 +7,10 @@ pub mod load;
 pub mod standalone;
 pub mod watch;
 
+use crate::cache::nodes::GroupRef;
 use crate::crd::RunStatus;
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +82,34 @@ pub struct RunRef {
     pub uid: String,
 }
 
+/// Any object an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl ObjectRef {
+    /// A PodGroup or CompositePodGroup (uid when known).
+    pub fn group(g: &GroupRef, uid: Option<&str>) -> Self {
+        ObjectRef {
+            api_version: if g.composite {
+                "scheduling.k8s.io/v1alpha3"
+            } else {
+                "scheduling.k8s.io/v1beta1"
+            }
+            .into(),
+            kind: g.kind().into(),
+            namespace: g.namespace.clone(),
+            name: g.name.clone(),
+            uid: uid.unwrap_or_default().to_owned(),
+        }
+    }
+}
+
 /// Severity of an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -123,4 +153,25 @@ pub trait ClusterWriter: Send + Sync + 'static {
         &'a self,
         claim: &'a ClaimAllocationRef,
     ) -> BoxFuture<'a, Result<(), WriteError>>;
+    /// Sets one condition (by type) in a PodGroup's or CompositePodGroup's
+    /// status, leaving the other conditions alone.
+    fn write_group_condition<'a>(
+        &'a self,
+        group: &'a GroupRef,
+        condition: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>>;
+
+    /// Records a Kubernetes Event about any object (best effort, like
+    /// [`ClusterWriter::record_event`]). The in-memory store only logs it.
+    fn record_object_event<'a>(
+        &'a self,
+        object: &'a ObjectRef,
+        kind: EventKind,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, reason, note, "event");
+        })
+    }
 }

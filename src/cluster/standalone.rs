@@ -7,7 +7,7 @@
 
 use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
 use crate::cache::Cache;
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::{GroupRef, NodeCache};
 use crate::crd::{Run, RunStatus, Runtime};
 use crate::model::pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
@@ -16,6 +16,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -483,6 +484,58 @@ impl StandaloneStore {
 }
 
 impl ClusterWriter for StandaloneStore {
+    fn write_group_condition<'a>(
+        &'a self,
+        group: &'a GroupRef,
+        condition: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let kind = if group.composite {
+                Kind::CompositePodGroup
+            } else {
+                Kind::PodGroup
+            };
+            let cond =
+                serde_json::to_value(condition).map_err(|e| WriteError::Other(e.to_string()))?;
+            let mut inner = self.inner.lock();
+            let key = (kind, group.namespace.clone(), group.name.clone());
+            if !inner.objects.contains_key(&key) {
+                return Err(WriteError::NotFound);
+            }
+            inner.resource_version += 1;
+            let rv = inner.resource_version.to_string();
+            let Some(obj) = inner.objects.get_mut(&key).and_then(Value::as_object_mut) else {
+                return Err(WriteError::Other("stored group is not an object".into()));
+            };
+            let status = obj.entry("status").or_insert_with(|| json!({}));
+            if !status.is_object() {
+                *status = json!({});
+            }
+            let conds = status
+                .as_object_mut()
+                .ok_or_else(|| WriteError::Other("status is not an object".into()))?
+                .entry("conditions")
+                .or_insert_with(|| json!([]));
+            if !conds.is_array() {
+                *conds = json!([]);
+            }
+            let arr = conds
+                .as_array_mut()
+                .ok_or_else(|| WriteError::Other("conditions is not a list".into()))?;
+            match arr.iter_mut().find(|c| c["type"] == cond["type"]) {
+                Some(c) => *c = cond,
+                None => arr.push(cond),
+            }
+            let mut v = Value::Object(obj.clone());
+            v["metadata"]["resourceVersion"] = json!(rv);
+            if let Some(o) = inner.objects.get_mut(&key) {
+                *o = v.clone();
+            }
+            self.observe(kind, &v, Timestamp::now());
+            Ok(())
+        })
+    }
+
     fn write_run_status<'a>(
         &'a self,
         namespace: &'a str,

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 /// Default `--binding-timeout` (as kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
 pub const DEFAULT_BINDING_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default `--binding-wait`: well below the 30s extender `httpTimeout`.
-pub const DEFAULT_BINDING_WAIT: Duration = Duration::from_secs(10);
+pub const DEFAULT_BINDING_WAIT: Duration = Duration::from_secs(5);
 
 /// How long binds wait for device binding conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

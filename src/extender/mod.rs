@@ -8,6 +8,8 @@
 //! body that is not the protocol at all is an HTTP 4xx.
 
 pub mod binding;
+pub mod gang;
+pub mod hold;
 pub mod preempt;
 pub mod types;
 
@@ -106,6 +108,14 @@ impl Candidates<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The node names, in request order.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Candidates::Cached(refs) => refs.iter().map(|(n, _)| n).collect(),
+            Candidates::Full(list) => list.iter().map(|(n, _)| &**n).collect(),
+        }
     }
 
     fn cache_capable(&self) -> bool {
@@ -257,7 +267,21 @@ pub fn decide_filter<'a>(
             return out;
         }
     };
-    let wide = pod_wide_rejection(snap, pod).map(|r| (Arc::<str>::from(r.message), r.unresolvable));
+    let wide = pod_wide_rejection(snap, pod);
+    let gate = match wide {
+        Some(_) => gang::Gate::default(),
+        None => gang::filter_gate(snap, pod, &requests, &candidates.names()),
+    };
+    let wide = wide
+        .or(gate.wide.clone())
+        .map(|r| (Arc::<str>::from(r.message), r.unresolvable));
+    let mut outside: Vec<Option<Arc<str>>> = Vec::new();
+    let mut outside_reason = |level: usize| -> Arc<str> {
+        if outside.len() <= level {
+            outside.resize(level + 1, None);
+        }
+        Arc::clone(outside[level].get_or_insert_with(|| gate.outside_message(level).into()))
+    };
     let (resolved, special) = resolve_with_claims(snap, pod, &requests);
     let request_on = |slot: Option<u32>| -> &Resolved {
         slot.and_then(|slot| special.iter().find(|(s, _)| *s == slot))
@@ -280,6 +304,10 @@ pub fn decide_filter<'a>(
             for (name, slot) in refs.iter() {
                 if let Some(w) = &wide {
                     reject(&mut out, name, (Arc::clone(&w.0), w.1));
+                    continue;
+                }
+                if let Some(level) = gate.outside(name) {
+                    reject(&mut out, name, (outside_reason(level), true));
                     continue;
                 }
                 let resolved = request_on(Some(slot));
@@ -306,6 +334,9 @@ pub fn decide_filter<'a>(
             for (i, (name, alloc)) in list.iter().enumerate() {
                 let verdict = match &wide {
                     Some(w) => Err((Arc::clone(&w.0), w.1)),
+                    None if let Some(level) = gate.outside(name) => {
+                        Err((outside_reason(level), true))
+                    }
                     None => snap
                         .check(name, request_on(snap.find(name)), Some(alloc))
                         .map_err(|r| (r.message.into(), r.unresolvable)),
@@ -340,6 +371,10 @@ pub fn decide_prioritize<'a>(
         .and_then(|s| fit::pod_requests(s).ok())
         .unwrap_or_default();
     let resolved = snap.resolve(&requests);
+    let prefer = args
+        .pod
+        .as_ref()
+        .and_then(|p| gang::prefer(snap, p, &requests));
     let score = |score: i64, name: &'a str| HostPriority {
         host: Cow::Borrowed(name),
         score: score.clamp(0, 10),
@@ -347,11 +382,23 @@ pub fn decide_prioritize<'a>(
     match candidates {
         Candidates::Cached(refs) => refs
             .iter()
-            .map(|(name, slot)| score(snap.score_at(slot, &resolved), name))
+            .map(|(name, slot)| {
+                let s = match &prefer {
+                    Some(p) => p.score(name),
+                    None => snap.score_at(slot, &resolved),
+                };
+                score(s, name)
+            })
             .collect(),
         Candidates::Full(list) => list
             .iter()
-            .map(|(name, _)| score(snap.score(name, &resolved), name))
+            .map(|(name, _)| {
+                let s = match &prefer {
+                    Some(p) => p.score(name),
+                    None => snap.score(name, &resolved),
+                };
+                score(s, name)
+            })
             .collect(),
     }
 }
@@ -370,6 +417,7 @@ async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response,
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
+    s.gangs.publish(&s.nodes, &s.writer);
     s.metrics.observe(Endpoint::ExtenderFilter, start);
     Ok(json_bytes(bytes))
 }
@@ -440,23 +488,36 @@ async fn bind_one(s: &AppState, args: &ExtenderBindingArgs) -> Result<(), String
     let assumed = s
         .nodes
         .assume(namespace, &args.pod_name, &args.pod_uid, &args.node);
-    // Order: node check, assume, device binding conditions, binding.
-    let result = match s
-        .binding
-        .wait_for_devices(
-            &s.nodes,
-            s.writer.as_ref(),
-            namespace,
-            &args.pod_name,
-            &args.pod_uid,
-        )
-        .await
-    {
-        Ok(()) => s.writer.bind_pod(&binding).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e),
-    };
-    if result.is_err() && assumed {
-        s.nodes.forget(namespace, &args.pod_name);
+    // Order: node check, assume, device binding conditions, the group's
+    // quorum (gang members wait here, assumed), binding.
+    let result = async {
+        s.binding
+            .wait_for_devices(
+                &s.nodes,
+                s.writer.as_ref(),
+                namespace,
+                &args.pod_name,
+                &args.pod_uid,
+            )
+            .await?;
+        s.gangs
+            .hold(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
+            .await?;
+        s.writer.bind_pod(&binding).await.map_err(|e| e.to_string())
     }
-    result
+    .await;
+    match result {
+        Ok(()) => {
+            s.gangs
+                .bound(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
+                .await;
+            Ok(())
+        }
+        Err(e) => {
+            if assumed {
+                s.nodes.forget(namespace, &args.pod_name);
+            }
+            Err(e)
+        }
+    }
 }

@@ -37,6 +37,8 @@ pub struct AppState {
     pub writer: Arc<dyn ClusterWriter>,
     /// Binds waiting on DRA device binding conditions.
     pub binding: Arc<crate::extender::binding::BindingGate>,
+    /// Gang members held in bind until their group's quorum (`--gang-wait`).
+    pub gangs: Arc<crate::extender::hold::Gangs>,
 }
 
 /// The service's router: the Run API, standalone objects, health, metrics,

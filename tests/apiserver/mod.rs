@@ -33,6 +33,7 @@ pub enum Res {
     Events,
     Nodes,
     ResourceClaims,
+    PodGroups,
 }
 
 impl Res {
@@ -45,6 +46,7 @@ impl Res {
             Res::Events => "Event",
             Res::Nodes => "Node",
             Res::ResourceClaims => "ResourceClaim",
+            Res::PodGroups => "PodGroup",
         }
     }
 
@@ -55,6 +57,7 @@ impl Res {
             Res::Leases => "coordination.k8s.io/v1",
             Res::Events => "events.k8s.io/v1",
             Res::ResourceClaims => "resource.k8s.io/v1",
+            Res::PodGroups => "scheduling.k8s.io/v1beta1",
         }
     }
 }
@@ -188,6 +191,14 @@ impl FakeApi {
             .route(
                 "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}/status",
                 axum::routing::patch(patch_claim_status),
+            )
+            .route(
+                "/apis/scheduling.k8s.io/v1beta1/podgroups",
+                get(list_or_watch_pod_groups),
+            )
+            .route(
+                "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups/{name}/status",
+                axum::routing::patch(patch_pod_group_status),
             )
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
@@ -499,6 +510,65 @@ async fn patch_claim_status(
     g.objects.insert(key, obj.clone());
     api.record(&mut g, Res::ResourceClaims, false, Some(cur), obj.clone());
     axum::Json(obj).into_response()
+}
+
+async fn list_or_watch_pod_groups(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::PodGroups, p).await
+}
+
+/// `PATCH podgroups/{name}/status`: server-side apply (conditions merged
+/// by type, as their `listType=map` says) or a JSON merge patch.
+async fn patch_pod_group_status(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid patch");
+    };
+    let Some(mut cur) = api.get(Res::PodGroups, &ns, &name) else {
+        return status(
+            404,
+            "NotFound",
+            &format!("podgroups.scheduling.k8s.io \"{name}\" not found"),
+        );
+    };
+    let apply = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.contains("apply-patch"));
+    if apply {
+        let mut conds: Vec<Value> = cur
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for c in patch
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match conds.iter_mut().find(|x| x["type"] == c["type"]) {
+                Some(x) => *x = c.clone(),
+                None => conds.push(c.clone()),
+            }
+        }
+        cur["status"]["conditions"] = json!(conds);
+    } else if let Some(s) = patch.get("status") {
+        merge(
+            cur.as_object_mut()
+                .unwrap()
+                .entry("status")
+                .or_insert(json!({})),
+            s,
+        );
+    }
+    axum::Json(api.put(Res::PodGroups, cur)).into_response()
 }
 
 /// `POST pods/{name}/binding`: the pod must exist, have the Binding's

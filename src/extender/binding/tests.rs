@@ -38,6 +38,13 @@ impl ClusterWriter for Recorder {
             Ok(())
         })
     }
+    fn write_group_condition<'a>(
+        &'a self,
+        _: &'a crate::cache::nodes::GroupRef,
+        _: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::Other("not expected here".into())) })
+    }
 }
 
 /// A device `(name, bindingConditions, bindingFailureConditions)`.

@@ -1,0 +1,228 @@
+//! Gang placement with rack topology on 5,000 nodes in 1,000 racks.
+//!
+//! One iteration places a whole gang (3 or 64 pods) the way kube-scheduler
+//! drives the extender: for each member, filter with all 5,000 node names
+//! (decode, decide, encode), prioritize the nodes that passed, assume the
+//! best one, and evaluate the gang's quorum as bind does. The first
+//! member's filter chooses the gang's rack by simulating it in every rack.
+//!
+//! - `gang/N/place`: the whole path, per group (divide by N per member).
+//! - `gang/N/decisions`: only the group logic (gate, preference, quorum),
+//!   without the 5,000-name filter loop that every pod pays.
+//!
+//! A fresh PodGroup is used per iteration (the previous one's pods are
+//! forgotten and deleted outside the timed part), so every iteration plans
+//! from scratch.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::extender::types::ExtenderArgs;
+use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
+use serde_json::json;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const NODES: usize = 5_000;
+const PER_RACK: usize = 5;
+
+fn cluster() -> NodeCache {
+    let cache = NodeCache::new();
+    for i in 0..NODES {
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": format!("node-{i:05}"),
+            "labels": {"kubernetes.io/hostname": format!("node-{i:05}"),
+                "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
+                "topology.kubernetes.io/rack": format!("rack-{:04}", i / PER_RACK)}},
+            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}))
+            .expect("node");
+        cache.apply_node(&node);
+        // Some load everywhere, more on every third rack.
+        let cpu = if (i / PER_RACK).is_multiple_of(3) {
+            16_000
+        } else {
+            4_000
+        };
+        cache.apply_pod_entry(
+            ("bench".into(), format!("load-{i}")),
+            PodEntry {
+                uid: format!("load-{i}"),
+                node: Some(format!("node-{i:05}")),
+                requests: Some([("cpu".to_owned(), cpu)].into_iter().collect()),
+                ..PodEntry::default()
+            },
+        );
+    }
+    cache
+}
+
+fn member(group: &str, i: usize) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": format!("{group}-{i}"), "namespace": "bench",
+            "uid": format!("{group}-{i}-uid")},
+        "spec": {"schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}}))
+    .expect("pod")
+}
+
+fn setup(cache: &NodeCache, group: &str, n: usize) -> Vec<Pod> {
+    let g: PodGroup =
+        serde_json::from_value(json!({"metadata": {"name": group, "namespace": "bench"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": n}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]}}}))
+        .expect("group");
+    cache.apply_pod_group(&g);
+    let pods: Vec<Pod> = (0..n).map(|i| member(group, i)).collect();
+    for p in &pods {
+        cache.apply_pod(p);
+    }
+    pods
+}
+
+fn teardown(cache: &NodeCache, group: &str, pods: &[Pod]) {
+    for p in pods {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        cache.forget("bench", name);
+        cache.delete_pod("bench", name);
+    }
+    cache.delete_pod_group("bench", group);
+}
+
+fn body(pod: &Pod, names: &[String]) -> Vec<u8> {
+    serde_json::to_vec(&json!({"Pod": pod, "Nodes": null, "NodeNames": names})).expect("json")
+}
+
+/// Places one gang through the whole path; returns the racks used.
+fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
+    let mut racks = std::collections::BTreeSet::new();
+    for p in pods {
+        let b = body(p, names);
+        let args: ExtenderArgs<'_> = serde_json::from_slice(&b).expect("args");
+        let passed: Vec<String> = {
+            let snap = cache.read();
+            let candidates = Candidates::of(&snap, &args).expect("nodes");
+            let out = decide_filter(&snap, &args, &candidates);
+            let mut encoded = Vec::new();
+            out.write_json(&mut encoded);
+            black_box(&encoded);
+            assert!(
+                out.node_names.as_ref().is_some_and(|n| !n.is_empty()),
+                "member placed: {:?}",
+                out.failed_and_unresolvable_nodes.0.first()
+            );
+            out.node_names
+                .unwrap_or_default()
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        let pb = body(p, &passed);
+        let pargs: ExtenderArgs<'_> = serde_json::from_slice(&pb).expect("args");
+        let snap = cache.read();
+        let pcandidates = Candidates::of(&snap, &pargs).expect("nodes");
+        let scores = decide_prioritize(&snap, &pargs, &pcandidates);
+        let best = scores
+            .iter()
+            .max_by_key(|h| (h.score, std::cmp::Reverse(h.host.clone())))
+            .map(|h| h.host.to_string())
+            .expect("a node");
+        drop(scores);
+        drop(snap);
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        cache.assume("bench", name, "", &best);
+        settle(cache, name);
+        let index: usize = best
+            .trim_start_matches("node-")
+            .parse()
+            .expect("node number");
+        racks.insert(index / PER_RACK);
+    }
+    racks.len()
+}
+
+/// Only the group logic per member: gate, preference, assume, quorum.
+fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
+    for p in pods {
+        let req = kruntimes_scheduler::pods::fit::pod_requests(p.spec.as_ref().expect("spec"))
+            .expect("requests");
+        let (node, _) = {
+            let snap = cache.read();
+            let gate = gang::filter_gate(&snap, p, &req, names);
+            assert!(gate.wide.is_none());
+            let prefer = gang::prefer(&snap, p, &req).expect("a domain");
+            let domain = gate.domain();
+            let (_, value) = domain.last().expect("rack");
+            let ix = snap.domain_index("topology.kubernetes.io/rack");
+            let best = ix
+                .nodes(value)
+                .iter()
+                .filter(|n| gate.node(n).is_none())
+                .max_by_key(|n| prefer.score(n))
+                .cloned()
+                .expect("node");
+            (best, ())
+        };
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        cache.assume("bench", name, "", &node);
+        settle(cache, name);
+    }
+}
+
+/// What bind's hold does after the assumption: evaluate the unit's quorum,
+/// and once reached drop the group's plan.
+fn settle(cache: &NodeCache, name: &str) {
+    let snap = cache.read();
+    if let Some(q) = gang::quorum(&snap, "bench", name)
+        && q.reached
+    {
+        gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let cache = cluster();
+    let names: Vec<String> = (0..NODES).map(|i| format!("node-{i:05}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut seq = 0usize;
+    let mut group = c.benchmark_group("gang");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(8));
+    for n in [3usize, 64] {
+        group.bench_function(format!("{n}/place"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    seq += 1;
+                    let g = format!("g{seq}");
+                    let pods = setup(&cache, &g, n);
+                    let start = Instant::now();
+                    let racks = place(&cache, &pods, &names);
+                    total += start.elapsed();
+                    assert_eq!(racks, 1, "one rack per gang");
+                    teardown(&cache, &g, &pods);
+                }
+                total
+            })
+        });
+        group.bench_function(format!("{n}/decisions"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    seq += 1;
+                    let g = format!("g{seq}");
+                    let pods = setup(&cache, &g, n);
+                    let start = Instant::now();
+                    decisions(&cache, &pods, &refs);
+                    total += start.elapsed();
+                    teardown(&cache, &g, &pods);
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,349 @@
+//! Topology domains and the group ledger, for gang and topology-aware
+//! placement.
+//!
+//! - A label index per topology key (node names by label value), built on
+//!   the first request for that key and kept current by node applies, so a
+//!   group's domain is found without walking every node.
+//! - [`Rooms`]: what is free on a node for a fixed list of resources.
+//! - [`GroupLedger`]: the domain chosen for each group not yet placed (its
+//!   *plan*, so the whole-cluster search runs once per group, not once per
+//!   member) and the last reason each group could not be placed (drained by
+//!   the extender into status writes).
+//!
+//! Everything that reads node storage directly is here, so a change of that
+//! storage only touches this file.
+
+use super::{NodeState, ResId};
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// Node names by value of one label key.
+#[derive(Debug, Default, Clone)]
+pub struct DomainIndex {
+    /// Value → node names (sorted).
+    by_value: BTreeMap<String, Vec<String>>,
+    /// Node name → value.
+    of_node: HashMap<String, String, foldhash::fast::RandomState>,
+}
+
+// === impl DomainIndex ===
+
+impl DomainIndex {
+    /// The label value of an existing node (`None`: outside every domain).
+    pub fn value_of(&self, node: &str) -> Option<&str> {
+        self.of_node.get(node).map(String::as_str)
+    }
+
+    /// Nodes of one domain, sorted.
+    pub fn nodes(&self, value: &str) -> &[String] {
+        self.by_value.get(value).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every domain with its nodes, by value.
+    pub fn domains(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.by_value
+            .iter()
+            .map(|(v, n)| (v.as_str(), n.as_slice()))
+    }
+
+    /// Number of domains.
+    pub fn len(&self) -> usize {
+        self.by_value.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_value.is_empty()
+    }
+
+    fn insert(&mut self, node: &str, value: &str) {
+        let nodes = self.by_value.entry(value.to_owned()).or_default();
+        if let Err(at) = nodes.binary_search_by(|n| n.as_str().cmp(node)) {
+            nodes.insert(at, node.to_owned());
+        }
+        self.of_node.insert(node.to_owned(), value.to_owned());
+    }
+
+    fn remove(&mut self, node: &str) {
+        let Some(value) = self.of_node.remove(node) else {
+            return;
+        };
+        if let Some(nodes) = self.by_value.get_mut(&value) {
+            nodes.retain(|n| n != node);
+            if nodes.is_empty() {
+                self.by_value.remove(&value);
+            }
+        }
+    }
+}
+
+/// A PodGroup or CompositePodGroup.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupRef {
+    /// A CompositePodGroup (else a PodGroup).
+    pub composite: bool,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl GroupRef {
+    pub fn group(namespace: &str, name: &str) -> Self {
+        GroupRef {
+            composite: false,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn composite(namespace: &str, name: &str) -> Self {
+        GroupRef {
+            composite: true,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// `PodGroup` or `CompositePodGroup`.
+    pub fn kind(&self) -> &'static str {
+        if self.composite {
+            "CompositePodGroup"
+        } else {
+            "PodGroup"
+        }
+    }
+}
+
+impl std::fmt::Display for GroupRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.composite {
+            "composite pod group"
+        } else {
+            "pod group"
+        };
+        write!(f, "{kind} {}/{}", self.namespace, self.name)
+    }
+}
+
+/// The domain chosen for a group before any of its pods is placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The topology key and the chosen value.
+    pub key: String,
+    pub value: String,
+    /// Fingerprint of what the plan was made from (specs, outer domains);
+    /// a different fingerprint makes the plan stale.
+    pub token: u64,
+    /// The plan lapses when no member has asked for it by then.
+    pub expires: Instant,
+}
+
+/// Plans and unschedulable notes, behind one small lock (filter calls run
+/// concurrently under the cache's read lock).
+#[derive(Debug, Default)]
+pub struct GroupLedger {
+    /// Plans by group.
+    pub plans: HashMap<GroupRef, Plan>,
+    /// The last reason a group could not be placed, not yet published.
+    pub notes: BTreeMap<GroupRef, String>,
+}
+
+/// The label indexes and the ledger (a field of [`NodeState`]).
+#[derive(Debug, Default)]
+pub(super) struct Domains {
+    /// One index per topology key asked for so far.
+    indexes: Mutex<HashMap<String, Arc<DomainIndex>>>,
+    ledger: Mutex<GroupLedger>,
+}
+
+/// Free amounts on nodes for a fixed list of resources.
+pub struct Rooms<'s> {
+    snap: &'s NodeState,
+    ids: Vec<Option<ResId>>,
+    /// Ignore what is counted on the node (allocatable only).
+    empty: bool,
+}
+
+// === impl Rooms ===
+
+impl Rooms<'_> {
+    /// Writes `allocatable - used` of each resource into `out` (saturating
+    /// at 0). False when the node does not exist or is unschedulable.
+    pub fn room(&self, node: &str, out: &mut Vec<u64>) -> bool {
+        out.clear();
+        let Some(slot) = self.snap.nodes.get(node) else {
+            return false;
+        };
+        let Some(info) = &slot.node else {
+            return false;
+        };
+        if info.unschedulable {
+            return false;
+        }
+        out.extend(self.ids.iter().map(|id| match id {
+            None => 0,
+            Some(id) => {
+                let alloc = info.alloc.get(*id);
+                if self.empty {
+                    alloc
+                } else {
+                    alloc.saturating_sub(slot.used.get(*id))
+                }
+            }
+        }));
+        true
+    }
+}
+
+// === impl NodeState (domains) ===
+
+impl NodeState {
+    /// Existing nodes carrying label `key`: `(name, value)`, in no order.
+    pub fn nodes_with_label<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> {
+        self.nodes.iter().filter_map(move |slot| {
+            slot.node
+                .as_ref()
+                .and_then(|n| n.labels.get(key))
+                .map(|v| (&*slot.name, v.as_str()))
+        })
+    }
+
+    /// The domains of a topology key (built on first use, then kept current).
+    pub fn domain_index(&self, key: &str) -> Arc<DomainIndex> {
+        let mut indexes = self.domains.indexes.lock();
+        if let Some(ix) = indexes.get(key) {
+            return Arc::clone(ix);
+        }
+        let mut ix = DomainIndex::default();
+        for (node, value) in self.nodes_with_label(key) {
+            ix.insert(node, value);
+        }
+        let ix = Arc::new(ix);
+        indexes.insert(key.to_owned(), Arc::clone(&ix));
+        ix
+    }
+
+    /// A reader of free amounts for `resources` (in that order).
+    pub fn rooms(&self, resources: &[String], empty: bool) -> Rooms<'_> {
+        Rooms {
+            snap: self,
+            ids: resources.iter().map(|r| self.names.lookup(r)).collect(),
+            empty,
+        }
+    }
+
+    /// PodGroups whose parent is the CompositePodGroup `namespace/parent`, sorted.
+    pub fn child_groups(&self, namespace: &str, parent: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|((ns, _), g)| {
+                ns == namespace && g.spec.parent_composite_pod_group_name.as_deref() == Some(parent)
+            })
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// CompositePodGroups whose parent is `namespace/parent`, sorted.
+    pub fn child_composites(&self, namespace: &str, parent: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .composites
+            .iter()
+            .filter(|((ns, _), g)| {
+                ns == namespace && g.spec.parent_composite_pod_group_name.as_deref() == Some(parent)
+            })
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The group ledger (hold it briefly; never across an await).
+    pub fn group_ledger(&self) -> MutexGuard<'_, GroupLedger> {
+        self.domains.ledger.lock()
+    }
+
+    /// Keeps the label indexes current after a node was set or removed.
+    pub(super) fn node_labels_changed(&mut self, name: &str) {
+        let labels = self
+            .nodes
+            .get(name)
+            .and_then(|s| s.node.as_ref())
+            .map(|n| &n.labels);
+        for (key, ix) in self.domains.indexes.get_mut().iter_mut() {
+            let now = labels.and_then(|l| l.get(key));
+            let before = ix.value_of(name);
+            if now.map(String::as_str) == before {
+                continue;
+            }
+            let ix = Arc::make_mut(ix);
+            ix.remove(name);
+            if let Some(v) = now {
+                ix.insert(name, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cache::nodes::NodeCache;
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::json;
+
+    fn node(name: &str, rack: Option<&str>, cpu: &str) -> Node {
+        let labels = rack.map_or(json!({}), |r| json!({"rack": r}));
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "pods": "10"}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn index_follows_label_changes_and_deletions() {
+        let c = NodeCache::new();
+        c.apply_node(&node("a", Some("r1"), "4"));
+        c.apply_node(&node("b", Some("r1"), "4"));
+        c.apply_node(&node("c", None, "4"));
+        let ix = c.read().domain_index("rack");
+        assert_eq!(ix.nodes("r1"), ["a", "b"]);
+        assert_eq!(ix.value_of("c"), None);
+        // Relabelled, labelled, deleted: the index follows.
+        c.apply_node(&node("b", Some("r2"), "4"));
+        c.apply_node(&node("c", Some("r2"), "4"));
+        c.delete_node("a");
+        let ix = c.read().domain_index("rack");
+        assert_eq!(ix.nodes("r1"), [] as [String; 0]);
+        assert_eq!(ix.nodes("r2"), ["b", "c"]);
+        assert_eq!(ix.len(), 1);
+        // An index taken earlier is a consistent snapshot of its time.
+        let old = ix;
+        c.apply_node(&node("d", Some("r3"), "4"));
+        assert_eq!(old.len(), 1);
+        assert_eq!(c.read().domain_index("rack").len(), 2);
+    }
+
+    #[test]
+    fn rooms_are_allocatable_minus_used() {
+        let c = NodeCache::new();
+        c.apply_node(&node("a", Some("r1"), "4"));
+        c.apply_pod(
+            &serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"},
+                "spec": {"nodeName": "a", "containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "1500m"}}}]}}))
+            .unwrap(),
+        );
+        let s = c.read();
+        let names = vec!["cpu".to_owned(), "pods".to_owned(), "gpu".to_owned()];
+        let mut out = Vec::new();
+        assert!(s.rooms(&names, false).room("a", &mut out));
+        assert_eq!(out, [2500, 9, 0]);
+        assert!(s.rooms(&names, true).room("a", &mut out));
+        assert_eq!(out, [4000, 10, 0]);
+        assert!(!s.rooms(&names, false).room("ghost", &mut out));
+    }
+}

@@ -1,0 +1,851 @@
+//! Gang, gang-of-gangs and topology scenarios through the real router,
+//! driven the way kube-scheduler drives an extender: for each pod in turn,
+//! filter (node names only), prioritize the nodes that passed, pick the best,
+//! then bind asynchronously (binds run concurrently with later cycles);
+//! pods whose bind answered `Error`, or that no node passed, are retried.
+//! Time is paused, so `--gang-wait` expiries take no real time.
+
+mod apiserver;
+mod common;
+
+use axum::body::Body;
+use axum::http::Request;
+use common::{app, get, post};
+use kruntimes_scheduler::extender::hold::Gangs;
+use kruntimes_scheduler::http::router;
+use kruntimes_scheduler::serve::Standalone;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+const RACK: &str = "topology.kubernetes.io/rack";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+// === fixtures ===
+
+/// `racks` racks of `per_rack` nodes with `cpu` cores each; rack `r<i>` in
+/// zone `z<i % zones>`.
+fn nodes(racks: usize, per_rack: usize, cpu: u32, zones: usize) -> Vec<Value> {
+    let mut v = Vec::new();
+    for r in 0..racks {
+        for n in 0..per_rack {
+            v.push(json!({"kind": "Node", "apiVersion": "v1",
+                "metadata": {"name": format!("r{r}-n{n}"), "labels": {RACK: format!("r{r}"), ZONE: format!("z{}", r % zones.max(1))}},
+                "status": {"allocatable": {"cpu": cpu.to_string(), "memory": "64Gi", "pods": "110"}}}));
+        }
+    }
+    v
+}
+
+fn pod(name: &str, group: Option<&str>, cpu: u32) -> Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": cpu.to_string(), "memory": "1Gi"}}}]});
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    json!({"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")}, "spec": spec})
+}
+
+fn gang(name: &str, min: u32, key: Option<&str>, parent: Option<&str>) -> Value {
+    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": min}}});
+    if let Some(k) = key {
+        spec["schedulingConstraints"] = json!({"topology": [{"key": k}]});
+    }
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    json!({"kind": "PodGroup", "apiVersion": "scheduling.k8s.io/v1beta1",
+        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+}
+
+fn basic(name: &str, key: Option<&str>) -> Value {
+    let mut g = gang(name, 1, key, None);
+    g["spec"]["schedulingPolicy"] = json!({"basic": {}});
+    g
+}
+
+fn composite(name: &str, min_groups: u32, key: Option<&str>) -> Value {
+    let mut spec = json!({"schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+        "workloadRef": {"workloadName": "w", "templateName": name}});
+    if let Some(k) = key {
+        spec["schedulingConstraints"] = json!({"topology": [{"key": k}]});
+    }
+    json!({"kind": "CompositePodGroup", "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+}
+
+fn members(prefix: &str, group: &str, n: usize, cpu: u32) -> Vec<Value> {
+    (0..n)
+        .map(|i| pod(&format!("{prefix}-{i}"), Some(group), cpu))
+        .collect()
+}
+
+/// A standalone service holding `objects`, with the given gang wait.
+async fn cluster(objects: Vec<Value>, wait: Duration) -> Standalone {
+    let mut a = app("");
+    a.state.gangs = Arc::new(Gangs::new(wait));
+    upsert(&a, objects).await;
+    a
+}
+
+async fn upsert(a: &Standalone, objects: Vec<Value>) {
+    let r = post(
+        a,
+        "/v1/objects",
+        &json!({"kind": "List", "apiVersion": "v1", "items": objects}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+async fn delete(a: &Standalone, kind: &str, name: &str) {
+    let r = common::call(
+        a,
+        axum::http::Method::DELETE,
+        &format!("/v1/objects?kind={kind}&namespace=ml&name={name}"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+}
+
+// === the kube-scheduler side ===
+
+struct Filtered {
+    passed: Vec<String>,
+    failed: BTreeMap<String, String>,
+    unresolvable: BTreeMap<String, String>,
+    error: String,
+}
+
+async fn filter(a: &Standalone, pod: &Value, nodes: &[String]) -> Filtered {
+    let r = post(
+        a,
+        "/scheduler/filter",
+        &json!({"Pod": pod, "Nodes": null, "NodeNames": nodes}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let map = |k: &str| -> BTreeMap<String, String> {
+        serde_json::from_value(r.body[k].clone()).unwrap_or_default()
+    };
+    Filtered {
+        passed: serde_json::from_value(r.body["NodeNames"].clone()).expect("NodeNames is a list"),
+        failed: map("FailedNodes"),
+        unresolvable: map("FailedAndUnresolvableNodes"),
+        error: r.body["Error"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+async fn prioritize(a: &Standalone, pod: &Value, nodes: &[String]) -> Vec<(String, i64)> {
+    let r = post(
+        a,
+        "/scheduler/prioritize",
+        &json!({"Pod": pod, "Nodes": null, "NodeNames": nodes}).to_string(),
+    )
+    .await;
+    r.body
+        .as_array()
+        .expect("HostPriorityList")
+        .iter()
+        .map(|h| {
+            let s = h["Score"].as_i64().expect("score");
+            assert!((0..=10).contains(&s));
+            (h["Host"].as_str().expect("host").to_owned(), s)
+        })
+        .collect()
+}
+
+/// A bind as kube-scheduler's binding goroutine sends it.
+fn spawn_bind(a: &Standalone, pod: &Value, node: &str) -> tokio::task::JoinHandle<String> {
+    let app = router(a.state.clone());
+    let body = json!({"PodName": pod["metadata"]["name"], "PodNamespace": "ml",
+        "PodUID": pod["metadata"]["uid"], "Node": node})
+    .to_string();
+    tokio::spawn(async move {
+        let req = Request::post("/scheduler/bind")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("request");
+        let resp = app.oneshot(req).await.expect("response");
+        let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let v: Value = serde_json::from_slice(&b).expect("json");
+        v["Error"].as_str().unwrap_or_default().to_owned()
+    })
+}
+
+/// One pod's scheduling cycle: filter, prioritize, pick; the bind is spawned.
+async fn cycle(
+    a: &Standalone,
+    pod: &Value,
+    all: &[String],
+) -> Result<tokio::task::JoinHandle<String>, Filtered> {
+    let f = filter(a, pod, all).await;
+    assert_eq!(f.error, "");
+    let best = match f.passed.len() {
+        0 => return Err(f),
+        1 => f.passed[0].clone(),
+        _ => {
+            let scores = prioritize(a, pod, &f.passed).await;
+            let max = scores.iter().map(|s| s.1).max().unwrap_or(0);
+            scores
+                .into_iter()
+                .find(|s| s.1 == max)
+                .map(|s| s.0)
+                .expect("a node")
+        }
+    };
+    Ok(spawn_bind(a, pod, &best))
+}
+
+/// Schedules `pods` like kube-scheduler: one cycle per pod, binds
+/// concurrent, failed pods retried, for `rounds` rounds. Returns the
+/// unscheduled pods with the last reason.
+async fn schedule(a: &Standalone, pods: &[Value], rounds: usize) -> BTreeMap<String, String> {
+    let all = node_names(a).await;
+    let mut queue: Vec<Value> = pods.to_vec();
+    let mut left = BTreeMap::new();
+    for _ in 0..rounds {
+        left.clear();
+        let mut binds = Vec::new();
+        for p in &queue {
+            match cycle(a, p, &all).await {
+                Ok(b) => binds.push((p.clone(), b)),
+                Err(f) => {
+                    let why = f
+                        .failed
+                        .values()
+                        .chain(f.unresolvable.values())
+                        .next()
+                        .cloned()
+                        .unwrap_or_default();
+                    left.insert(name(p), why);
+                }
+            }
+        }
+        let mut retry: Vec<Value> = queue
+            .iter()
+            .filter(|p| left.contains_key(&name(p)))
+            .cloned()
+            .collect();
+        for (p, b) in binds {
+            let err = b.await.expect("bind task");
+            if !err.is_empty() {
+                left.insert(name(&p), err);
+                retry.push(p);
+            }
+        }
+        if retry.is_empty() {
+            break;
+        }
+        queue = retry;
+    }
+    left
+}
+
+fn name(p: &Value) -> String {
+    p["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn node_names(a: &Standalone) -> Vec<String> {
+    let r = get(a, "/v1/objects?kind=Node").await;
+    r.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+/// Pod name → node, for the pods of `ml` that are bound.
+async fn bound(a: &Standalone) -> BTreeMap<String, String> {
+    let r = get(a, "/v1/objects?kind=Pod&namespace=ml").await;
+    r.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["metadata"]["name"].as_str()?.to_owned(),
+                p["spec"]["nodeName"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+fn rack_of(node: &str) -> &str {
+    node.split('-').next().unwrap_or_default()
+}
+
+fn zone_of(node: &str, zones: usize) -> String {
+    let r: usize = rack_of(node)[1..].parse().expect("rack number");
+    format!("z{}", r % zones)
+}
+
+/// The group's condition of `type_` (`status`, `reason`, `message`).
+async fn condition(a: &Standalone, kind: &str, name: &str) -> Option<(String, String, String)> {
+    let r = get(
+        a,
+        &format!("/v1/objects?kind={kind}&namespace=ml&name={name}"),
+    )
+    .await;
+    let want = if kind == "PodGroup" {
+        "PodGroupInitiallyScheduled"
+    } else {
+        "CompositePodGroupInitiallyScheduled"
+    };
+    r.body["items"][0]["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == want)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+/// Lets background status writes run.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Does a plain pod of `cpu` cores fit on `node` now?
+async fn fits(a: &Standalone, node: &str, cpu: u32) -> bool {
+    let p = pod("probe", None, cpu);
+    filter(a, &p, &[node.to_owned()]).await.passed.len() == 1
+}
+
+// === scenarios ===
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_that_fits_is_bound_entirely_in_one_rack() {
+    // 4 racks of 2 nodes x 4 cpu. r2 is partly used and no longer holds a
+    // gang of 4 x 2 cpu; the empty racks are equally tight, so the gang
+    // goes to the smallest label value.
+    let mut objs = nodes(4, 2, 4, 1);
+    objs.push(gang("train", 4, Some(RACK), None));
+    let mut blocker = pod("other", None, 2);
+    blocker["spec"]["nodeName"] = json!("r2-n0");
+    objs.push(blocker);
+    let pods = members("train", "train", 4, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let left = schedule(&a, &pods, 3).await;
+    assert!(left.is_empty(), "{left:?}");
+    let b = bound(&a).await;
+    let racks: std::collections::BTreeSet<&str> =
+        pods.iter().map(|p| rack_of(&b[&name(p)])).collect();
+    assert_eq!(racks.len(), 1, "{b:?}");
+    assert_eq!(
+        racks.into_iter().next(),
+        Some("r0"),
+        "smallest of the equally tight racks"
+    );
+    settle().await;
+    let c = condition(&a, "PodGroup", "train").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"), "{c:?}");
+    assert_eq!(a.state.gangs.held(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tightest_rack_that_holds_the_gang_is_chosen() {
+    // r1 has 4 of 8 cpu used: a gang of 2 x 2 cpu fills it exactly, leaving
+    // the empty racks whole.
+    let mut objs = nodes(3, 2, 4, 1);
+    objs.push(gang("small", 2, Some(RACK), None));
+    let mut used = pod("used", None, 4);
+    used["spec"]["nodeName"] = json!("r1-n1");
+    objs.push(used);
+    let pods = members("small", "small", 2, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    assert!(schedule(&a, &pods, 3).await.is_empty());
+    let b = bound(&a).await;
+    assert_eq!(b["small-0"], "r1-n0");
+    assert_eq!(b["small-1"], "r1-n0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_that_cannot_fit_binds_nobody_and_holds_nothing() {
+    // Racks hold 4 pods of 2 cpu; a gang of 5 fits in no rack.
+    let mut objs = nodes(3, 2, 4, 1);
+    objs.push(gang("big", 5, Some(RACK), None));
+    let pods = members("big", "big", 5, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let left = schedule(&a, &pods, 2).await;
+    assert_eq!(left.len(), 5);
+    assert!(
+        left["big-0"].contains("no topology.kubernetes.io/rack domain can hold the 5 pods"),
+        "{left:?}"
+    );
+    assert!(bound(&a).await.is_empty());
+    assert_eq!(a.state.gangs.held(), 0);
+    for n in node_names(&a).await {
+        assert!(fits(&a, &n, 4).await, "{n} keeps its whole capacity");
+    }
+    // Would fit on no empty rack either: preemption cannot help.
+    let f = filter(&a, &pods[0], &node_names(&a).await).await;
+    assert_eq!(f.unresolvable.len(), 6, "{:?}", f.failed);
+    settle().await;
+    let c = condition(&a, "PodGroup", "big").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("False", "Unschedulable"));
+    assert!(
+        c.2.len() <= 256 && c.2.contains("pod group ml/big"),
+        "{c:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn filter_waits_for_enough_members_to_exist() {
+    let mut objs = nodes(1, 2, 8, 1);
+    objs.push(gang("g", 3, None, None));
+    let pods = members("g", "g", 2, 1);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let all = node_names(&a).await;
+    let f = filter(&a, &pods[0], &all).await;
+    assert!(f.passed.is_empty());
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "pod group ml/g: 2 of the 3 pods it needs exist"
+    );
+    // The third member arrives: the gang is placed.
+    let third = pod("g-2", Some("g"), 1);
+    upsert(&a, vec![third.clone()]).await;
+    let mut all_pods = pods.clone();
+    all_pods.push(third);
+    assert!(schedule(&a, &all_pods, 2).await.is_empty());
+    assert_eq!(bound(&a).await.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn held_members_are_released_when_the_wait_expires() {
+    let mut objs = nodes(2, 2, 4, 1);
+    objs.push(gang("g", 3, Some(RACK), None));
+    let pods = members("g", "g", 3, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(5)).await;
+    let all = node_names(&a).await;
+    // kube-scheduler gets to two members; the third is stuck elsewhere.
+    let b0 = cycle(&a, &pods[0], &all).await.ok().expect("placed");
+    let b1 = cycle(&a, &pods[1], &all).await.ok().expect("placed");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 2);
+    let start = tokio::time::Instant::now();
+    let (e0, e1) = (b0.await.expect("task"), b1.await.expect("task"));
+    assert!(start.elapsed() >= Duration::from_secs(5));
+    for e in [&e0, &e1] {
+        assert!(
+            e.contains("quorum not reached within 5s (2 of 3 placed)"),
+            "{e}"
+        );
+    }
+    assert!(
+        bound(&a).await.is_empty(),
+        "no member below quorum is bound"
+    );
+    assert_eq!(a.state.gangs.held(), 0);
+    // Released capacity is visible at once.
+    for n in &all {
+        assert!(fits(&a, n, 4).await, "{n}");
+    }
+    settle().await;
+    let c = condition(&a, "PodGroup", "g").await.expect("condition");
+    assert_eq!(c.1, "Unschedulable");
+    assert!(c.2.contains("quorum not reached"), "{c:?}");
+    // The retry places the whole gang.
+    assert!(schedule(&a, &pods, 3).await.is_empty());
+    assert_eq!(bound(&a).await.len(), 3);
+    settle().await;
+    assert_eq!(condition(&a, "PodGroup", "g").await.expect("c").0, "True");
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_gangs_competing_for_one_rack_never_deadlock() {
+    // One rack fits 4 pods of 2 cpu; gangs a and b need 3 each.
+    let mut objs = nodes(1, 2, 4, 1);
+    objs.push(gang("a", 3, Some(RACK), None));
+    objs.push(gang("b", 3, Some(RACK), None));
+    let pa = members("a", "a", 3, 2);
+    let pb = members("b", "b", 3, 2);
+    objs.extend(pa.clone());
+    objs.extend(pb.clone());
+    let a = cluster(objs, Duration::from_secs(10)).await;
+    // Interleaved, as kube-scheduler's queue may order them.
+    let interleaved: Vec<Value> = pa
+        .iter()
+        .zip(&pb)
+        .flat_map(|(x, y)| [x.clone(), y.clone()])
+        .collect();
+    let left = schedule(&a, &interleaved, 3).await;
+    let b = bound(&a).await;
+    assert_eq!(b.len(), 3, "one gang wins entirely: {b:?}");
+    assert!(pa.iter().all(|p| b.contains_key(&name(p))), "{b:?}");
+    assert_eq!(left.len(), 3);
+    assert!(pb.iter().all(|p| left.contains_key(&name(p))));
+    assert!(left["b-0"].contains("pod group ml/b"), "{left:?}");
+    assert_eq!(a.state.gangs.held(), 0, "the loser holds nothing");
+    // a finishes; b then fits.
+    for p in &pa {
+        delete(&a, "Pod", &name(p)).await;
+    }
+    assert!(schedule(&a, &pb, 3).await.is_empty());
+    assert_eq!(bound(&a).await.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recreated_member_returns_to_its_rack_or_stays_pending() {
+    let mut objs = nodes(3, 2, 4, 1);
+    objs.push(gang("g", 3, Some(RACK), None));
+    let pods = members("g", "g", 3, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    assert!(schedule(&a, &pods, 2).await.is_empty());
+    let rack = rack_of(&bound(&a).await["g-0"]).to_owned();
+    // g-1 is deleted and recreated (new uid, unbound): back to its rack,
+    // placed on its own (the gang already has quorum).
+    delete(&a, "Pod", "g-1").await;
+    let mut again = pod("g-1", Some("g"), 2);
+    again["metadata"]["uid"] = json!("g-1-second");
+    upsert(&a, vec![again.clone()]).await;
+    let all = node_names(&a).await;
+    let f = filter(&a, &again, &all).await;
+    assert!(
+        f.passed.iter().all(|n| rack_of(n) == rack),
+        "{:?}",
+        f.passed
+    );
+    assert!(
+        f.unresolvable
+            .values()
+            .any(|m| m.contains("outside the pod group's topology domain"))
+    );
+    assert!(
+        schedule(&a, std::slice::from_ref(&again), 1)
+            .await
+            .is_empty()
+    );
+    assert_eq!(rack_of(&bound(&a).await["g-1"]), rack);
+    // The rack fills up; the next recreated member stays pending instead
+    // of leaving it, although other racks are empty.
+    delete(&a, "Pod", "g-2").await;
+    let mut filler = pod("filler", None, 2);
+    // Whatever is left in the rack is taken by unrelated pods.
+    for n in all.iter().filter(|n| rack_of(n) == rack) {
+        for i in 0..2 {
+            if fits(&a, n, 2).await {
+                filler["metadata"]["name"] = json!(format!("filler-{n}-{i}"));
+                filler["metadata"]["uid"] = json!(format!("filler-{n}-{i}"));
+                filler["spec"]["nodeName"] = json!(n);
+                upsert(&a, vec![filler.clone()]).await;
+            }
+        }
+    }
+    let mut third = pod("g-2", Some("g"), 2);
+    third["metadata"]["uid"] = json!("g-2-second");
+    upsert(&a, vec![third.clone()]).await;
+    let left = schedule(&a, std::slice::from_ref(&third), 2).await;
+    assert!(left.contains_key("g-2"), "stays pending");
+    assert!(!bound(&a).await.contains_key("g-2"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_beyond_quorum_are_placed_individually() {
+    let mut objs = nodes(1, 2, 8, 1);
+    objs.push(gang("g", 2, None, None));
+    let pods = members("g", "g", 3, 1);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    assert!(schedule(&a, &pods[..2], 2).await.is_empty());
+    let all = node_names(&a).await;
+    let b = cycle(&a, &pods[2], &all).await.ok().expect("placed");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 0, "no wait beyond minCount");
+    assert_eq!(b.await.expect("task"), "");
+}
+
+#[tokio::test(start_paused = true)]
+async fn basic_groups_never_wait_but_keep_their_domain() {
+    let mut objs = nodes(3, 2, 4, 1);
+    objs.push(basic("web", Some(RACK)));
+    let pods = members("web", "web", 3, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let all = node_names(&a).await;
+    let b = cycle(&a, &pods[0], &all).await.ok().expect("placed");
+    assert_eq!(b.await.expect("task"), "", "bound alone, without waiting");
+    assert!(schedule(&a, &pods[1..], 2).await.is_empty());
+    let b = bound(&a).await;
+    let racks: std::collections::BTreeSet<&str> = b.values().map(|n| rack_of(n)).collect();
+    assert_eq!(racks.len(), 1, "{b:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn prioritize_packs_members_inside_the_domain() {
+    let mut objs = nodes(2, 3, 4, 1);
+    objs.push(gang("g", 2, Some(RACK), None));
+    let pods = members("g", "g", 2, 2);
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let all = node_names(&a).await;
+    let f = filter(&a, &pods[0], &all).await;
+    assert_eq!(f.passed.len(), 3, "one rack: {:?}", f.passed);
+    let scores = prioritize(&a, &pods[0], &f.passed).await;
+    // Both members fit on the first node: it scores 10, the others 5.
+    assert_eq!(scores[0].1, 10, "{scores:?}");
+    assert!(scores[1..].iter().all(|s| s.1 == 5), "{scores:?}");
+    let outside: Vec<String> = all
+        .iter()
+        .filter(|n| !f.passed.contains(n))
+        .cloned()
+        .collect();
+    assert!(
+        prioritize(&a, &pods[0], &outside)
+            .await
+            .iter()
+            .all(|s| s.1 == 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn zone_rack_example_places_workers_and_driver_in_racks_of_one_zone() {
+    // 2 zones; racks of 4 nodes x 4 cpu (8 workers of 2 cpu fill one rack).
+    // z0's racks are partly used, so the root's zone choice matters.
+    let mut objs = nodes(6, 4, 4, 2);
+    objs.push(composite("root", 2, Some(ZONE)));
+    objs.push(gang("workers", 8, Some(RACK), Some("root")));
+    objs.push(gang("driver", 1, Some(RACK), Some("root")));
+    for r in [0, 2, 4] {
+        let mut used = pod(&format!("used-{r}"), None, 1);
+        used["spec"]["nodeName"] = json!(format!("r{r}-n0"));
+        objs.push(used);
+    }
+    let workers = members("worker", "workers", 8, 2);
+    let driver = members("driver", "driver", 1, 2);
+    objs.extend(workers.clone());
+    objs.extend(driver.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let mut all_pods = driver.clone();
+    all_pods.extend(workers.clone());
+    let left = schedule(&a, &all_pods, 3).await;
+    assert!(left.is_empty(), "{left:?}");
+    let b = bound(&a).await;
+    let worker_racks: std::collections::BTreeSet<&str> =
+        workers.iter().map(|p| rack_of(&b[&name(p)])).collect();
+    assert_eq!(worker_racks.len(), 1, "{b:?}");
+    let wr = *worker_racks.iter().next().expect("rack");
+    let dr = rack_of(&b["driver-0"]);
+    assert_eq!(zone_of(wr, 2), zone_of(dr, 2), "{b:?}");
+    assert_eq!(
+        zone_of(wr, 2),
+        "z1",
+        "the zone without used racks holds both"
+    );
+    settle().await;
+    for (kind, n) in [
+        ("PodGroup", "workers"),
+        ("PodGroup", "driver"),
+        ("CompositePodGroup", "root"),
+    ] {
+        let c = condition(&a, kind, n)
+            .await
+            .unwrap_or_else(|| panic!("{n} has a condition"));
+        assert_eq!(c.0, "True", "{n}: {c:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_of_gangs_waits_for_all_its_groups_and_releases_them_together() {
+    let mut objs = nodes(2, 4, 4, 1);
+    objs.push(composite("root", 2, None));
+    objs.push(gang("workers", 2, Some(RACK), Some("root")));
+    objs.push(gang("driver", 1, Some(RACK), Some("root")));
+    let workers = members("worker", "workers", 2, 2);
+    let driver = members("driver", "driver", 1, 2);
+    objs.extend(workers.clone());
+    objs.extend(driver.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let all = node_names(&a).await;
+    // Both workers are placed (their own quorum), the driver is not:
+    // the composite's quorum (2 groups) is not reached.
+    let b0 = cycle(&a, &workers[0], &all).await.ok().expect("placed");
+    let b1 = cycle(&a, &workers[1], &all).await.ok().expect("placed");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 2);
+    for b in [b0, b1] {
+        let e = b.await.expect("task");
+        assert!(
+            e.contains("composite pod group ml/root: quorum not reached"),
+            "{e}"
+        );
+    }
+    assert!(bound(&a).await.is_empty());
+    // Together they go.
+    let mut all_pods = workers.clone();
+    all_pods.extend(driver.clone());
+    assert!(schedule(&a, &all_pods, 3).await.is_empty());
+    assert_eq!(bound(&a).await.len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_composite_waits_for_enough_child_groups_to_exist() {
+    let mut objs = nodes(1, 2, 8, 1);
+    objs.push(composite("root", 2, None));
+    objs.push(gang("workers", 1, None, Some("root")));
+    objs.push(gang("driver", 1, None, Some("root")));
+    let w = pod("worker-0", Some("workers"), 1);
+    objs.push(w.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &w, &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "composite pod group ml/root: 1 of the 2 child groups it needs have all their pods"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_pod_group_keeps_its_pods_pending() {
+    let mut objs = nodes(1, 1, 8, 1);
+    let p = pod("x", Some("nope"), 1);
+    objs.push(p.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "waiting for pod group ml/nope to exist"
+    );
+}
+
+// === cluster mode ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
+    use apiserver::{FakeApi, Res};
+    use kruntimes_scheduler::cache::CacheConfig;
+    let api = FakeApi::start().await;
+    for n in 0..2 {
+        api.put(
+            Res::Nodes,
+            json!({"metadata": {"name": format!("n{n}"), "labels": {RACK: "r0"}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}),
+        );
+    }
+    api.put(
+        Res::PodGroups,
+        json!({"metadata": {"name": "g", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": RACK}]}}}),
+    );
+    for i in 0..2 {
+        api.put(
+            Res::Pods,
+            json!({"metadata": {"name": format!("g-{i}"), "namespace": "ml"},
+                "spec": {"schedulingGroup": {"podGroupName": "g"},
+                    "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+        );
+    }
+    let mut c =
+        kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
+    c.state.gangs = Arc::new(Gangs::new(Duration::from_secs(10)));
+    for _ in 0..400 {
+        let ready = {
+            let s = c.state.nodes.read();
+            s.has_node("n1")
+                && s.group("ml", "g").is_some()
+                && s.members("ml", "g").map(|m| m.len()) == Some(2)
+        };
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let app = router(c.state.clone());
+    let call = |path: &'static str, body: Value| {
+        let app = app.clone();
+        async move {
+            let req = Request::post(path)
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .expect("request");
+            let resp = app.oneshot(req).await.expect("response");
+            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            serde_json::from_slice::<Value>(&b).expect("json")
+        }
+    };
+    let pod_json = |i: usize| {
+        json!({"metadata": {"name": format!("g-{i}"), "namespace": "ml", "uid": format!("uid-Pod-ml-g-{i}")},
+            "spec": {"schedulingGroup": {"podGroupName": "g"},
+                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}})
+    };
+    let f = call(
+        "/scheduler/filter",
+        json!({"Pod": pod_json(0), "NodeNames": ["n0", "n1"]}),
+    )
+    .await;
+    assert_eq!(f["NodeNames"], json!(["n0", "n1"]), "{f}");
+    // The first bind is held until the second arrives; then both bind.
+    let first = tokio::spawn(call(
+        "/scheduler/bind",
+        json!({"PodName": "g-0", "PodNamespace": "ml", "PodUID": "uid-Pod-ml-g-0", "Node": "n0"}),
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(api.inner.lock().bindings.is_empty(), "held below quorum");
+    let second = call(
+        "/scheduler/bind",
+        json!({"PodName": "g-1", "PodNamespace": "ml", "PodUID": "uid-Pod-ml-g-1", "Node": "n1"}),
+    )
+    .await;
+    assert_eq!(second["Error"], "");
+    assert_eq!(first.await.expect("task")["Error"], "");
+    assert_eq!(api.inner.lock().bindings.len(), 2);
+    let mut cond = None;
+    for _ in 0..200 {
+        cond = api
+            .get(Res::PodGroups, "ml", "g")
+            .and_then(|g| g.pointer("/status/conditions/0").cloned());
+        if cond.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let cond = cond.expect("condition patched");
+    assert_eq!(cond["type"], "PodGroupInitiallyScheduled");
+    assert_eq!(cond["status"], "True");
+    for w in c.watchers {
+        w.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
+    let objects = kruntimes_scheduler::cluster::load::load_path(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gang/cluster.yaml"),
+    )
+    .expect("example loads");
+    let mut a = kruntimes_scheduler::serve::standalone(Default::default(), objects).expect("valid");
+    a.state.gangs = Arc::new(Gangs::new(Duration::from_secs(20)));
+    let pods: Vec<Value> = (0..3)
+        .map(|i| pod(&format!("train-{i}"), Some("train"), 2))
+        .collect();
+    let f = filter(&a, &pods[0], &node_names(&a).await).await;
+    assert_eq!(f.passed, ["r1-n0", "r1-n1"]);
+    assert!(schedule(&a, &pods, 2).await.is_empty());
+    let b = bound(&a).await;
+    assert!(pods.iter().all(|p| rack_of(&b[&name(p)]) == "r1"), "{b:?}");
+}

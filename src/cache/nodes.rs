@@ -46,6 +46,10 @@ pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms};
 /// `(namespace, name)`.
 pub type Key = (String, String);
 
+/// The hasher of the maps looked up on every call (names, not attacker
+/// chosen keys of unbounded count: the API server names them).
+type Fast = foldhash::fast::RandomState;
+
 /// A device by `(driver, pool, device)`.
 pub type DeviceKey = (String, String, String);
 
@@ -279,15 +283,17 @@ pub struct NodeState {
     /// Node slots, dense, found by name.
     nodes: NodeTable,
     /// Pods as the watch shows them.
-    pods: HashMap<Key, PodEntry>,
+    pods: HashMap<Key, PodEntry, Fast>,
     /// Pods this extender bound (or is binding), until the watch shows them bound.
-    assumed: HashMap<Key, PodEntry>,
+    assumed: HashMap<Key, PodEntry, Fast>,
     /// PodGroups.
-    groups: HashMap<Key, PodGroup>,
-    /// Member pod names per PodGroup `(namespace, group)`.
-    members: HashMap<Key, BTreeSet<String>>,
+    groups: HashMap<Key, PodGroup, Fast>,
+    /// Member pods per PodGroup `(namespace, group)`, by name, as
+    /// counted (the assumed version while one exists): group decisions
+    /// walk a group's members many times per call without a lookup each.
+    members: HashMap<Key, BTreeMap<String, PodEntry>, Fast>,
     /// CompositePodGroups.
-    composites: HashMap<Key, CompositePodGroup>,
+    composites: HashMap<Key, CompositePodGroup, Fast>,
     /// PriorityClasses by name.
     classes: Classes,
     /// Allocated ResourceClaims by `namespace/name`.
@@ -318,11 +324,11 @@ impl Default for NodeState {
             cpu_id,
             memory_id,
             nodes: NodeTable::default(),
-            pods: HashMap::new(),
-            assumed: HashMap::new(),
-            groups: HashMap::new(),
-            members: HashMap::new(),
-            composites: HashMap::new(),
+            pods: HashMap::default(),
+            assumed: HashMap::default(),
+            groups: HashMap::default(),
+            members: HashMap::default(),
+            composites: HashMap::default(),
             classes: Classes::new(),
             claims: HashMap::new(),
             claim_users: HashMap::new(),
@@ -686,8 +692,21 @@ impl NodeState {
             .get(&(namespace.to_owned(), name.to_owned()))
     }
 
-    /// Member pod names of a PodGroup.
-    pub fn members(&self, namespace: &str, group: &str) -> Option<&BTreeSet<String>> {
+    /// The member pods of a PodGroup as counted (the assumed version
+    /// while one exists), with their names.
+    pub fn member_pods<'a>(
+        &'a self,
+        namespace: &str,
+        group: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a PodEntry)> + 'a {
+        self.members(namespace, group)
+            .into_iter()
+            .flatten()
+            .map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// Member pods of a PodGroup by name (see [`NodeState::member_pods`]).
+    pub fn members(&self, namespace: &str, group: &str) -> Option<&BTreeMap<String, PodEntry>> {
         self.members.get(&(namespace.to_owned(), group.to_owned()))
     }
 
@@ -737,6 +756,21 @@ impl NodeState {
         }
         for n in before.iter().chain(after.iter()).collect::<BTreeSet<_>>() {
             self.recompute(n);
+        }
+        self.refresh_member(k);
+    }
+
+    /// Copies the pod's counted version into its group's member view.
+    fn refresh_member(&mut self, k: &Key) {
+        let Some(v) = self.assumed.get(k).or_else(|| self.pods.get(k)) else {
+            return;
+        };
+        let Some(g) = &v.group else { return };
+        if let Some(m) = self.members.get_mut(&(k.0.clone(), g.clone()))
+            && let Some(slot) = m.get_mut(&k.1)
+            && slot != v
+        {
+            *slot = v.clone();
         }
     }
 
@@ -937,7 +971,10 @@ impl NodeState {
         if let Some(g) = &p.group {
             let gk = (k.0.clone(), g.clone());
             if add {
-                self.members.entry(gk).or_default().insert(k.1.clone());
+                self.members
+                    .entry(gk)
+                    .or_default()
+                    .insert(k.1.clone(), p.clone());
             } else if let Some(m) = self.members.get_mut(&gk) {
                 m.remove(&k.1);
                 if m.is_empty() {
@@ -1304,6 +1341,14 @@ impl NodeCache {
 impl NodeState {
     /// Every derived index agrees with the slots it was derived from.
     fn assert_consistent(&self) {
+        for ((ns, g), members) in &self.members {
+            for (name, view) in members {
+                let k = (ns.clone(), name.clone());
+                let v = self.assumed.get(&k).or_else(|| self.pods.get(&k));
+                assert_eq!(Some(view), v, "member view of {ns}/{name}");
+                assert_eq!(view.group.as_deref(), Some(g.as_str()));
+            }
+        }
         let t = &self.nodes;
         for (name, &i) in &t.index {
             assert_eq!(&*t.slots[i as usize].name, &**name);
@@ -1453,8 +1498,9 @@ mod tests {
     }
 
     proptest! {
-        /// Under any history the dense columns match the slots, and the
-        /// fast per-slot check agrees with the named one.
+        /// Under any history the dense columns and the group member views
+        /// match what they are derived from, and the fast per-slot check
+        /// agrees with the named one.
         #[test]
         fn columns_follow_every_history(ops in proptest::collection::vec(op(), 1..40)) {
             let c = NodeCache::new();
@@ -1462,12 +1508,19 @@ mod tests {
                 match op {
                     Op::Node(n, cpu) => c.apply_node(&mk_node(&format!("n{n}"), &cpu.to_string())),
                     Op::DeleteNode(n) => c.delete_node(&format!("n{n}")),
-                    Op::Pod(p, n, cpu) => c.apply_pod(&mk_pod(
-                        &format!("p{p}"),
-                        n.map(|n| format!("n{n}")).as_deref(),
-                        &cpu.to_string(),
-                        None,
-                    )),
+                    Op::Pod(p, n, cpu) => {
+                        let mut pod = mk_pod(
+                            &format!("p{p}"),
+                            n.map(|n| format!("n{n}")).as_deref(),
+                            &cpu.to_string(),
+                            None,
+                        );
+                        if p % 2 == 0 {
+                            pod.spec.as_mut().unwrap().scheduling_group =
+                                Some(serde_json::from_value(json!({"podGroupName": "g"})).unwrap());
+                        }
+                        c.apply_pod(&pod)
+                    }
                     Op::DeletePod(p) => c.delete_pod("ns", &format!("p{p}")),
                     Op::Assume(p, n) => {
                         c.assume("ns", &format!("p{p}"), "", &format!("n{n}"));

@@ -170,10 +170,7 @@ fn members<'s>(
 ) -> Members<'s> {
     let mut m = Members::default();
     let mut seen_this = false;
-    for name in snap.members(namespace, group).into_iter().flatten() {
-        let Some(p) = snap.pod(namespace, name) else {
-            continue;
-        };
+    for (name, p) in snap.member_pods(namespace, group) {
         if p.terminal {
             continue;
         }

@@ -107,7 +107,7 @@ impl NodeState {
                 self.members
                     .get_key_value(&(namespace.to_owned(), g.to_owned()))
             })
-            .flat_map(|((ns, _), names)| names.iter().map(move |n| (ns, n)))
+            .flat_map(|((ns, _), members)| members.keys().map(move |n| (ns, n)))
             .filter_map(|(ns, n)| {
                 let (k, _) = self.pods.get_key_value(&(ns.clone(), n.clone()))?;
                 self.counted(k).map(|e| (k, e))

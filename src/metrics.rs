@@ -86,6 +86,22 @@ pub struct WriteLabels {
     pub result: WriteResult,
 }
 
+/// How a gang member's wait for its group's quorum in bind ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum GangWait {
+    /// The member completed the quorum on arrival (no wait).
+    Quorum,
+    /// The member waited and was released by the quorum.
+    Released,
+    /// `--gang-wait` expired (or the wait ended otherwise): bind failed.
+    Expired,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GangWaitLabels {
+    pub outcome: GangWait,
+}
+
 /// An admission verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Verdict {
@@ -124,6 +140,7 @@ pub struct Metrics {
     pub status_writes: Family<WriteLabels, Counter>,
     pub assumed_reservations: Gauge,
     pub admission_verdicts: Family<AdmissionLabels, Counter>,
+    pub gang_waits: Family<GangWaitLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -173,8 +190,15 @@ impl Default for Metrics {
             "Admission reviews answered, by webhook and verdict",
             admission_verdicts.clone(),
         );
+        let gang_waits = Family::default();
+        registry.register(
+            "gang_waits",
+            "Gang members whose bind waited for the group's quorum, by outcome",
+            gang_waits.clone(),
+        );
         Metrics {
             admission_verdicts,
+            gang_waits,
             registry,
             decision_seconds,
             filter_rejections,

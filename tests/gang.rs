@@ -472,6 +472,16 @@ async fn held_members_are_released_when_the_wait_expires() {
     assert_eq!(bound(&a).await.len(), 3);
     settle().await;
     assert_eq!(condition(&a, "PodGroup", "g").await.expect("c").0, "True");
+    // Two expired waits, then two members released by the third, which
+    // completed the quorum on arrival.
+    let m = common::get(&a, "/metrics").await.text;
+    for line in [
+        "kruntimes_gang_waits_total{outcome=\"Expired\"} 2",
+        "kruntimes_gang_waits_total{outcome=\"Released\"} 2",
+        "kruntimes_gang_waits_total{outcome=\"Quorum\"} 1",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

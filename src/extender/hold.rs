@@ -65,6 +65,17 @@ struct Unit {
     tx: watch::Sender<Outcome>,
 }
 
+/// How a bind passed the quorum hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Not a member of a gang still short of quorum: never held.
+    Free,
+    /// This member completed the quorum on arrival.
+    Quorum,
+    /// Held, then released by the quorum.
+    Waited,
+}
+
 /// The coordinator. Share it behind an `Arc`.
 pub struct Gangs {
     wait: Duration,
@@ -111,11 +122,11 @@ impl Gangs {
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod: &str,
-    ) -> Result<(), String> {
+    ) -> Result<Held, String> {
         let (mut rx, generation, deadline, unit) = {
             let mut units = self.units.lock();
             let q = gang::quorum(&nodes.read(), namespace, pod);
-            let Some(q) = q else { return Ok(()) };
+            let Some(q) = q else { return Ok(Held::Free) };
             if q.reached {
                 if let Some(u) = units.remove(&q.unit) {
                     u.tx.send_replace(Outcome::Go);
@@ -123,7 +134,7 @@ impl Gangs {
                 drop(units);
                 let snap = nodes.read();
                 gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));
-                return Ok(());
+                return Ok(Held::Quorum);
             }
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);
             let wait = self.wait;
@@ -140,7 +151,7 @@ impl Gangs {
         loop {
             let now = rx.borrow_and_update().clone();
             match now {
-                Outcome::Go => return Ok(()),
+                Outcome::Go => return Ok(Held::Waited),
                 Outcome::Expired(m) => return Err(m),
                 Outcome::Waiting => {}
             }
@@ -155,7 +166,7 @@ impl Gangs {
                     // The outcome is now Expired (or Go, if quorum won the race).
                     let now = rx.borrow().clone();
                     return match now {
-                        Outcome::Go => Ok(()),
+                        Outcome::Go => Ok(Held::Waited),
                         Outcome::Expired(m) => Err(m),
                         Outcome::Waiting => Err(format!("{unit}: the wait for quorum ended")),
                     };

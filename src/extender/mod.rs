@@ -19,7 +19,7 @@ use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolv
 use crate::cluster::PodBinding;
 use crate::http::AppState;
 use crate::http::error::{ApiError, Body, decode_json};
-use crate::metrics::Endpoint;
+use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
 use axum::extract::{DefaultBodyLimit, State};
@@ -27,6 +27,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use hold::Held;
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -500,9 +501,23 @@ async fn bind_one(s: &AppState, args: &ExtenderBindingArgs) -> Result<(), String
                 &args.pod_uid,
             )
             .await?;
-        s.gangs
+        let held = s
+            .gangs
             .hold(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
-            .await?;
+            .await;
+        let outcome = match held {
+            Ok(Held::Free) => None,
+            Ok(Held::Quorum) => Some(GangWait::Quorum),
+            Ok(Held::Waited) => Some(GangWait::Released),
+            Err(_) => Some(GangWait::Expired),
+        };
+        if let Some(outcome) = outcome {
+            s.metrics
+                .gang_waits
+                .get_or_create(&GangWaitLabels { outcome })
+                .inc();
+        }
+        held?;
         s.writer.bind_pod(&binding).await.map_err(|e| e.to_string())
     }
     .await;

@@ -99,6 +99,9 @@ struct NodeTable {
     /// filter call compares, kept contiguous for a scan over many nodes (a
     /// copy of each slot's `node.alloc` and `used`).
     cols: Vec<Vec<[u64; 2]>>,
+    /// Whether the slot's Node exists (a copy of `slots[i].node.is_some()`,
+    /// so a scan need not touch the slots).
+    present: Vec<bool>,
 }
 
 /// Index of allocatable and used in a [`NodeTable`] column entry.
@@ -141,6 +144,7 @@ impl NodeTable {
                     }
                     None => {
                         self.slots.push(slot);
+                        self.present.push(false);
                         for c in &mut self.cols {
                             c.push([0, 0]);
                         }
@@ -186,6 +190,17 @@ impl NodeTable {
             if let Some(e) = self.cols[id].get_mut(i) {
                 e[which] = a;
             }
+        }
+    }
+
+    /// Whether the Node of a slot index exists.
+    fn present(&self, i: u32) -> bool {
+        self.present.get(i as usize).copied().unwrap_or(false)
+    }
+
+    fn set_present(&mut self, i: u32, present: bool) {
+        if let Some(p) = self.present.get_mut(i as usize) {
+            *p = present;
         }
     }
 
@@ -533,14 +548,11 @@ impl NodeState {
     /// The fit of the cached node at a slot index, without building a
     /// message: the per-node step of a filter call.
     pub fn fit_at(&self, slot: u32, req: &Resolved) -> Fit {
-        let Some(node) = self.nodes.at(slot) else {
-            return Fit::NotFound;
-        };
-        if node.node.is_none() {
+        if !self.nodes.present(slot) {
             return Fit::NotFound;
         }
         if req.entries.len() >= 64 {
-            return match self.check_slot(Some(node), req, None) {
+            return match self.check_slot(self.nodes.at(slot), req, None) {
                 Ok(()) => Fit::Fits,
                 Err(r) => Fit::Other(r),
             };
@@ -652,7 +664,7 @@ impl NodeState {
 
     /// [`NodeState::score`] of the node at a slot index.
     pub fn score_at(&self, slot: u32, req: &Resolved) -> i64 {
-        if self.nodes.at(slot).is_none_or(|s| s.node.is_none()) {
+        if !self.nodes.present(slot) {
             return 0;
         }
         let part = |id: ResId, want: u64| -> u64 {
@@ -954,6 +966,7 @@ impl NodeState {
         self.nodes.entry(&name).node = Some(info);
         if let Some(i) = self.nodes.find(&name) {
             self.nodes.set_col(i, ALLOC, &alloc);
+            self.nodes.set_present(i, true);
         }
         self.node_labels_changed(&name);
     }
@@ -962,6 +975,7 @@ impl NodeState {
         if let Some(i) = self.nodes.find(name) {
             self.nodes.slots[i as usize].node = None;
             self.nodes.set_col(i, ALLOC, &ResourceVec::new());
+            self.nodes.set_present(i, false);
         }
         self.node_labels_changed(name);
         self.nodes.release_if_empty(name);

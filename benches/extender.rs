@@ -92,7 +92,7 @@ fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let out = decide_prioritize(&snap, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
-    write_priorities(&out, &mut bytes);
+    write_priorities(&out, candidates.all_plain(), &mut bytes);
     bytes
 }
 

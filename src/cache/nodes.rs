@@ -393,9 +393,16 @@ pub struct NodeRefs {
     layout: u64,
     names: Vec<Box<str>>,
     slots: Vec<u32>,
+    /// No name needs escaping in JSON (checked once per list).
+    plain: bool,
 }
 
 impl NodeRefs {
+    /// Whether every name can be written between quotes as is.
+    pub fn all_plain(&self) -> bool {
+        self.plain
+    }
+
     pub fn len(&self) -> usize {
         self.names.len()
     }
@@ -512,12 +519,16 @@ impl NodeState {
             .iter()
             .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
             .collect();
+        let plain = names
+            .iter()
+            .all(|n| n.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'));
         let refs = Arc::new(NodeRefs {
             raw: raw.into(),
             hash,
             layout,
             names,
             slots,
+            plain,
         });
         let mut cache = self.refs.lock();
         cache.retain(|r| r.layout == layout);

@@ -111,6 +111,12 @@ impl Candidates<'_> {
         self.len() == 0
     }
 
+    /// Every node name needs no JSON escaping (cache-capable lists are
+    /// checked once when resolved).
+    pub fn all_plain(&self) -> bool {
+        matches!(self, Candidates::Cached(refs) if refs.all_plain())
+    }
+
     /// The node names, in request order.
     pub fn names(&self) -> Vec<&str> {
         match self {
@@ -251,6 +257,7 @@ pub fn decide_filter<'a>(
     let cache_capable = candidates.cache_capable();
     let mut out = ExtenderFilterResult {
         node_names: cache_capable.then(|| Vec::with_capacity(candidates.len())),
+        names_plain: candidates.all_plain(),
         nodes: (!cache_capable).then(|| NodeList {
             metadata: Some(Value::Object(Default::default())),
             items: Vec::new(),
@@ -431,7 +438,7 @@ async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Respo
     let out = decide_prioritize(&snap, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
-    write_priorities(&out, &mut bytes);
+    write_priorities(&out, candidates.all_plain(), &mut bytes);
     s.metrics.observe(Endpoint::ExtenderPrioritize, start);
     Ok(json_bytes(bytes))
 }

@@ -122,6 +122,11 @@ pub struct ExtenderFilterResult<'a> {
     pub failed_and_unresolvable_nodes: FailedNodes<'a>,
     /// Set when the extender failed; kube-scheduler then retries the pod.
     pub error: String,
+    /// Every entry of `node_names` is known to need no JSON escaping (from
+    /// the resolved request list), so [`ExtenderFilterResult::write_json`]
+    /// copies them without checking. Not part of the wire format.
+    #[serde(skip)]
+    pub names_plain: bool,
 }
 
 impl PartialEq for NodeList {
@@ -253,6 +258,14 @@ fn plain(s: &str) -> bool {
         .fold(true, |ok, b| ok & (b >= 0x20) & (b != b'"') & (b != b'\\'))
 }
 
+/// Writes a string known to need no escaping.
+fn push_plain(buf: &mut Vec<u8>, s: &str) {
+    buf.reserve(s.len() + 2);
+    buf.push(b'"');
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(b'"');
+}
+
 fn push_str(buf: &mut Vec<u8>, s: &str) {
     if plain(s) {
         buf.push(b'"');
@@ -295,7 +308,11 @@ impl ExtenderFilterResult<'_> {
                     if i > 0 {
                         buf.push(b',');
                     }
-                    push_str(buf, n);
+                    if self.names_plain {
+                        push_plain(buf, n);
+                    } else {
+                        push_str(buf, n);
+                    }
                 }
                 buf.push(b']');
             }
@@ -313,15 +330,20 @@ impl ExtenderFilterResult<'_> {
     }
 }
 
-/// The JSON encoding of a `HostPriorityList` (the same as serde's), into `buf`.
-pub fn write_priorities(list: &[HostPriority<'_>], buf: &mut Vec<u8>) {
+/// The JSON encoding of a `HostPriorityList` (the same as serde's), into
+/// `buf`. `plain`: every host is known to need no escaping.
+pub fn write_priorities(list: &[HostPriority<'_>], plain: bool, buf: &mut Vec<u8>) {
     buf.push(b'[');
     for (i, h) in list.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
         buf.extend_from_slice(b"{\"Host\":");
-        push_str(buf, &h.host);
+        if plain {
+            push_plain(buf, &h.host);
+        } else {
+            push_str(buf, &h.host);
+        }
         buf.extend_from_slice(b",\"Score\":");
         match u8::try_from(h.score) {
             Ok(d @ 0..=9) => buf.push(b'0' + d),
@@ -368,7 +390,12 @@ mod tests {
                 ..Default::default()
             },
         ];
-        for c in &cases {
+        let known_plain = ExtenderFilterResult {
+            node_names: Some(vec!["n1", "node-2.example"]),
+            names_plain: true,
+            ..Default::default()
+        };
+        for c in cases.iter().chain([&known_plain]) {
             let mut mine = Vec::new();
             c.write_json(&mut mine);
             let mine: Value = serde_json::from_slice(&mine).expect("valid JSON");
@@ -386,9 +413,14 @@ mod tests {
         ];
         for l in [&list[..], &[]] {
             let mut mine = Vec::new();
-            write_priorities(l, &mut mine);
+            write_priorities(l, false, &mut mine);
             let mine: Value = serde_json::from_slice(&mine).expect("valid JSON");
             assert_eq!(mine, serde_json::to_value(l).unwrap());
         }
+        let plain = &list[..1];
+        let mut mine = Vec::new();
+        write_priorities(plain, true, &mut mine);
+        let mine: Value = serde_json::from_slice(&mine).expect("valid JSON");
+        assert_eq!(mine, serde_json::to_value(plain).unwrap());
     }
 }

@@ -859,3 +859,89 @@ async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
     let b = bound(&a).await;
     assert!(pods.iter().all(|p| rack_of(&b[&name(p)]) == "r1"), "{b:?}");
 }
+
+#[tokio::test]
+async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition() {
+    use apiserver::{FakeApi, Res};
+    use kruntimes_scheduler::cache::CacheConfig;
+    let api = FakeApi::start().await;
+    for n in 0..2 {
+        api.put(
+            Res::Nodes,
+            json!({"metadata": {"name": format!("n{n}")},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}),
+        );
+    }
+    let mut root = composite("root", 2, None);
+    root.as_object_mut().map(|o| o.remove("kind"));
+    api.put(Res::CompositePodGroups, root);
+    for g in ["workers", "driver"] {
+        let mut pg = gang(g, 1, None, Some("root"));
+        pg.as_object_mut().map(|o| o.remove("kind"));
+        api.put(Res::PodGroups, pg);
+        api.put(
+            Res::Pods,
+            json!({"metadata": {"name": format!("{g}-0"), "namespace": "ml"},
+                "spec": {"schedulingGroup": {"podGroupName": g},
+                    "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+        );
+    }
+    let mut c =
+        kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
+    c.state.gangs = Arc::new(Gangs::new(Duration::from_secs(10)));
+    for _ in 0..400 {
+        let ready = {
+            let s = c.state.nodes.read();
+            s.has_node("n1")
+                && s.composite("ml", "root").is_some()
+                && ["workers", "driver"]
+                    .iter()
+                    .all(|g| s.members("ml", g).map(|m| m.len()) == Some(1))
+        };
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let app = router(c.state.clone());
+    let bind = |pod: &'static str, node: &'static str| {
+        let app = app.clone();
+        async move {
+            let body = json!({"PodName": pod, "PodNamespace": "ml",
+                "PodUID": format!("uid-Pod-ml-{pod}"), "Node": node});
+            let req = Request::post("/scheduler/bind")
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string()))
+                .expect("request");
+            let resp = app.oneshot(req).await.expect("response");
+            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            serde_json::from_slice::<Value>(&b).expect("json")
+        }
+    };
+    // Each child is at its own quorum with one pod, but the composite
+    // needs both children: the first bind is held until the second.
+    let first = tokio::spawn(bind("workers-0", "n0"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(api.inner.lock().bindings.is_empty(), "held below quorum");
+    assert_eq!(bind("driver-0", "n1").await["Error"], "");
+    assert_eq!(first.await.expect("task")["Error"], "");
+    assert_eq!(api.inner.lock().bindings.len(), 2);
+    let mut cond = None;
+    for _ in 0..200 {
+        cond = api
+            .get(Res::CompositePodGroups, "ml", "root")
+            .and_then(|g| g.pointer("/status/conditions/0").cloned());
+        if cond.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let cond = cond.expect("composite condition patched through the API");
+    assert_eq!(cond["type"], "CompositePodGroupInitiallyScheduled");
+    assert_eq!(cond["status"], "True");
+    for w in c.watchers {
+        w.abort();
+    }
+}

@@ -34,6 +34,7 @@ pub enum Res {
     Nodes,
     ResourceClaims,
     PodGroups,
+    CompositePodGroups,
 }
 
 impl Res {
@@ -47,6 +48,7 @@ impl Res {
             Res::Nodes => "Node",
             Res::ResourceClaims => "ResourceClaim",
             Res::PodGroups => "PodGroup",
+            Res::CompositePodGroups => "CompositePodGroup",
         }
     }
 
@@ -58,6 +60,7 @@ impl Res {
             Res::Events => "events.k8s.io/v1",
             Res::ResourceClaims => "resource.k8s.io/v1",
             Res::PodGroups => "scheduling.k8s.io/v1beta1",
+            Res::CompositePodGroups => "scheduling.k8s.io/v1alpha3",
         }
     }
 }
@@ -199,6 +202,14 @@ impl FakeApi {
             .route(
                 "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups/{name}/status",
                 axum::routing::patch(patch_pod_group_status),
+            )
+            .route(
+                "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups",
+                get(list_or_watch_composites),
+            )
+            .route(
+                "/apis/scheduling.k8s.io/v1alpha3/namespaces/{ns}/compositepodgroups/{name}/status",
+                axum::routing::patch(patch_composite_status),
             )
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
@@ -519,22 +530,59 @@ async fn list_or_watch_pod_groups(
     list_or_watch(api, Res::PodGroups, p).await
 }
 
-/// `PATCH podgroups/{name}/status`: server-side apply (conditions merged
-/// by type, as their `listType=map` says) or a JSON merge patch.
+async fn list_or_watch_composites(
+    State(api): State<FakeApi>,
+    Query(p): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(api, Res::CompositePodGroups, p).await
+}
+
 async fn patch_pod_group_status(
     State(api): State<FakeApi>,
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    patch_group_status(api, Res::PodGroups, "podgroups", ns, name, headers, body)
+}
+
+async fn patch_composite_status(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    patch_group_status(
+        api,
+        Res::CompositePodGroups,
+        "compositepodgroups",
+        ns,
+        name,
+        headers,
+        body,
+    )
+}
+
+/// `PATCH {podgroups,compositepodgroups}/{name}/status`: server-side apply
+/// (conditions merged by type, as their `listType=map` says) or a JSON
+/// merge patch.
+fn patch_group_status(
+    api: FakeApi,
+    res: Res,
+    plural: &str,
+    ns: String,
+    name: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
         return status(400, "BadRequest", "invalid patch");
     };
-    let Some(mut cur) = api.get(Res::PodGroups, &ns, &name) else {
+    let Some(mut cur) = api.get(res, &ns, &name) else {
         return status(
             404,
             "NotFound",
-            &format!("podgroups.scheduling.k8s.io \"{name}\" not found"),
+            &format!("{plural}.scheduling.k8s.io \"{name}\" not found"),
         );
     };
     let apply = headers
@@ -568,7 +616,7 @@ async fn patch_pod_group_status(
             s,
         );
     }
-    axum::Json(api.put(Res::PodGroups, cur)).into_response()
+    axum::Json(api.put(res, cur)).into_response()
 }
 
 /// `POST pods/{name}/binding`: the pod must exist, have the Binding's

@@ -35,8 +35,9 @@ use tokio::time::Instant;
 pub const PLAN_TTL: Duration = Duration::from_secs(30);
 /// Deepest group hierarchy followed (the Workload API allows 4 levels).
 pub const MAX_DEPTH: usize = 4;
-/// Longest status message or rejection detail.
-pub const MAX_MESSAGE: usize = 256;
+/// Longest status message or rejection detail (the same bound as Run
+/// status messages).
+pub use crate::runs::placement::MAX_MESSAGE;
 /// Domains up to this many nodes get an exact "does the rest still fit"
 /// check per node in prioritize.
 const EXACT_PREFER_NODES: usize = 64;
@@ -133,16 +134,8 @@ pub fn chain_from(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, Rejec
 }
 
 /// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.
-pub fn bounded(mut m: String) -> String {
-    if m.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE - 3;
-        while !m.is_char_boundary(end) {
-            end -= 1;
-        }
-        m.truncate(end);
-        m.push_str("...");
-    }
-    m
+pub fn bounded(m: String) -> String {
+    crate::runs::placement::truncate(m, MAX_MESSAGE)
 }
 
 // === members ===

@@ -98,12 +98,7 @@ async fn stored_claim(app: &Standalone) -> Value {
 }
 
 fn cpu_on_n1(app: &Standalone) -> u64 {
-    app.state
-        .nodes
-        .read()
-        .slot("n1")
-        .and_then(|s| s.used_named.get("cpu").copied())
-        .unwrap_or(0)
+    app.state.nodes.read().used("n1", "cpu").unwrap_or(0)
 }
 
 #[tokio::test(start_paused = true)]

@@ -452,16 +452,7 @@ async fn extender_binds_through_the_api_with_the_uid_precondition() {
             && !s.is_assumed("ns", "web")
     })
     .await;
-    assert_eq!(
-        c.state
-            .nodes
-            .read()
-            .slot("n1")
-            .unwrap()
-            .used_named
-            .get("cpu"),
-        Some(&3000)
-    );
+    assert_eq!(c.state.nodes.read().used("n1", "cpu"), Some(3000));
     let err = call(
         json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "uid-Pod-ns-web", "Node": "n1"}),
     )

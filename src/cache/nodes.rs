@@ -58,9 +58,7 @@ pub type DeviceKey = (String, String, String);
 pub struct NodeInfo {
     pub uid: String,
     pub labels: BTreeMap<String, String>,
-    /// `status.allocatable` by name (cpu in milli-cores).
-    pub allocatable: Amounts,
-    /// The same, interned.
+    /// `status.allocatable`, interned (cpu in milli-cores).
     pub alloc: ResourceVec,
     /// `spec.unschedulable`.
     pub unschedulable: bool,
@@ -76,10 +74,8 @@ pub struct NodeSlot {
     pub node: Option<NodeInfo>,
     /// Pods counted here (bound or assumed).
     pub pods: BTreeSet<Key>,
-    /// Everything counted here, interned.
+    /// Everything counted here, interned (see [`NodeState::used`] by name).
     pub used: ResourceVec,
-    /// The same by name, for views and messages.
-    pub used_named: Amounts,
 }
 
 /// Sentinel slot index of a name the cache does not know.
@@ -473,6 +469,12 @@ impl NodeState {
         self.nodes.get(node)
     }
 
+    /// The amount of a resource counted on a node (`None` when nothing is).
+    pub fn used(&self, node: &str, resource: &str) -> Option<u64> {
+        let id = self.names.lookup(resource)?;
+        Some(self.nodes.get(node)?.used.get(id)).filter(|a| *a > 0)
+    }
+
     /// Whether a Node object exists.
     pub fn has_node(&self, node: &str) -> bool {
         self.nodes.get(node).is_some_and(|s| s.node.is_some())
@@ -823,7 +825,6 @@ impl NodeState {
             self.nodes.set_col(i, USED, &vec);
             let slot = &mut self.nodes.slots[i as usize];
             slot.used = vec;
-            slot.used_named = used;
         }
         self.nodes.release_if_empty(node);
     }
@@ -952,9 +953,8 @@ impl NodeState {
 
     fn set_node(&mut self, node: &Node) {
         let name = name_of(&node.metadata);
-        let allocatable = fit::node_allocatable(node.status.as_ref());
         let alloc = ResourceVec::from_pairs(
-            allocatable
+            fit::node_allocatable(node.status.as_ref())
                 .iter()
                 .map(|(n, a)| (self.names.intern(n), *a))
                 .collect::<Vec<_>>(),
@@ -962,7 +962,6 @@ impl NodeState {
         let info = NodeInfo {
             uid: node.metadata.uid.clone().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            allocatable,
             alloc,
             unschedulable: node
                 .spec
@@ -1429,9 +1428,7 @@ mod tests {
     }
 
     fn cpu(c: &NodeCache, node: &str) -> Option<u64> {
-        c.read()
-            .slot(node)
-            .and_then(|s| s.used_named.get("cpu").copied())
+        c.read().used(node, "cpu")
     }
 
     #[test]

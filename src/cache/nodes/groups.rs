@@ -3,6 +3,7 @@
 //! CompositePodGroup above it, following `parentCompositePodGroupName`).
 
 use super::{Key, NodeState, PodEntry};
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 
 /// Parent references followed at most (admission allows depth 4; a cycle
 /// of bad references ends here).
@@ -53,39 +54,42 @@ impl NodeState {
         } else {
             Scope::Single
         };
-        let mut parent = g.spec.parent_composite_pod_group_name.clone();
-        for _ in 0..MAX_DEPTH {
-            let Some(name) = parent else { break };
-            let Some(c) = self.composite(namespace, &name) else {
-                break;
-            };
+        for (name, c) in self.ancestors(namespace, group) {
             if c.spec
                 .disruption_mode
                 .as_ref()
                 .is_some_and(|m| m.all.is_some())
             {
-                scope = Scope::Composite(name.clone());
+                scope = Scope::Composite(name.to_owned());
             }
-            parent = c.spec.parent_composite_pod_group_name.clone();
         }
         scope
     }
 
+    /// The CompositePodGroups above a PodGroup, innermost first, following
+    /// `parentCompositePodGroupName` while the parents exist.
+    fn ancestors<'a>(
+        &'a self,
+        namespace: &'a str,
+        group: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a CompositePodGroup)> + 'a {
+        let first = self
+            .group(namespace, group)
+            .and_then(|g| g.spec.parent_composite_pod_group_name.as_deref());
+        std::iter::successors(
+            first.and_then(|n| Some((n, self.composite(namespace, n)?))),
+            move |(_, c)| {
+                let n = c.spec.parent_composite_pod_group_name.as_deref()?;
+                Some((n, self.composite(namespace, n)?))
+            },
+        )
+        .take(MAX_DEPTH)
+    }
+
     /// Whether a PodGroup lies beneath a CompositePodGroup.
     fn beneath(&self, namespace: &str, group: &str, composite: &str) -> bool {
-        let mut parent = self
-            .group(namespace, group)
-            .and_then(|g| g.spec.parent_composite_pod_group_name.clone());
-        for _ in 0..MAX_DEPTH {
-            let Some(name) = parent else { return false };
-            if name == composite {
-                return true;
-            }
-            parent = self
-                .composite(namespace, &name)
-                .and_then(|c| c.spec.parent_composite_pod_group_name.clone());
-        }
-        false
+        self.ancestors(namespace, group)
+            .any(|(name, _)| name == composite)
     }
 
     /// The pods of a scope that are counted on some node (pending members

@@ -13,7 +13,9 @@
 //! Everything that reads node storage directly is here, so a change of that
 //! storage only touches this file.
 
-use super::{NodeState, ResId};
+use super::{Key, NodeState, ResId};
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -237,30 +239,19 @@ impl NodeState {
 
     /// PodGroups whose parent is the CompositePodGroup `namespace/parent`, sorted.
     pub fn child_groups(&self, namespace: &str, parent: &str) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .groups
-            .iter()
-            .filter(|((ns, _), g)| {
-                ns == namespace && g.spec.parent_composite_pod_group_name.as_deref() == Some(parent)
-            })
-            .map(|((_, n), _)| n.clone())
-            .collect();
-        v.sort();
-        v
+        children(&self.groups, namespace, parent, |g: &PodGroup| {
+            g.spec.parent_composite_pod_group_name.as_deref()
+        })
     }
 
     /// CompositePodGroups whose parent is `namespace/parent`, sorted.
     pub fn child_composites(&self, namespace: &str, parent: &str) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .composites
-            .iter()
-            .filter(|((ns, _), g)| {
-                ns == namespace && g.spec.parent_composite_pod_group_name.as_deref() == Some(parent)
-            })
-            .map(|((_, n), _)| n.clone())
-            .collect();
-        v.sort();
-        v
+        children(
+            &self.composites,
+            namespace,
+            parent,
+            |c: &CompositePodGroup| c.spec.parent_composite_pod_group_name.as_deref(),
+        )
     }
 
     /// The group ledger (hold it briefly; never across an await).
@@ -288,6 +279,22 @@ impl NodeState {
             }
         }
     }
+}
+
+/// Names of the objects in `namespace` whose parent is `parent`, sorted.
+fn children<T, S>(
+    objects: &HashMap<Key, T, S>,
+    namespace: &str,
+    parent: &str,
+    parent_of: impl Fn(&T) -> Option<&str>,
+) -> Vec<String> {
+    let mut v: Vec<String> = objects
+        .iter()
+        .filter(|((ns, _), o)| ns == namespace && parent_of(o) == Some(parent))
+        .map(|((_, n), _)| n.clone())
+        .collect();
+    v.sort();
+    v
 }
 
 #[cfg(test)]

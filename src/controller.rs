@@ -3,7 +3,7 @@
 //! through the [`ClusterWriter`], releasing the reservation if the write fails.
 
 use crate::cache::{Cache, Decision};
-use crate::cluster::{ClusterWriter, EventKind, RunRef, WriteError};
+use crate::cluster::{ClusterWriter, EventKind, ObjectRef, RunRef, WriteError};
 use crate::crd::RunStatus;
 use crate::metrics::{Endpoint, WriteResult};
 use crate::runs::queue::RunKey;
@@ -112,7 +112,7 @@ impl RunController {
             uid,
         };
         self.writer
-            .record_event(&run, EventKind::Warning, reason, message)
+            .record_event(&ObjectRef::run(&run), EventKind::Warning, reason, message)
             .await;
         Ok(())
     }

@@ -2,8 +2,7 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, RunRef,
-    WriteError,
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, WriteError,
 };
 use crate::cache::nodes::GroupRef;
 use crate::crd::{Run, RunStatus};
@@ -12,9 +11,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 /// Field manager and event reporter name.
@@ -187,7 +186,7 @@ impl ClusterWriter for KubeWriter {
         })
     }
 
-    fn record_object_event<'a>(
+    fn record_event<'a>(
         &'a self,
         object: &'a ObjectRef,
         kind: EventKind,
@@ -201,26 +200,6 @@ impl ClusterWriter for KubeWriter {
                 namespace: Some(object.namespace.clone()),
                 name: Some(object.name.clone()),
                 uid: (!object.uid.is_empty()).then(|| object.uid.clone()),
-                ..ObjectReference::default()
-            };
-            self.publish(&reference, kind, reason, note).await;
-        })
-    }
-
-    fn record_event<'a>(
-        &'a self,
-        run: &'a RunRef,
-        kind: EventKind,
-        reason: &'a str,
-        note: &'a str,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let reference = ObjectReference {
-                api_version: Some(Run::api_version(&()).into_owned()),
-                kind: Some(Run::kind(&()).into_owned()),
-                namespace: Some(run.namespace.clone()),
-                name: Some(run.name.clone()),
-                uid: (!run.uid.is_empty()).then(|| run.uid.clone()),
                 ..ObjectReference::default()
             };
             self.publish(&reference, kind, reason, note).await;

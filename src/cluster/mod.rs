@@ -93,6 +93,18 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// A Run.
+    pub fn run(run: &RunRef) -> Self {
+        use ::kube::Resource as _;
+        ObjectRef {
+            api_version: crate::crd::Run::api_version(&()).into_owned(),
+            kind: crate::crd::Run::kind(&()).into_owned(),
+            namespace: run.namespace.clone(),
+            name: run.name.clone(),
+            uid: run.uid.clone(),
+        }
+    }
+
     /// A PodGroup or CompositePodGroup (uid when known).
     pub fn group(g: &GroupRef, uid: Option<&str>) -> Self {
         ObjectRef {
@@ -119,17 +131,17 @@ pub enum EventKind {
 
 /// Writes the scheduler makes.
 pub trait ClusterWriter: Send + Sync + 'static {
-    /// Records a Kubernetes Event about a Run (best effort: failures are
-    /// logged, never fatal). The in-memory store only logs it.
+    /// Records a Kubernetes Event about an object (best effort: failures
+    /// are logged, never fatal). The in-memory store only logs it.
     fn record_event<'a>(
         &'a self,
-        run: &'a RunRef,
+        object: &'a ObjectRef,
         kind: EventKind,
         reason: &'a str,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            tracing::info!(run = %format!("{}/{}", run.namespace, run.name), ?kind, reason, note, "event");
+            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, reason, note, "event");
         })
     }
 
@@ -160,18 +172,4 @@ pub trait ClusterWriter: Send + Sync + 'static {
         group: &'a GroupRef,
         condition: &'a Condition,
     ) -> BoxFuture<'a, Result<(), WriteError>>;
-
-    /// Records a Kubernetes Event about any object (best effort, like
-    /// [`ClusterWriter::record_event`]). The in-memory store only logs it.
-    fn record_object_event<'a>(
-        &'a self,
-        object: &'a ObjectRef,
-        kind: EventKind,
-        reason: &'a str,
-        note: &'a str,
-    ) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, reason, note, "event");
-        })
-    }
 }

@@ -213,7 +213,7 @@ impl Gangs {
         tracing::info!(%unit, %message, "gang wait expired");
         let uid = uid_of(nodes, unit);
         writer
-            .record_object_event(
+            .record_event(
                 &ObjectRef::group(unit, uid.as_deref()),
                 EventKind::Warning,
                 WAIT_EXPIRED,

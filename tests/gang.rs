@@ -742,6 +742,39 @@ async fn a_missing_pod_group_keeps_its_pods_pending() {
 
 // === cluster mode ===
 
+/// POSTs JSON to the router of a cluster-mode service; the JSON answer.
+async fn post_json(app: axum::Router, path: &str, body: Value) -> Value {
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let resp = app.oneshot(req).await.expect("response");
+    let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    serde_json::from_slice::<Value>(&b).expect("json")
+}
+
+/// The first status condition of a group in the test API server, once one
+/// has been written (polled; the write happens after the binds answer).
+async fn first_condition(
+    api: &apiserver::FakeApi,
+    res: apiserver::Res,
+    ns: &str,
+    name: &str,
+) -> Option<Value> {
+    for _ in 0..200 {
+        let c = api
+            .get(res, ns, name)
+            .and_then(|g| g.pointer("/status/conditions/0").cloned());
+        if c.is_some() {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    None
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     use apiserver::{FakeApi, Res};
@@ -784,20 +817,7 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let app = router(c.state.clone());
-    let call = |path: &'static str, body: Value| {
-        let app = app.clone();
-        async move {
-            let req = Request::post(path)
-                .header("content-type", "application/json")
-                .body(Body::from(body.to_string()))
-                .expect("request");
-            let resp = app.oneshot(req).await.expect("response");
-            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
-                .await
-                .expect("body");
-            serde_json::from_slice::<Value>(&b).expect("json")
-        }
-    };
+    let call = |path: &'static str, body: Value| post_json(app.clone(), path, body);
     let pod_json = |i: usize| {
         json!({"metadata": {"name": format!("g-{i}"), "namespace": "ml", "uid": format!("uid-Pod-ml-g-{i}")},
             "spec": {"schedulingGroup": {"podGroupName": "g"},
@@ -824,17 +844,9 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     assert_eq!(second["Error"], "");
     assert_eq!(first.await.expect("task")["Error"], "");
     assert_eq!(api.inner.lock().bindings.len(), 2);
-    let mut cond = None;
-    for _ in 0..200 {
-        cond = api
-            .get(Res::PodGroups, "ml", "g")
-            .and_then(|g| g.pointer("/status/conditions/0").cloned());
-        if cond.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let cond = cond.expect("condition patched");
+    let cond = first_condition(&api, Res::PodGroups, "ml", "g")
+        .await
+        .expect("condition patched");
     assert_eq!(cond["type"], "PodGroupInitiallyScheduled");
     assert_eq!(cond["status"], "True");
     for w in c.watchers {
@@ -905,20 +917,12 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
     }
     let app = router(c.state.clone());
     let bind = |pod: &'static str, node: &'static str| {
-        let app = app.clone();
-        async move {
-            let body = json!({"PodName": pod, "PodNamespace": "ml",
-                "PodUID": format!("uid-Pod-ml-{pod}"), "Node": node});
-            let req = Request::post("/scheduler/bind")
-                .header("content-type", "application/json")
-                .body(Body::from(body.to_string()))
-                .expect("request");
-            let resp = app.oneshot(req).await.expect("response");
-            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
-                .await
-                .expect("body");
-            serde_json::from_slice::<Value>(&b).expect("json")
-        }
+        post_json(
+            app.clone(),
+            "/scheduler/bind",
+            json!({"PodName": pod, "PodNamespace": "ml",
+                "PodUID": format!("uid-Pod-ml-{pod}"), "Node": node}),
+        )
     };
     // Each child is at its own quorum with one pod, but the composite
     // needs both children: the first bind is held until the second.
@@ -928,17 +932,9 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
     assert_eq!(bind("driver-0", "n1").await["Error"], "");
     assert_eq!(first.await.expect("task")["Error"], "");
     assert_eq!(api.inner.lock().bindings.len(), 2);
-    let mut cond = None;
-    for _ in 0..200 {
-        cond = api
-            .get(Res::CompositePodGroups, "ml", "root")
-            .and_then(|g| g.pointer("/status/conditions/0").cloned());
-        if cond.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let cond = cond.expect("composite condition patched through the API");
+    let cond = first_condition(&api, Res::CompositePodGroups, "ml", "root")
+        .await
+        .expect("composite condition patched through the API");
     assert_eq!(cond["type"], "CompositePodGroupInitiallyScheduled");
     assert_eq!(cond["status"], "True");
     for w in c.watchers {

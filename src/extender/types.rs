@@ -122,9 +122,10 @@ pub struct ExtenderFilterResult<'a> {
     pub failed_and_unresolvable_nodes: FailedNodes<'a>,
     /// Set when the extender failed; kube-scheduler then retries the pod.
     pub error: String,
-    /// Every entry of `node_names` is known to need no JSON escaping (from
-    /// the resolved request list), so [`ExtenderFilterResult::write_json`]
-    /// copies them without checking. Not part of the wire format.
+    /// Every node name (in `node_names` and as failed keys) is known to
+    /// need no JSON escaping (from the resolved request list), so
+    /// [`ExtenderFilterResult::write_json`] copies them without checking.
+    /// Not part of the wire format.
     #[serde(skip)]
     pub names_plain: bool,
 }
@@ -277,16 +278,32 @@ fn push_str(buf: &mut Vec<u8>, s: &str) {
     }
 }
 
-fn push_failed(buf: &mut Vec<u8>, key: &str, failed: &FailedNodes<'_>) {
+/// Writes a failed-nodes map. A reason shared by many nodes (one `Arc`) is
+/// encoded once and copied; names of a clean request list are copied as is.
+fn push_failed(buf: &mut Vec<u8>, key: &str, failed: &FailedNodes<'_>, names_plain: bool) {
     buf.extend_from_slice(key.as_bytes());
     buf.push(b'{');
+    let mut last: Option<(&Arc<str>, std::ops::Range<usize>)> = None;
     for (i, (node, why)) in failed.0.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
-        push_str(buf, node);
+        if names_plain {
+            push_plain(buf, node);
+        } else {
+            push_str(buf, node);
+        }
         buf.push(b':');
-        push_str(buf, why);
+        match &last {
+            Some((prev, range)) if Arc::ptr_eq(prev, why) => {
+                buf.extend_from_within(range.clone());
+            }
+            _ => {
+                let start = buf.len();
+                push_str(buf, why);
+                last = Some((why, start..buf.len()));
+            }
+        }
     }
     buf.push(b'}');
 }
@@ -318,11 +335,17 @@ impl ExtenderFilterResult<'_> {
             }
             None => buf.extend_from_slice(b"null"),
         }
-        push_failed(buf, ",\"FailedNodes\":", &self.failed_nodes);
+        push_failed(
+            buf,
+            ",\"FailedNodes\":",
+            &self.failed_nodes,
+            self.names_plain,
+        );
         push_failed(
             buf,
             ",\"FailedAndUnresolvableNodes\":",
             &self.failed_and_unresolvable_nodes,
+            self.names_plain,
         );
         buf.extend_from_slice(b",\"Error\":");
         push_str(buf, &self.error);
@@ -390,9 +413,16 @@ mod tests {
                 ..Default::default()
             },
         ];
+        let shared: Arc<str> = Arc::from("outside \"rack\"=r1");
         let known_plain = ExtenderFilterResult {
             node_names: Some(vec!["n1", "node-2.example"]),
             names_plain: true,
+            failed_and_unresolvable_nodes: FailedNodes(vec![
+                (Cow::Borrowed("n3"), Arc::clone(&shared)),
+                (Cow::Borrowed("n4"), Arc::clone(&shared)),
+                (Cow::Borrowed("n5"), Arc::from("Insufficient cpu")),
+                (Cow::Borrowed("n6"), shared),
+            ]),
             ..Default::default()
         };
         for c in cases.iter().chain([&known_plain]) {

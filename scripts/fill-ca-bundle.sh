@@ -5,7 +5,7 @@
 #   scripts/fill-ca-bundle.sh CERTS_DIR|CA_FILE [MANIFEST] | kubectl apply -f -
 #
 # CERTS_DIR is the `--out` directory of `certs` (its ca.crt is used);
-# MANIFEST defaults to manifests/webhooks.yaml. The manifest on disk is not
+# MANIFEST defaults to examples/manifests/webhooks.yaml. The manifest on disk is not
 # changed.
 set -euo pipefail
 
@@ -17,7 +17,7 @@ usage() {
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 ca="$1"
 [ -d "$ca" ] && ca="$ca/ca.crt"
-manifest="${2:-$(dirname "$0")/../manifests/webhooks.yaml}"
+manifest="${2:-$(dirname "$0")/../examples/manifests/webhooks.yaml}"
 
 [ -r "$ca" ] || { echo "error: cannot read CA certificate $ca" >&2; exit 1; }
 [ -r "$manifest" ] || { echo "error: cannot read manifest $manifest" >&2; exit 1; }

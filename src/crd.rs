@@ -3,6 +3,12 @@
 //! Field names follow the kruntimes API. Only the fields the scheduler reads
 //! or writes are typed; unknown fields are ignored on read (the standalone
 //! store keeps objects verbatim, so nothing is lost there).
+//!
+//! kruntimes owns these CRDs. The schema generated here (shipped only as
+//! the opt-in `manifests/components/crds` for clusters without kruntimes)
+//! marks `spec` and `status` `x-kubernetes-preserve-unknown-fields`, so the
+//! API server never prunes the fields kruntimes stores that this crate does
+//! not model (commands, env, timeout, repo, mode, ...).
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -25,6 +31,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.assignedPod"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct RunSpec {
     /// Name of the Runtime whose pods may execute this Run; Runtime Pods carry
     /// it in the runtime label (`--runtime-label-key`).
@@ -49,6 +56,7 @@ pub struct RunResources {
 /// `Succeeded` or `Failed`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -88,6 +96,7 @@ impl Run {
     shortname = "krt"
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct RuntimeSpec {
     /// Capacity every pod of this Runtime advertises; the kruntimes
     /// controller stamps it onto its pods as `kruntimes.io/capacity.<resource>`

@@ -29,7 +29,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API and run the Run scheduling loop.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Admit Runs on one Runtime Pod, over HTTP on a unix socket.
     Agent(AgentArgs),
     /// Compile and validate workload trees into Workload and PodGroups.
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
     };
     report(runtime.block_on(async move {
         match command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Agent(args) => agent::run(args).await,
             // Handled above, without an async runtime.
             Command::Workload(_) | Command::Certs(_) => Ok(()),

@@ -10,7 +10,7 @@ use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
 use crate::extender::binding::{BindingConfig, BindingGate};
 use crate::extender::hold::Gangs;
-use crate::http::{AppState, router};
+use crate::http::AppState;
 use crate::metrics::Metrics;
 use crate::runs::queue::WorkQueue;
 use anyhow::Context as _;
@@ -25,12 +25,99 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. 500ms, 15s, 5m, 1h"))
 }
 
+/// What `serve` runs (`--components`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Component {
+    /// Run placement: the Run scheduling loop (leader-elected in cluster
+    /// mode) and the Run API (`/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`).
+    Runs,
+    /// The admission webhooks under `/admission/`.
+    Admission,
+    /// The kube-scheduler extender verbs under `/scheduler/`.
+    Extender,
+}
+
+/// The set of components one process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Components {
+    pub runs: bool,
+    pub admission: bool,
+    pub extender: bool,
+}
+
+impl Components {
+    /// Every component (the default).
+    pub const ALL: Components = Components {
+        runs: true,
+        admission: true,
+        extender: true,
+    };
+
+    /// The set named by `--components`.
+    pub fn from_list(list: &[Component]) -> Components {
+        Components {
+            runs: list.contains(&Component::Runs),
+            admission: list.contains(&Component::Admission),
+            extender: list.contains(&Component::Extender),
+        }
+    }
+
+    /// The watches these components need in cluster mode.
+    pub fn watches(self) -> crate::cluster::watch::Watches {
+        crate::cluster::watch::Watches {
+            runs: self.runs,
+            // The extender's whole cluster model: Nodes, all Pods, groups, DRA.
+            extender: self.extender,
+            // Admission resolves priorityClassName through a PriorityClass index.
+            priority_classes: self.admission || self.extender,
+        }
+    }
+
+    fn names(self) -> String {
+        let mut v = Vec::new();
+        if self.runs {
+            v.push("runs");
+        }
+        if self.admission {
+            v.push("admission");
+        }
+        if self.extender {
+            v.push("extender");
+        }
+        v.join(",")
+    }
+}
+
 /// Flags of `serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
+    /// Address of the main listener: the Run API, the admission webhooks
+    /// (HTTPS with `--tls-cert`/`--tls-key` or `--manage-webhooks`), the
+    /// extender verbs unless `--extender-listen` is given, health and
+    /// metrics.
     #[arg(long, env = "KRS_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Components to run, comma-separated: `runs` (Run scheduling loop and
+    /// Run API), `admission` (webhooks), `extender` (kube-scheduler
+    /// extender). Only the watches the chosen components need are started.
+    #[arg(
+        long,
+        env = "KRS_COMPONENTS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "runs,admission,extender"
+    )]
+    pub components: Vec<Component>,
+    /// Serve the extender verbs (`/scheduler/...`) on this address only,
+    /// plain HTTP, instead of on `--listen`. Use a loopback address so only
+    /// the kube-scheduler in the same pod can call `bind`.
+    #[arg(long, env = "KRS_EXTENDER_LISTEN")]
+    pub extender_listen: Option<SocketAddr>,
+    /// Also serve `/healthz`, `/readyz` and `/metrics` on this address,
+    /// plain HTTP, for the kubelet and Prometheus when `--listen` is on
+    /// loopback or TLS.
+    #[arg(long, env = "KRS_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
     /// Standalone mode: a YAML/JSON file or a directory of them holding the
     /// cluster state (Pods, Runs, Runtimes). Without it, cluster mode.
     #[arg(long, env = "KRS_STATE")]
@@ -92,6 +179,39 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The components chosen by `--components`, checked against the
+    /// listener flags.
+    pub fn components(&self) -> anyhow::Result<Components> {
+        let c = Components::from_list(&self.components);
+        if !(c.runs || c.admission || c.extender) {
+            anyhow::bail!("--components: name at least one of runs, admission, extender");
+        }
+        if self.extender_listen.is_some() && !c.extender {
+            anyhow::bail!(
+                "--extender-listen is set but --components does not include extender ({})",
+                c.names()
+            );
+        }
+        if let Some(e) = self.extender_listen
+            && (e == self.listen || Some(e) == self.health_listen)
+        {
+            anyhow::bail!("--extender-listen {e} must differ from --listen and --health-listen");
+        }
+        if self.health_listen.is_some() && self.health_listen == Some(self.listen) {
+            anyhow::bail!("--health-listen must differ from --listen");
+        }
+        Ok(c)
+    }
+
+    /// What the main listener serves.
+    fn surfaces(&self, c: Components) -> crate::http::Surfaces {
+        crate::http::Surfaces {
+            run_api: c.runs,
+            admission: c.admission,
+            extender: c.extender && self.extender_listen.is_none(),
+        }
+    }
+
     pub fn cache_config(&self) -> CacheConfig {
         CacheConfig {
             runtime_label_key: self.runtime_label_key.clone(),
@@ -160,32 +280,115 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
+    let components = args.components()?;
     let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let count = objects.len();
     let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
-    tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
-    let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
+    tracing::info!(path = %path.display(), objects = count, components = %components.names(), "standalone mode: state loaded");
+    let loop_task = components
+        .runs
+        .then(|| tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period)));
     let queue = Arc::clone(app.state.cache.queue());
-    listen(args, router(app.state), "standalone mode").await?;
+    let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
+    let result = listen_all(args, components, &app.state, tls, "standalone mode").await;
     queue.shutdown();
-    let _ = loop_task.await;
-    Ok(())
+    if let Some(t) = loop_task {
+        let _ = t.await;
+    }
+    result
 }
 
-/// Serves `app` on `--listen` until SIGINT/SIGTERM: HTTPS with the
-/// `--tls-cert`/`--tls-key` pair (reloaded when the files change), plain
-/// HTTP without.
-async fn listen(args: &ServeArgs, app: axum::Router, mode: &str) -> anyhow::Result<()> {
-    let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+/// One bound listener and what it serves.
+struct Listener {
+    what: &'static str,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    tls: Option<crate::tls::TlsConfigHandle>,
+}
+
+/// Binds every listener the flags ask for before anything is served, so a
+/// port in use fails the start with a message naming the flag.
+async fn bind_all(
+    args: &ServeArgs,
+    components: Components,
+    state: &AppState,
+    tls: Option<crate::tls::TlsConfigHandle>,
+) -> anyhow::Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    let main = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding --listen {}", args.listen))?;
-    let scheme = if tls.is_some() { "HTTPS" } else { "HTTP" };
-    tracing::info!(addr = %listener.local_addr()?, scheme, mode, "listening");
-    crate::tls::serve(listener, app, tls, shutdown_signal()).await
+    out.push(Listener {
+        what: "api",
+        listener: main,
+        router: crate::http::router_with(state.clone(), args.surfaces(components)),
+        tls,
+    });
+    if let Some(addr) = args.extender_listen {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --extender-listen {addr}"))?;
+        out.push(Listener {
+            what: "extender",
+            listener: l,
+            router: crate::http::extender_router(state.clone()),
+            tls: None,
+        });
+    }
+    if let Some(addr) = args.health_listen {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --health-listen {addr}"))?;
+        out.push(Listener {
+            what: "health",
+            listener: l,
+            router: crate::http::health_router(state.clone()),
+            tls: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Serves bound listeners until SIGINT/SIGTERM; the first listener that
+/// fails stops them all.
+async fn serve_all(listeners: Vec<Listener>, mode: &str) -> anyhow::Result<()> {
+    use futures::FutureExt as _;
+    let shutdown = shutdown_signal().shared();
+    let mut tasks = tokio::task::JoinSet::new();
+    for l in listeners {
+        let scheme = if l.tls.is_some() { "HTTPS" } else { "HTTP" };
+        tracing::info!(addr = %l.listener.local_addr()?, scheme, listener = l.what, mode, "listening");
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            crate::tls::serve(l.listener, l.router, l.tls, shutdown)
+                .await
+                .with_context(|| format!("serving the {} listener", l.what))
+        });
+    }
+    let mut result = Ok(());
+    while let Some(done) = tasks.join_next().await {
+        let r = done.map_err(anyhow::Error::from).and_then(|r| r);
+        if r.is_err() && result.is_ok() {
+            result = r;
+            tasks.abort_all();
+        }
+    }
+    result
+}
+
+/// Binds and serves every listener (see [`bind_all`]).
+async fn listen_all(
+    args: &ServeArgs,
+    components: Components,
+    state: &AppState,
+    tls: Option<crate::tls::TlsConfigHandle>,
+    mode: &str,
+) -> anyhow::Result<()> {
+    let listeners = bind_all(args, components, state, tls).await?;
+    serve_all(listeners, mode).await
 }
 
 /// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
@@ -221,8 +424,18 @@ pub struct Cluster {
     pub watchers: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Builds the cluster-mode service and starts its watchers.
+/// Builds the cluster-mode service and starts every watcher.
 pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) -> Cluster {
+    cluster_with(config, client, identity, Components::ALL.watches()).await
+}
+
+/// Builds the cluster-mode service and starts the watchers `watches` names.
+pub async fn cluster_with(
+    config: CacheConfig,
+    client: kube::Client,
+    identity: &str,
+    watches: crate::cluster::watch::Watches,
+) -> Cluster {
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
@@ -231,7 +444,7 @@ pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) 
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(NodeCache::new());
     let watchers =
-        crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes)).await;
+        crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes), watches).await;
     Cluster {
         state: AppState {
             cache,
@@ -285,13 +498,23 @@ pub async fn lead(
 }
 
 async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
+    let components = args.components()?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let id = identity();
-    let mut app = cluster(args.cache_config(), client.clone(), &id).await;
+    tracing::info!(components = %components.names(), "cluster mode");
+    let mut app = cluster_with(
+        args.cache_config(),
+        client.clone(),
+        &id,
+        components.watches(),
+    )
+    .await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
+    let loop_task = if !components.runs {
+        None
+    } else if args.leader_elect.unwrap_or(in_cluster) {
         let cfg = LeaderConfig {
             lease_name: args.leader_elect_lease.clone(),
             namespace: args
@@ -308,25 +531,30 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
             grace: (args.leader_elect_duration / 3).max(Duration::from_secs(1)),
         };
         tracing::info!(lease = %cfg.lease_name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
-        tokio::spawn(lead(
+        Some(tokio::spawn(lead(
             client,
             cfg,
             Arc::clone(&app.controller),
             args.workers,
             args.resync_period,
-        ))
+        )))
     } else {
         tracing::info!("leader election off: this replica schedules Runs");
-        tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
+        Some(tokio::spawn(
+            Arc::clone(&app.controller).run(args.workers, args.resync_period),
+        ))
     };
     let queue = Arc::clone(app.state.cache.queue());
-    listen(args, router(app.state), "cluster mode").await?;
+    let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
+    let result = listen_all(args, components, &app.state, tls, "cluster mode").await;
     queue.shutdown();
-    loop_task.abort();
+    if let Some(t) = loop_task {
+        t.abort();
+    }
     for w in app.watchers {
         w.abort();
     }
-    Ok(())
+    result
 }
 
 /// Completes on SIGINT or SIGTERM.

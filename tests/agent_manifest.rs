@@ -1,4 +1,4 @@
-//! `manifests/agent-sidecar.yaml` is valid Kubernetes: every document
+//! `examples/manifests/agent-sidecar.yaml` is valid Kubernetes: every document
 //! decodes into its typed object and loses no field on the way (so a typo in
 //! a field name fails here), and the agent's flags in it exist.
 
@@ -18,7 +18,7 @@ fn roundtrip<T: DeserializeOwned + Serialize>(doc: &Value) -> Value {
 
 #[test]
 fn agent_sidecar_manifest_is_valid_kubernetes() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/agent-sidecar.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/manifests/agent-sidecar.yaml");
     let docs = load_path(&path).expect("parses");
     let kinds: Vec<&str> = docs
         .iter()

@@ -1,4 +1,4 @@
-//! The CRDs in `manifests/crds/` are generated from the Rust types; this
+//! The CRDs in `manifests/components/crds/` are generated from the Rust types; this
 //! fails when they drift. Regenerate with `UPDATE_MANIFESTS=1 cargo test --test manifests`.
 
 use kruntimes_scheduler::crd::{Run, Runtime};
@@ -7,7 +7,7 @@ use std::path::Path;
 
 fn check(file: &str, crd: &impl serde::Serialize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("manifests/crds")
+        .join("manifests/components/crds")
         .join(file);
     let generated = format!(
         "# Generated from src/crd.rs by `UPDATE_MANIFESTS=1 cargo test --test manifests`; do not edit.\n{}",
@@ -59,6 +59,13 @@ fn kustomization_lists_every_install_manifest_and_they_parse() {
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
         .collect();
+    let generated: Vec<String> = k["configMapGenerator"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["files"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(|f| f.rsplit('=').next().unwrap().to_owned()))
+        .collect();
     for f in &listed {
         let text = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         let docs: Vec<serde_json::Value> =
@@ -71,17 +78,31 @@ fn kustomization_lists_every_install_manifest_and_they_parse() {
             assert!(d["metadata"]["name"].is_string(), "{f}: {d}");
         }
     }
-    // Every top-level manifest is installed, except examples.
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        let example = name.contains("sidecar")
-            || name.contains("second-scheduler")
-            || name == "scheduler-config.yaml";
-        if name.ends_with(".yaml") && name != "kustomization.yaml" && !example {
-            assert!(
-                listed.contains(&name),
-                "{name} is not in kustomization.yaml"
-            );
+    // Every manifest outside components/ is installed or is a generator's
+    // input; nothing else (examples live in examples/manifests/).
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(base)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                if rel != "components" {
+                    walk(&path, base, out);
+                }
+            } else if rel.ends_with(".yaml") && rel != "kustomization.yaml" {
+                out.push(rel);
+            }
         }
+    }
+    let mut files = Vec::new();
+    walk(&dir, &dir, &mut files);
+    for name in files {
+        assert!(
+            listed.contains(&name) || generated.contains(&name),
+            "manifests/{name} is neither installed by kustomization.yaml nor a generator input; examples belong in examples/manifests/"
+        );
     }
 }

@@ -132,12 +132,27 @@ fn key_of(meta: &ObjectMeta) -> (String, String) {
     )
 }
 
+/// Which watches a process starts: only what its components read, so a
+/// webhook-only replica does not list and watch every Pod and Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watches {
+    /// Run placement: Runs, Runtimes and Runtime Pods (label-selected by
+    /// the runtime label when the extender's all-Pod watch is off).
+    pub runs: bool,
+    /// The extender's cluster model: Nodes, every Pod, PodGroups,
+    /// CompositePodGroups, ResourceClaims, ResourceSlices.
+    pub extender: bool,
+    /// PriorityClasses (admission's `priorityClassName` check, group priority).
+    pub priority_classes: bool,
+}
+
 /// Starts the watchers; returns their tasks. `/readyz` turns true once each
 /// served kind has been listed.
 pub async fn spawn(
     client: Client,
     cache: Arc<Cache>,
     nodes: Arc<NodeCache>,
+    watches: Watches,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let sync = Arc::new(SyncTracker {
         cache: Arc::clone(&cache),
@@ -145,8 +160,8 @@ pub async fn spawn(
     });
     let runs: Api<Run> = Api::all(client.clone());
     let runtimes: Api<Runtime> = Api::all(client.clone());
-    let runs_served = served(&runs).await;
-    let runtimes_served = served(&runtimes).await;
+    let runs_served = watches.runs && served(&runs).await;
+    let runtimes_served = watches.runs && served(&runtimes).await;
     {
         let mut p = sync.pending.lock();
         if runs_served {
@@ -156,19 +171,32 @@ pub async fn spawn(
             p.insert("Runtime");
         }
     }
-    if !runs_served {
+    if watches.runs && !runs_served {
         tracing::warn!(
             "runs.kruntimes.io/v1alpha1 is not served by this cluster: Run scheduling is disabled"
         );
     }
-    if !runtimes_served {
+    if watches.runs && !runtimes_served {
         tracing::warn!(
             "runtimes.kruntimes.io/v1alpha1 is not served by this cluster: Runtimes are not watched"
         );
     }
     let mut tasks = Vec::new();
-    spawn_extender(&client, &nodes, &sync, &mut tasks).await;
-    spawn_pods(&client, &cache, &nodes, &sync, &mut tasks);
+    if watches.extender {
+        spawn_extender(&client, &nodes, &sync, &mut tasks).await;
+    }
+    if watches.priority_classes {
+        spawn_priority_classes(&client, &nodes, &sync, &mut tasks).await;
+    } else {
+        // Nothing reads it, but admission's index must not hold readiness.
+        nodes.reset_priority_classes(&[]);
+    }
+    if watches.extender || watches.runs {
+        spawn_pods(&client, &cache, &nodes, &sync, &mut tasks, watches);
+    }
+    if sync.pending.lock().is_empty() {
+        cache.set_synced(true);
+    }
 
     if runs_served {
         let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
@@ -312,18 +340,6 @@ async fn spawn_extender(
     )
     .await;
     let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<PriorityClass>(
-        client,
-        sync,
-        tasks,
-        "PriorityClass",
-        "priority class resolution",
-        move |o| n1.apply_priority_class(&o),
-        move |o| n2.delete_priority_class(o.metadata.name.as_deref().unwrap_or_default()),
-        move |os| n3.reset_priority_classes(&os),
-    )
-    .await;
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
     watch_kind::<ResourceClaim>(
         client,
         sync,
@@ -352,6 +368,29 @@ async fn spawn_extender(
     .await;
 }
 
+/// PriorityClasses, for admission's `priorityClassName` check and group
+/// priority.
+async fn spawn_priority_classes(
+    client: &Client,
+    nodes: &Arc<NodeCache>,
+    sync: &Arc<SyncTracker>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    let n = Arc::clone(nodes);
+    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
+    watch_kind::<PriorityClass>(
+        client,
+        sync,
+        tasks,
+        "PriorityClass",
+        "priority class resolution",
+        move |o| n1.apply_priority_class(&o),
+        move |o| n2.delete_priority_class(o.metadata.name.as_deref().unwrap_or_default()),
+        move |os| n3.reset_priority_classes(&os),
+    )
+    .await;
+}
+
 /// One Pod watch for both caches: every Pod is reduced at once to what node
 /// fit reads (the extender's cache), and Pods carrying the runtime label are
 /// also stripped into the Run cache as Runtime Pods. A Pod that loses the
@@ -362,6 +401,7 @@ fn spawn_pods(
     nodes: &Arc<NodeCache>,
     sync: &Arc<SyncTracker>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    watches: Watches,
 ) {
     /// What one Pod event carries to the caches.
     type Reduced = (Key, PodEntry, Option<Pod>);
@@ -371,6 +411,13 @@ fn spawn_pods(
     let sync = Arc::clone(sync);
     let (c1, c2, c3) = (Arc::clone(cache), Arc::clone(cache), Arc::clone(cache));
     let (n1, n2, n3) = (Arc::clone(nodes), Arc::clone(nodes), Arc::clone(nodes));
+    // Without the extender only Runtime Pods are read: select them by the
+    // runtime label at the API server.
+    let config = if watches.extender {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(&label_key)
+    };
     tasks.push(tokio::spawn(async move {
         let reduce = move |p: Pod| -> Reduced {
             let key = key_of(&p.metadata);
@@ -382,7 +429,7 @@ fn spawn_pods(
                 .is_some_and(|l| l.contains_key(&label_key));
             (key, entry, runtime.then(|| strip_pod(p, &label_key)))
         };
-        let stream = watcher::watcher(pods, watcher::Config::default())
+        let stream = watcher::watcher(pods, config)
             .default_backoff()
             .map(move |ev| {
                 ev.map(|e| match e {

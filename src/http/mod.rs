@@ -41,29 +41,96 @@ pub struct AppState {
     pub gangs: Arc<crate::extender::hold::Gangs>,
 }
 
-/// The service's router: the Run API, standalone objects, health, metrics,
-/// and the admission webhooks.
+/// Which HTTP surfaces a listener serves. Each follows a component of
+/// `serve --components`: the Run API with `runs`, the webhooks with
+/// `admission`, the extender verbs with `extender` (unless the extender has
+/// its own listener). Health and metrics are always served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Surfaces {
+    /// `/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`.
+    pub run_api: bool,
+    /// `/admission/...`.
+    pub admission: bool,
+    /// `/scheduler/...`.
+    pub extender: bool,
+}
+
+impl Surfaces {
+    /// Every surface: the standalone default and what tests drive.
+    pub const ALL: Surfaces = Surfaces {
+        run_api: true,
+        admission: true,
+        extender: true,
+    };
+}
+
+/// The service's router with every surface: the Run API, standalone
+/// objects, health, metrics, the extender verbs and the admission webhooks.
 pub fn router(state: AppState) -> Router {
-    let admission = crate::admission::router(crate::admission::AdmissionState {
-        priority_classes: Arc::clone(state.nodes.admission_classes()),
-        metrics: Arc::clone(&state.metrics),
-    });
-    Router::new()
+    router_with(state, Surfaces::ALL)
+}
+
+/// The service's router with the chosen surfaces. The standalone objects
+/// API answers only when the state has a store (standalone mode).
+pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
+    let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/runs/plan", post(runs::plan))
-        .route("/v1/runs", get(runs::list_runs))
-        .route("/v1/runtime-pods", get(runs::list_runtime_pods))
+        .route("/metrics", get(metrics));
+    if surfaces.run_api {
+        app = app
+            .route("/v1/runs/plan", post(runs::plan))
+            .route("/v1/runs", get(runs::list_runs))
+            .route("/v1/runtime-pods", get(runs::list_runtime_pods));
+    }
+    // Standalone only; cluster mode answers a 404 that says so.
+    app = app
         .route("/v1/runtime-pods/heartbeat", post(objects::heartbeat))
         .route(
             "/v1/objects",
             get(objects::list)
                 .post(objects::upsert)
                 .delete(objects::delete),
-        )
-        .merge(crate::extender::routes())
-        .fallback(not_found)
+        );
+    if surfaces.extender {
+        app = app.merge(crate::extender::routes());
+    }
+    let admission = surfaces.admission.then(|| {
+        crate::admission::router(crate::admission::AdmissionState {
+            priority_classes: Arc::clone(state.nodes.admission_classes()),
+            metrics: Arc::clone(&state.metrics),
+        })
+    });
+    let app = finish(app, state);
+    match admission {
+        Some(a) => app.merge(a),
+        None => app,
+    }
+}
+
+/// The extender's own listener (`--extender-listen`): only the extender
+/// verbs under `/scheduler/`, so the loopback listener kube-scheduler calls
+/// serves nothing else.
+pub fn extender_router(state: AppState) -> Router {
+    finish(Router::new().merge(crate::extender::routes()), state)
+}
+
+/// The health listener (`--health-listen`): `/healthz`, `/readyz` and
+/// `/metrics`, plain HTTP, for the kubelet and Prometheus when the API
+/// listens on loopback or behind TLS.
+pub fn health_router(state: AppState) -> Router {
+    finish(
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics)),
+        state,
+    )
+}
+
+/// Fallbacks, limits, timeout and tracing shared by every listener.
+fn finish(app: Router<AppState>, state: AppState) -> Router {
+    app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(
@@ -72,7 +139,6 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
-        .merge(admission)
 }
 
 async fn healthz() -> &'static str {

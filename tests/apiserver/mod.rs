@@ -35,6 +35,8 @@ pub enum Res {
     ResourceClaims,
     PodGroups,
     CompositePodGroups,
+    PriorityClasses,
+    ResourceSlices,
 }
 
 impl Res {
@@ -49,6 +51,8 @@ impl Res {
             Res::ResourceClaims => "ResourceClaim",
             Res::PodGroups => "PodGroup",
             Res::CompositePodGroups => "CompositePodGroup",
+            Res::PriorityClasses => "PriorityClass",
+            Res::ResourceSlices => "ResourceSlice",
         }
     }
 
@@ -61,6 +65,8 @@ impl Res {
             Res::ResourceClaims => "resource.k8s.io/v1",
             Res::PodGroups => "scheduling.k8s.io/v1beta1",
             Res::CompositePodGroups => "scheduling.k8s.io/v1alpha3",
+            Res::PriorityClasses => "scheduling.k8s.io/v1",
+            Res::ResourceSlices => "resource.k8s.io/v1",
         }
     }
 }
@@ -98,6 +104,8 @@ pub struct Inner {
     pub claim_status_patches: Vec<(String, Value)>,
     /// Field manager owning each Lease's holderIdentity.
     lease_owner: HashMap<(String, String), String>,
+    /// Every request received, in order (see [`Request`]).
+    pub requests: Vec<Request>,
 }
 
 #[derive(Clone)]
@@ -188,6 +196,22 @@ impl FakeApi {
             )
             .route("/api/v1/nodes", get(list_or_watch_nodes))
             .route(
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                get(
+                    |State(api): State<FakeApi>, Query(p): Query<HashMap<String, String>>| {
+                        list_or_watch(api, Res::PriorityClasses, p)
+                    },
+                ),
+            )
+            .route(
+                "/apis/resource.k8s.io/v1/resourceslices",
+                get(
+                    |State(api): State<FakeApi>, Query(p): Query<HashMap<String, String>>| {
+                        list_or_watch(api, Res::ResourceSlices, p)
+                    },
+                ),
+            )
+            .route(
                 "/apis/resource.k8s.io/v1/resourceclaims",
                 get(list_or_watch_claims),
             )
@@ -222,6 +246,10 @@ impl FakeApi {
                     "the server could not find the requested resource",
                 )
             })
+            .layer(axum::middleware::from_fn_with_state(
+                api.clone(),
+                record_request,
+            ))
             .with_state(api.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
@@ -859,4 +887,74 @@ async fn patch_lease(
     }
     merge(&mut lease, &p);
     axum::Json(api.put(Res::Leases, lease)).into_response()
+}
+
+// === request recording (RBAC checks) ===
+
+/// One request as the API server's authorizer sees it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Request {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// API group (`""` for the core group).
+    pub group: String,
+    pub resource: String,
+    /// `status`, `binding`, `eviction`, ... or `""`.
+    pub subresource: String,
+    /// `""` for cluster-scoped requests and requests across all namespaces.
+    pub namespace: String,
+    /// `""` for collection requests.
+    pub name: String,
+}
+
+impl Request {
+    /// Decodes a resource request path (`/api/v1/...`, `/apis/G/V/...`) and
+    /// method into the authorizer's attributes; `None` for non-resource paths.
+    pub fn parse(method: &str, path: &str, query: Option<&str>) -> Option<Request> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, rest) = match segs.as_slice() {
+            ["api", _v, rest @ ..] => ("", rest),
+            ["apis", g, _v, rest @ ..] => (*g, rest),
+            _ => return None,
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, rest @ ..] if !rest.is_empty() => (*ns, rest),
+            _ => ("", rest),
+        };
+        let resource = rest.first()?;
+        let name = rest.get(1).copied().unwrap_or("");
+        let subresource = rest.get(2).copied().unwrap_or("");
+        let watch =
+            query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+        let verb = match (method, name.is_empty()) {
+            ("GET", true) if watch => "watch",
+            ("GET", true) => "list",
+            ("GET", false) => "get",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", true) => "deletecollection",
+            ("DELETE", false) => "delete",
+            _ => return None,
+        };
+        Some(Request {
+            verb: verb.into(),
+            group: group.into(),
+            resource: (*resource).into(),
+            subresource: subresource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
+}
+
+async fn record_request(
+    State(api): State<FakeApi>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(r) = Request::parse(req.method().as_str(), req.uri().path(), req.uri().query()) {
+        api.inner.lock().requests.push(r);
+    }
+    next.run(req).await
 }

@@ -1,0 +1,1047 @@
+//! The deployment contract: `manifests/` as an operator applies it.
+//!
+//! The manifests are rendered with `kubectl kustomize` (the same renderer
+//! `kubectl apply -k` uses). Then, for what kube-scheduler and the API
+//! server will call:
+//!
+//! - (a) every extender of the rendered KubeSchedulerConfiguration is
+//!   resolved to a container and listener (a loopback host to a container
+//!   of the same pod; a Service name to the Service, its targetPort and a
+//!   containerPort), the binary is started with that container's exact
+//!   args (adding only `--state` or `--kubeconfig` and test files), and
+//!   filter and bind are called over the scheme the configuration declares;
+//! - (b) every webhook the service registers is called over TLS, through
+//!   the Service it names, with the CA bundle it registered;
+//! - (c) an extender reachable through a Service with more than one ready
+//!   backend, or listening beyond loopback, is refused;
+//! - (d) each component runs in cluster mode against the test API server,
+//!   which records every request; each request must be allowed by the
+//!   rendered RBAC of the component's ServiceAccount, and every granted
+//!   rule must be used by some scenario or be listed with its reason.
+//!
+//! Without kubectl the tests say so and pass, except under CI (`CI` set),
+//! where `.ci/run` installs kubectl and its absence is a failure.
+
+mod apiserver;
+
+use apiserver::{FakeApi, Request, Res};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+// === rendering ===
+
+/// `kubectl kustomize DIR`, parsed; `None` when kubectl is missing outside CI.
+fn kustomize(dir: &Path) -> Option<Vec<Value>> {
+    let out = match Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "kubectl is required under CI to render manifests/: {e}"
+            );
+            eprintln!(
+                "SKIPPED: kubectl not found ({e}); install kubectl to run the deployment contract tests"
+            );
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("rendered manifests are UTF-8");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rendered manifests parse");
+    Some(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// The rendered default install.
+fn rendered() -> Option<&'static [Value]> {
+    static RENDERED: OnceLock<Option<Vec<Value>>> = OnceLock::new();
+    RENDERED
+        .get_or_init(|| kustomize(&Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")))
+        .as_deref()
+}
+
+fn kind_is<'a>(objs: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    objs.iter().filter(move |o| o["kind"] == kind)
+}
+
+fn name_of(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn ns_of(o: &Value) -> &str {
+    o["metadata"]["namespace"].as_str().unwrap_or("default")
+}
+
+/// Workloads with a pod template: (workload, replicas, pod template).
+fn workloads(objs: &[Value]) -> Vec<(&Value, u64, &Value)> {
+    objs.iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet")))
+        .map(|o| {
+            (
+                o,
+                o["spec"]["replicas"].as_u64().unwrap_or(1),
+                &o["spec"]["template"],
+            )
+        })
+        .collect()
+}
+
+// === the extender's reachability (a, c) ===
+
+/// An extender as kube-scheduler's configuration declares it.
+#[derive(Debug, Clone)]
+struct Extender {
+    url_prefix: String,
+    filter: String,
+    bind: Option<String>,
+    node_cache_capable: bool,
+}
+
+/// Every extender of every KubeSchedulerConfiguration held in a ConfigMap,
+/// with the name of that ConfigMap.
+fn extenders(objs: &[Value]) -> Vec<(String, Extender)> {
+    let mut out = Vec::new();
+    for cm in kind_is(objs, "ConfigMap") {
+        let Some(data) = cm["data"].as_object() else {
+            continue;
+        };
+        for text in data.values().filter_map(Value::as_str) {
+            let Ok(cfg) = serde_saphyr::from_str::<Value>(text) else {
+                continue;
+            };
+            if cfg["kind"] != "KubeSchedulerConfiguration" {
+                continue;
+            }
+            for e in cfg["extenders"].as_array().into_iter().flatten() {
+                out.push((
+                    name_of(cm).to_owned(),
+                    Extender {
+                        url_prefix: e["urlPrefix"].as_str().unwrap_or_default().to_owned(),
+                        filter: e["filterVerb"].as_str().unwrap_or_default().to_owned(),
+                        bind: e["bindVerb"].as_str().map(str::to_owned),
+                        node_cache_capable: e["nodeCacheCapable"].as_bool().unwrap_or(false),
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A URL split into what resolution needs.
+struct Url {
+    scheme: String,
+    host: String,
+    port: u16,
+    path: String,
+}
+
+fn parse_url(url: &str) -> Result<Url, String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("{url}: no scheme"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
+            h.trim_matches(|c| c == '[' || c == ']').to_owned(),
+            p.parse().map_err(|_| format!("{url}: bad port"))?,
+        ),
+        _ => (
+            authority.to_owned(),
+            if scheme == "https" { 443 } else { 80 },
+        ),
+    };
+    Ok(Url {
+        scheme: scheme.to_owned(),
+        host,
+        port,
+        path: path.trim_end_matches('/').to_owned(),
+    })
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The listen flags of `serve` and the address each one binds.
+fn listeners(container: &Value) -> Vec<(String, SocketAddr)> {
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i];
+        for flag in ["--listen", "--extender-listen", "--health-listen"] {
+            let value = if let Some(v) = a.strip_prefix(&format!("{flag}=")) {
+                Some(v)
+            } else if a == flag {
+                args.get(i + 1).copied()
+            } else {
+                None
+            };
+            if let Some(v) = value {
+                out.push((
+                    flag.to_owned(),
+                    v.parse().expect("listen flag is an address"),
+                ));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Where an extender URL lands.
+#[derive(Debug)]
+struct Target {
+    /// The container serving the URL.
+    container: Value,
+    /// The listen flag that binds the port.
+    flag: String,
+}
+
+/// Resolves an extender URL to the container and listener that serve it,
+/// as the network would: a loopback host reaches a container of the pod
+/// whose kube-scheduler reads the configuration; any other host must be a
+/// Service, whose targetPort names a containerPort of the pods it selects.
+/// Errors name what cannot work: nothing listening, a listener beyond
+/// loopback (other pods could call bind), or a Service with more than one
+/// ready backend (one gang's binds would be split across replicas).
+fn resolve_extender(objs: &[Value], config_map: &str, e: &Extender) -> Result<Target, String> {
+    let url = parse_url(&e.url_prefix)?;
+    if is_loopback(&url.host) {
+        let (workload, _, template) = workloads(objs)
+            .into_iter()
+            .find(|(_, _, t)| {
+                t["spec"]["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v["configMap"]["name"] == config_map)
+            })
+            .ok_or_else(|| format!("no pod mounts the scheduler configuration {config_map}"))?;
+        let mut found = Vec::new();
+        for c in template["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for (flag, addr) in listeners(c) {
+                if addr.port() == url.port {
+                    found.push((c.clone(), flag, addr));
+                }
+            }
+        }
+        let [(container, flag, addr)] = <[_; 1]>::try_from(found).map_err(|f| {
+            format!(
+                "{}: {} listeners on port {} in pod of {}",
+                e.url_prefix,
+                f.len(),
+                url.port,
+                name_of(workload)
+            )
+        })?;
+        if !addr.ip().is_loopback() {
+            return Err(format!(
+                "{}: container {} listens on {addr} ({flag}): other pods could call the extender's bind; bind it to loopback",
+                e.url_prefix, container["name"]
+            ));
+        }
+        if flag != "--extender-listen" {
+            return Err(format!(
+                "{}: served by {flag}, which also serves the API; use --extender-listen",
+                e.url_prefix
+            ));
+        }
+        return Ok(Target { container, flag });
+    }
+    // A Service DNS name: NAME.NAMESPACE[.svc[.cluster.local]].
+    let mut parts = url.host.split('.');
+    let svc_name = parts.next().unwrap_or_default();
+    let svc_ns = parts.next().unwrap_or("default");
+    let svc = kind_is(objs, "Service")
+        .find(|s| name_of(s) == svc_name && ns_of(s) == svc_ns)
+        .ok_or_else(|| format!("{}: no Service {svc_ns}/{svc_name}", e.url_prefix))?;
+    let port = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(u64::from(url.port)))
+        .ok_or_else(|| {
+            format!(
+                "{}: Service {svc_name} has no port {}",
+                e.url_prefix, url.port
+            )
+        })?;
+    let target_port = port["targetPort"].clone();
+    let selector = svc["spec"]["selector"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let backends: Vec<_> = workloads(objs)
+        .into_iter()
+        .filter(|(w, _, t)| {
+            ns_of(w) == svc_ns
+                && selector
+                    .iter()
+                    .all(|(k, v)| &t["metadata"]["labels"][k] == v)
+        })
+        .collect();
+    let ready: u64 = backends.iter().map(|(_, r, _)| r).sum();
+    if ready > 1 {
+        return Err(format!(
+            "{}: Service {svc_name} has more than one ready backend ({ready} replicas): one gang's binds would be split across extenders that each hold only their own assumptions",
+            e.url_prefix
+        ));
+    }
+    for (_, _, t) in backends {
+        for c in t["spec"]["containers"].as_array().into_iter().flatten() {
+            let port_no = c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| match &target_port {
+                    Value::String(name) => p["name"] == *name,
+                    Value::Number(n) => p["containerPort"].as_u64() == n.as_u64(),
+                    _ => p["containerPort"].as_u64() == Some(u64::from(url.port)),
+                })
+                .and_then(|p| p["containerPort"].as_u64());
+            if let Some(port_no) = port_no {
+                let (flag, _) = listeners(c)
+                    .into_iter()
+                    .find(|(_, a)| u64::from(a.port()) == port_no)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: containerPort {port_no} of {} has no listener",
+                            e.url_prefix, c["name"]
+                        )
+                    })?;
+                return Ok(Target {
+                    container: c.clone(),
+                    flag,
+                });
+            }
+        }
+    }
+    Err(format!(
+        "{}: Service {svc_name} port {} reaches no container",
+        e.url_prefix, url.port
+    ))
+}
+
+/// Every extender of the install resolves, or the problems found.
+fn check_extenders(objs: &[Value]) -> Result<Vec<(Extender, Target)>, Vec<String>> {
+    let mut ok = Vec::new();
+    let mut problems = Vec::new();
+    let all = extenders(objs);
+    if all.is_empty() {
+        problems.push("no KubeSchedulerConfiguration with an extender is rendered".to_owned());
+    }
+    for (cm, e) in all {
+        match resolve_extender(objs, &cm, &e) {
+            Ok(t) => ok.push((e, t)),
+            Err(p) => problems.push(p),
+        }
+    }
+    if problems.is_empty() {
+        Ok(ok)
+    } else {
+        Err(problems)
+    }
+}
+
+// === running the binary ===
+
+/// The binary, killed when dropped; its stderr is kept for failures.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Starts the binary with `container`'s exact args plus `extra`.
+fn start(container: &Value, extra: &[String], dir: &Path) -> Proc {
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("container has args")
+        .iter()
+        .map(|a| a.as_str().expect("arg is a string").to_owned())
+        .collect();
+    assert!(
+        container["command"].is_null(),
+        "the image's entrypoint is the binary; a command would replace it"
+    );
+    let log = dir.join(format!(
+        "{}-{}.log",
+        container["name"].as_str().unwrap_or("c"),
+        std::process::id()
+    ));
+    let child = Command::new(env!("CARGO_BIN_EXE_kruntimes-scheduler"))
+        .args(&args)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .env(
+            "POD_NAME",
+            format!("{}-0", container["name"].as_str().unwrap_or("c")),
+        )
+        .env("POD_NAMESPACE", "kruntimes-system")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("the binary starts");
+    Proc { child, log }
+}
+
+/// A minimal HTTP/1.1 call over a plain TCP connection.
+async fn http(method: &str, url: &str, body: &str) -> Result<(u16, String), String> {
+    let u = parse_url(url)?;
+    let mut s = tokio::net::TcpStream::connect((u.host.as_str(), u.port))
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let req = format!(
+        "{method} {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        if u.path.is_empty() { "/" } else { &u.path },
+        u.host,
+        body.len()
+    );
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+    parse_response(&buf)
+}
+
+fn parse_response(buf: &[u8]) -> Result<(u16, String), String> {
+    let text = String::from_utf8_lossy(buf);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no header end")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("no status")?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).map_err(|e| e.to_string())?;
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    Ok((status, body))
+}
+
+/// Polls `url` until it answers 200 or `timeout` passes.
+async fn wait_ok(url: &str, proc: &Proc, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok((200, _)) = http("GET", url, "").await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} not ready after {timeout:?}; log:\n{}",
+            proc.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The health URL of a container (its `--health-listen`).
+fn health_url(container: &Value) -> String {
+    let (_, addr) = listeners(container)
+        .into_iter()
+        .find(|(f, _)| f == "--health-listen")
+        .expect("the container has a health listener the kubelet can reach");
+    format!("http://127.0.0.1:{}/readyz", addr.port())
+}
+
+/// Tests that bind the manifests' fixed ports run one at a time.
+static PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("krs-deploy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A small cluster: two nodes and one pending pod of the second scheduler.
+fn extender_state() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "labels": {"kubernetes.io/hostname": "n2"}},
+            "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"}}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml", "uid": "p-uid"},
+            "spec": {"schedulerName": "kruntimes-scheduler",
+                "containers": [{"name": "c", "image": "app", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": "Pending"}}),
+    ]
+}
+
+/// kube-scheduler's filter and bind calls for pod ml/p, as the extender
+/// config says to make them; returns the node bound.
+async fn filter_and_bind(e: &Extender, proc: &Proc, uid: &str) -> String {
+    let pod = json!({"metadata": {"name": "p", "namespace": "ml", "uid": uid},
+        "spec": {"schedulerName": "kruntimes-scheduler",
+            "containers": [{"name": "c", "image": "app", "resources": {"requests": {"cpu": "2"}}}]}});
+    let args = if e.node_cache_capable {
+        json!({"Pod": pod, "NodeNames": ["n1", "n2"]})
+    } else {
+        json!({"Pod": pod, "Nodes": {"items": [
+            {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}},
+            {"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"}}}]}})
+    };
+    let url = format!("{}/{}", e.url_prefix, e.filter);
+    let (status, body) = http("POST", &url, &args.to_string())
+        .await
+        .unwrap_or_else(|err| panic!("filter: {err}; log:\n{}", proc.log()));
+    assert_eq!(status, 200, "{url}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let passed: Vec<String> = if e.node_cache_capable {
+        serde_json::from_value(v["NodeNames"].clone()).unwrap()
+    } else {
+        v["Nodes"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| name_of(n).to_owned())
+            .collect()
+    };
+    assert_eq!(passed, ["n1"], "filter: {body}");
+    let reason = v["FailedNodes"]["n2"]
+        .as_str()
+        .or(v["FailedAndUnresolvableNodes"]["n2"].as_str());
+    assert!(reason.is_some_and(|r| r.contains("cpu")), "{body}");
+    let bind = e.bind.as_deref().expect("the extender binds");
+    let url = format!("{}/{bind}", e.url_prefix);
+    let args = json!({"PodName": "p", "PodNamespace": "ml", "PodUID": uid, "Node": "n1"});
+    let (status, body) = http("POST", &url, &args.to_string())
+        .await
+        .unwrap_or_else(|err| panic!("bind: {err}; log:\n{}", proc.log()));
+    assert_eq!(status, 200, "{url}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        v["Error"].as_str().unwrap_or_default().is_empty(),
+        "bind: {body}"
+    );
+    "n1".into()
+}
+
+// === (a) extenders ===
+
+#[tokio::test]
+async fn every_extender_resolves_to_a_loopback_listener_that_filters_and_binds() {
+    let Some(objs) = rendered() else { return };
+    let resolved = check_extenders(objs).unwrap_or_else(|p| panic!("{}", p.join("\n")));
+    let _ports = PORTS.lock().await;
+    for (e, target) in resolved {
+        assert_eq!(target.flag, "--extender-listen");
+        let url = parse_url(&e.url_prefix).unwrap();
+        assert_eq!(
+            url.scheme, "http",
+            "the extender is called over loopback HTTP"
+        );
+        let dir = scratch("extender");
+        let state = dir.join("state.json");
+        std::fs::write(
+            &state,
+            json!({"apiVersion": "v1", "kind": "List", "items": extender_state()}).to_string(),
+        )
+        .unwrap();
+        let proc = start(
+            &target.container,
+            &["--state".into(), state.display().to_string()],
+            &dir,
+        );
+        wait_ok(
+            &health_url(&target.container),
+            &proc,
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!(filter_and_bind(&e, &proc, "p-uid").await, "n1");
+        // The store shows the binding the extender made.
+        let (_, api) = listeners(&target.container)
+            .into_iter()
+            .find(|(f, _)| f == "--listen")
+            .expect("main listener");
+        let (status, body) = http(
+            "GET",
+            &format!(
+                "http://127.0.0.1:{}/v1/objects?kind=Pod&namespace=ml&name=p",
+                api.port()
+            ),
+            "",
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["items"][0]["spec"]["nodeName"], "n1", "{body}");
+        // The extender verbs are served on the extender's listener only.
+        let (status, _) = http(
+            "POST",
+            &format!("http://127.0.0.1:{}/scheduler/bind", api.port()),
+            "{}",
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 404, "bind must not be served on --listen");
+    }
+}
+
+// === (c) what would break the extender ===
+
+/// Replaces `from` with `to` in every string of the rendered objects.
+fn edit(objs: &[Value], from: &str, to: &str) -> Vec<Value> {
+    fn walk(v: &mut Value, from: &str, to: &str) {
+        match v {
+            Value::String(s) => *s = s.replace(from, to),
+            Value::Array(a) => a.iter_mut().for_each(|v| walk(v, from, to)),
+            Value::Object(o) => o.values_mut().for_each(|v| walk(v, from, to)),
+            _ => {}
+        }
+    }
+    let mut out = objs.to_vec();
+    out.iter_mut().for_each(|v| walk(v, from, to));
+    out
+}
+
+#[test]
+fn an_extender_behind_a_service_with_several_backends_is_refused() {
+    let Some(objs) = rendered() else { return };
+    check_extenders(objs).unwrap_or_else(|p| panic!("{}", p.join("\n")));
+    // The old install: kube-scheduler called a Service in front of two
+    // replicas that each keep their own gang holds.
+    let mut broken = edit(
+        objs,
+        "http://127.0.0.1:8888/scheduler",
+        "http://kruntimes-scheduler.kruntimes-system.svc:443/scheduler",
+    );
+    // Even with the Service pointing at a container port that exists.
+    let err = check_extenders(&broken).expect_err("a Service with two backends must be refused");
+    assert!(
+        err.iter()
+            .any(|e| e.contains("more than one ready backend")),
+        "{err:?}"
+    );
+    // A Service that does not expose the port is refused too.
+    broken = edit(
+        objs,
+        "http://127.0.0.1:8888/scheduler",
+        "http://kruntimes-scheduler.kruntimes-system.svc:8080/scheduler",
+    );
+    let err = check_extenders(&broken).expect_err("no such Service port");
+    assert!(
+        err.iter().any(|e| e.contains("has no port 8080")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn an_extender_listening_beyond_loopback_is_refused() {
+    let Some(objs) = rendered() else { return };
+    let broken = edit(
+        objs,
+        "--extender-listen=127.0.0.1:8888",
+        "--extender-listen=0.0.0.0:8888",
+    );
+    let err = check_extenders(&broken).expect_err("a non-loopback extender must be refused");
+    assert!(
+        err.iter().any(|e| e.contains("other pods could call")),
+        "{err:?}"
+    );
+    let broken = edit(
+        objs,
+        "--extender-listen=127.0.0.1:8888",
+        "--extender-listen=127.0.0.1:9999",
+    );
+    let err = check_extenders(&broken).expect_err("nothing listens on the URL's port");
+    assert!(err.iter().any(|e| e.contains("0 listeners")), "{err:?}");
+}
+
+#[test]
+fn the_install_has_the_promised_shape() {
+    let Some(objs) = rendered() else { return };
+    let kinds: BTreeSet<String> = objs
+        .iter()
+        .map(|o| format!("{}/{}", o["kind"].as_str().unwrap(), name_of(o)))
+        .collect();
+    // No CRDs in the default install: kruntimes owns Run and Runtime.
+    assert!(
+        !objs.iter().any(|o| o["kind"] == "CustomResourceDefinition"),
+        "{kinds:?}"
+    );
+    // No webhook configuration with an empty caBundle: the service
+    // registers its own once it can answer.
+    let webhooks: Vec<&str> = objs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration")
+            )
+        })
+        .map(name_of)
+        .collect();
+    assert!(
+        webhooks.is_empty(),
+        "the default install must not ship webhook configurations: {webhooks:?}"
+    );
+    // The second scheduler: two replicas, each with its own extender,
+    // spread, protected, system-critical, and rolled by config changes.
+    let sched = kind_is(objs, "Deployment")
+        .find(|d| name_of(d) == "kruntimes-kube-scheduler")
+        .expect("second scheduler");
+    assert_eq!(sched["spec"]["replicas"], 2);
+    let spec = &sched["spec"]["template"]["spec"];
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert!(spec["affinity"]["podAntiAffinity"].is_object());
+    let names: Vec<&str> = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["kube-scheduler", "extender"]);
+    let cm = spec["volumes"][0]["configMap"]["name"].as_str().unwrap();
+    assert!(
+        cm.starts_with("kruntimes-kube-scheduler-config-")
+            && cm.len() > "kruntimes-kube-scheduler-config-".len(),
+        "the configuration ConfigMap carries a content hash: {cm}"
+    );
+    assert!(kind_is(objs, "PodDisruptionBudget").any(|p| name_of(p) == "kruntimes-kube-scheduler"));
+    // The image is set in one place.
+    for c in workloads(objs)
+        .iter()
+        .flat_map(|(_, _, t)| t["spec"]["containers"].as_array().unwrap())
+        .filter(|c| c["name"] != "kube-scheduler")
+    {
+        assert_eq!(c["image"], "kruntimes/kruntimes-scheduler:0.1.0", "{c}");
+    }
+    // The webhook Deployment: every replica serves the webhooks.
+    let web = kind_is(objs, "Deployment")
+        .find(|d| name_of(d) == "kruntimes-scheduler")
+        .expect("webhook deployment");
+    assert_eq!(web["spec"]["replicas"], 2);
+}
+
+// === (d) RBAC ===
+
+/// One RBAC rule of a rendered Role or ClusterRole.
+#[derive(Debug, Clone)]
+struct Rule {
+    /// `Kind/name` of the role.
+    role: String,
+    /// Namespace the rule applies in (`None`: every namespace).
+    namespace: Option<String>,
+    groups: Vec<String>,
+    resources: Vec<String>,
+    verbs: Vec<String>,
+    names: Vec<String>,
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The rules granted to a ServiceAccount by rendered bindings to rendered
+/// roles (bindings to built-in roles such as `system:kube-scheduler` are
+/// the other container's and are ignored).
+fn rules_of(objs: &[Value], ns: &str, sa: &str) -> Vec<Rule> {
+    let mut out = Vec::new();
+    for b in objs.iter().filter(|o| {
+        matches!(
+            o["kind"].as_str(),
+            Some("ClusterRoleBinding" | "RoleBinding")
+        )
+    }) {
+        let bound = b["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == ns);
+        if !bound {
+            continue;
+        }
+        let role_kind = b["roleRef"]["kind"].as_str().unwrap();
+        let role_name = b["roleRef"]["name"].as_str().unwrap();
+        let binding_ns = (b["kind"] == "RoleBinding").then(|| ns_of(b).to_owned());
+        let Some(role) = objs.iter().find(|o| {
+            o["kind"] == role_kind
+                && name_of(o) == role_name
+                && (role_kind == "ClusterRole" || Some(ns_of(o).to_owned()) == binding_ns)
+        }) else {
+            continue;
+        };
+        for r in role["rules"].as_array().into_iter().flatten() {
+            out.push(Rule {
+                role: format!("{role_kind}/{role_name}"),
+                namespace: binding_ns.clone(),
+                groups: strings(&r["apiGroups"]),
+                resources: strings(&r["resources"]),
+                verbs: strings(&r["verbs"]),
+                names: strings(&r["resourceNames"]),
+            });
+        }
+    }
+    out
+}
+
+fn full_resource(r: &Request) -> String {
+    if r.subresource.is_empty() {
+        r.resource.clone()
+    } else {
+        format!("{}/{}", r.resource, r.subresource)
+    }
+}
+
+fn allows(rule: &Rule, r: &Request) -> bool {
+    let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+    rule.namespace.as_deref().is_none_or(|ns| ns == r.namespace)
+        && any(&rule.groups, &r.group)
+        && any(&rule.resources, &full_resource(r))
+        && any(&rule.verbs, &r.verb)
+        && (rule.names.is_empty() || rule.names.contains(&r.name))
+}
+
+/// Checks recorded requests against the rules; returns the (role, group,
+/// resource, verb) grants that no request used.
+fn check_rbac(rules: &[Rule], requests: &[Request], who: &str) -> BTreeSet<String> {
+    let denied: BTreeSet<String> = requests
+        .iter()
+        .filter(|r| !rules.iter().any(|rule| allows(rule, r)))
+        .map(|r| format!("{r:?}"))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "{who}: requests the rendered RBAC does not allow:\n{}",
+        denied.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    let mut unused = BTreeSet::new();
+    for rule in rules {
+        for g in &rule.groups {
+            for res in &rule.resources {
+                for v in &rule.verbs {
+                    let used = requests.iter().any(|r| {
+                        &r.group == g && &full_resource(r) == res && &r.verb == v && allows(rule, r)
+                    });
+                    if !used {
+                        unused.insert(format!("{} {g}/{res} {v}", rule.role));
+                    }
+                }
+            }
+        }
+    }
+    unused
+}
+
+fn kubeconfig(api: &FakeApi, dir: &Path) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let mut f = std::fs::File::create(&path).unwrap();
+    write!(
+        f,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\nusers:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n",
+        api.url
+    )
+    .unwrap();
+    path
+}
+
+fn container_of<'a>(objs: &'a [Value], deployment: &str, container: &str) -> (&'a Value, String) {
+    let d = kind_is(objs, "Deployment")
+        .find(|d| name_of(d) == deployment)
+        .unwrap_or_else(|| panic!("Deployment {deployment}"));
+    let spec = &d["spec"]["template"]["spec"];
+    let c = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == container)
+        .unwrap_or_else(|| panic!("container {container}"));
+    (c, spec["serviceAccountName"].as_str().unwrap().to_owned())
+}
+
+/// Grants no scenario exercises, each with why it is granted.
+const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
+    (
+        "Role/kruntimes-kube-scheduler-lease coordination.k8s.io/leases create",
+        "kube-scheduler's own leader election: the other container of the pod, same ServiceAccount",
+    ),
+    (
+        "Role/kruntimes-kube-scheduler-lease coordination.k8s.io/leases get",
+        "kube-scheduler's own leader election",
+    ),
+    (
+        "Role/kruntimes-kube-scheduler-lease coordination.k8s.io/leases update",
+        "kube-scheduler's own leader election",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler-extender events.k8s.io/events create",
+        "a gang whose --gang-wait expires records GangWaitExpired (tests/gang.rs drives it on paused time)",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler-extender events.k8s.io/events patch",
+        "a repeated event is patched (series) rather than created again",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler-extender resource.k8s.io/resourceclaims/status patch",
+        "a claim whose devices failed to bind, or not within --binding-timeout, is cleared (tests/binding.rs)",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler-extender scheduling.k8s.io/compositepodgroups/status patch",
+        "a gang of gangs reaching quorum sets CompositePodGroupInitiallyScheduled (tests/gang.rs, cluster mode)",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler events.k8s.io/events patch",
+        "a repeated Pending event is patched (series) rather than created again",
+    ),
+];
+
+#[tokio::test]
+async fn the_extender_uses_only_what_its_rbac_grants() {
+    let Some(objs) = rendered() else { return };
+    let (container, sa) = container_of(objs, "kruntimes-kube-scheduler", "extender");
+    let _ports = PORTS.lock().await;
+    let api = FakeApi::start().await;
+    let mut uids = std::collections::BTreeMap::new();
+    for o in extender_state() {
+        let res = match o["kind"].as_str().unwrap() {
+            "Node" => Res::Nodes,
+            "Pod" => Res::Pods,
+            k => panic!("{k}"),
+        };
+        let stored = api.put(res, o);
+        uids.insert(
+            name_of(&stored).to_owned(),
+            stored["metadata"]["uid"].as_str().unwrap().to_owned(),
+        );
+    }
+    api.put(
+        Res::PodGroups,
+        json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}),
+    );
+    let grouped = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "q", "namespace": "ml", "uid": "q-uid"},
+        "spec": {"schedulerName": "kruntimes-scheduler", "schedulingGroup": {"podGroupName": "g"},
+            "containers": [{"name": "c", "image": "app", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"}});
+    let q_uid = api.put(Res::Pods, grouped)["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = scratch("rbac-extender");
+    let kc = kubeconfig(&api, &dir);
+    let proc = start(
+        container,
+        &["--kubeconfig".into(), kc.display().to_string()],
+        &dir,
+    );
+    wait_ok(&health_url(container), &proc, Duration::from_secs(20)).await;
+    let (_, e) = extenders(objs).into_iter().next().unwrap();
+    filter_and_bind(&e, &proc, &uids["p"]).await;
+    // A gang member: bind sets its group's condition through the API.
+    let url = format!("{}/{}", e.url_prefix, e.bind.as_deref().unwrap());
+    let (status, body) = http(
+        "POST",
+        &url,
+        &json!({"PodName": "q", "PodNamespace": "ml", "PodUID": q_uid, "Node": "n1"}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"Error\":\"\""),
+        "{body}; log:\n{}",
+        proc.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !api
+        .inner
+        .lock()
+        .requests
+        .iter()
+        .any(|r| r.resource == "podgroups" && r.subresource == "status")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no PodGroup status write; log:\n{}",
+            proc.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(proc);
+    let requests = api.inner.lock().requests.clone();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.resource == "pods" && r.subresource == "binding"),
+        "the extender bound through the API: {requests:?}"
+    );
+    let rules = rules_of(objs, "kruntimes-system", &sa);
+    let unused = check_rbac(&rules, &requests, "extender");
+    let unexplained: Vec<&String> = unused
+        .iter()
+        .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "grants no scenario used and none explains (remove them or list why in UNUSED_BUT_NEEDED):\n{unexplained:#?}"
+    );
+}

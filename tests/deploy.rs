@@ -769,6 +769,18 @@ fn the_install_has_the_promised_shape() {
     {
         assert_eq!(c["image"], "kruntimes/kruntimes-scheduler:0.1.0", "{c}");
     }
+    // The containers' args go to the image's entrypoint, the binary, run
+    // as the user the pods' securityContext names.
+    let dockerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l.starts_with("ENTRYPOINT") && l.contains("/kruntimes-scheduler\"")),
+        "the image's entrypoint is the binary"
+    );
+    assert!(dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"));
+    assert_eq!(spec["securityContext"]["runAsUser"], 65532);
     // The webhook Deployment: every replica serves the webhooks.
     let web = kind_is(objs, "Deployment")
         .find(|d| name_of(d) == "kruntimes-scheduler")

@@ -113,6 +113,14 @@ pub struct ServeArgs {
     /// the kube-scheduler in the same pod can call `bind`.
     #[arg(long, env = "KRS_EXTENDER_LISTEN")]
     pub extender_listen: Option<SocketAddr>,
+    /// Cluster mode: authenticate (TokenReview) and authorize
+    /// (SubjectAccessReview) callers of the Run API and `/metrics`. Health
+    /// endpoints stay open; standalone mode is always open.
+    #[arg(long, env = "KRS_AUTHORIZE_READS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub authorize_reads: bool,
+    /// How long an access decision is reused.
+    #[arg(long, env = "KRS_AUTH_CACHE_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub auth_cache_ttl: Duration,
     /// Also serve `/healthz`, `/readyz` and `/metrics` on this address,
     /// plain HTTP, for the kubelet and Prometheus when `--listen` is on
     /// loopback or TLS.
@@ -262,6 +270,7 @@ pub fn standalone(
         writer: store.clone(),
         binding: Arc::new(BindingGate::default()),
         gangs: Arc::new(Gangs::default()),
+        access: None,
     };
     Ok(Standalone {
         state,
@@ -454,6 +463,7 @@ pub async fn cluster_with(
             writer,
             binding: Arc::new(BindingGate::default()),
             gangs: Arc::new(Gangs::default()),
+            access: None,
         },
         controller,
         watchers,
@@ -511,6 +521,16 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     .await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    if args.authorize_reads {
+        app.state.access = Some(crate::http::auth::AccessControl::new(
+            client.clone(),
+            args.auth_cache_ttl,
+        ));
+    } else {
+        tracing::warn!(
+            "--authorize-reads=false: the Run API and /metrics answer anyone who can reach them"
+        );
+    }
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let loop_task = if !components.runs {
         None

@@ -432,12 +432,26 @@ fn start(container: &Value, extra: &[String], dir: &Path) -> Proc {
 
 /// A minimal HTTP/1.1 call over a plain TCP connection.
 async fn http(method: &str, url: &str, body: &str) -> Result<(u16, String), String> {
+    http_with(method, url, body, &[]).await
+}
+
+/// [`http`] with extra headers.
+async fn http_with(
+    method: &str,
+    url: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
     let u = parse_url(url)?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let mut s = tokio::net::TcpStream::connect((u.host.as_str(), u.port))
         .await
         .map_err(|e| format!("{url}: {e}"))?;
     let req = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         if u.path.is_empty() { "/" } else { &u.path },
         u.host,
         body.len()
@@ -1038,6 +1052,20 @@ async fn the_extender_uses_only_what_its_rbac_grants() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A scrape of the health listener's /metrics is authenticated and
+    // authorized through the API.
+    {
+        let mut g = api.inner.lock();
+        g.tokens.insert("prom".into(), "prometheus".into());
+        g.grants.push(("prometheus".into(), "get /metrics".into()));
+    }
+    let metrics = health_url(container).replace("/readyz", "/metrics");
+    let (status, _) = http("GET", &metrics, "").await.unwrap();
+    assert_eq!(status, 401, "an anonymous scrape is refused");
+    let (status, body) = http_with("GET", &metrics, "", &[("Authorization", "Bearer prom")])
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
     drop(proc);
     let requests = api.inner.lock().requests.clone();
     assert!(

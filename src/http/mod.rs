@@ -1,6 +1,7 @@
 //! The HTTP API: axum routers over shared state. Handlers decode, call the
 //! cache or store, and encode; they keep no state of their own.
 
+pub mod auth;
 pub mod error;
 mod objects;
 mod runs;
@@ -39,6 +40,9 @@ pub struct AppState {
     pub binding: Arc<crate::extender::binding::BindingGate>,
     /// Gang members held in bind until their group's quorum (`--gang-wait`).
     pub gangs: Arc<crate::extender::hold::Gangs>,
+    /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
+    /// them open (standalone mode).
+    pub access: Option<auth::AccessControl>,
 }
 
 /// Which HTTP surfaces a listener serves. Each follows a component of
@@ -76,12 +80,19 @@ pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
+        .merge(metrics_route(&state));
     if surfaces.run_api {
-        app = app
+        let run_api = Router::new()
             .route("/v1/runs/plan", post(runs::plan))
             .route("/v1/runs", get(runs::list_runs))
             .route("/v1/runtime-pods", get(runs::list_runtime_pods));
+        app = app.merge(match &state.access {
+            Some(ac) => run_api.route_layer(axum::middleware::from_fn_with_state(
+                ac.clone(),
+                auth::require_run_read,
+            )),
+            None => run_api,
+        });
     }
     // Standalone only; cluster mode answers a 404 that says so.
     app = app
@@ -119,13 +130,23 @@ pub fn extender_router(state: AppState) -> Router {
 /// `/metrics`, plain HTTP, for the kubelet and Prometheus when the API
 /// listens on loopback or behind TLS.
 pub fn health_router(state: AppState) -> Router {
-    finish(
-        Router::new()
-            .route("/healthz", get(healthz))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics)),
-        state,
-    )
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(metrics_route(&state));
+    finish(app, state)
+}
+
+/// `/metrics`, behind access control when the state has it.
+fn metrics_route(state: &AppState) -> Router<AppState> {
+    let r = Router::new().route("/metrics", get(metrics));
+    match &state.access {
+        Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
+            ac.clone(),
+            auth::require_metrics_read,
+        )),
+        None => r,
+    }
 }
 
 /// Fallbacks, limits, timeout and tracing shared by every listener.

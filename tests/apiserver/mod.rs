@@ -106,6 +106,10 @@ pub struct Inner {
     lease_owner: HashMap<(String, String), String>,
     /// Every request received, in order (see [`Request`]).
     pub requests: Vec<Request>,
+    /// TokenReview: bearer token → user name; other tokens are not authenticated.
+    pub tokens: HashMap<String, String>,
+    /// SubjectAccessReview: (user, `"VERB RESOURCE.GROUP"` or `"VERB /path"`) allowed.
+    pub grants: Vec<(String, String)>,
 }
 
 #[derive(Clone)]
@@ -195,6 +199,14 @@ impl FakeApi {
                 get(get_lease).patch(patch_lease).put(put_lease),
             )
             .route("/api/v1/nodes", get(list_or_watch_nodes))
+            .route(
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                axum::routing::post(token_review),
+            )
+            .route(
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                axum::routing::post(subject_access_review),
+            )
             .route(
                 "/apis/scheduling.k8s.io/v1/priorityclasses",
                 get(
@@ -957,4 +969,46 @@ async fn record_request(
         api.inner.lock().requests.push(r);
     }
     next.run(req).await
+}
+
+// === TokenReview and SubjectAccessReview ===
+
+async fn token_review(State(api): State<FakeApi>, body: Bytes) -> Response {
+    let mut review: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let token = review["spec"]["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let user = api.inner.lock().tokens.get(&token).cloned();
+    review["status"] = match user {
+        Some(u) => {
+            json!({"authenticated": true, "user": {"username": u, "groups": ["system:authenticated"]}})
+        }
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+    };
+    (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+async fn subject_access_review(State(api): State<FakeApi>, body: Bytes) -> Response {
+    let mut review: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let spec = &review["spec"];
+    let user = spec["user"].as_str().unwrap_or_default().to_owned();
+    let what = if let Some(r) = spec.get("resourceAttributes") {
+        format!(
+            "{} {}.{}",
+            r["verb"].as_str().unwrap_or_default(),
+            r["resource"].as_str().unwrap_or_default(),
+            r["group"].as_str().unwrap_or_default()
+        )
+    } else {
+        let n = &spec["nonResourceAttributes"];
+        format!(
+            "{} {}",
+            n["verb"].as_str().unwrap_or_default(),
+            n["path"].as_str().unwrap_or_default()
+        )
+    };
+    let allowed = api.inner.lock().grants.contains(&(user, what));
+    review["status"] = json!({"allowed": allowed});
+    (StatusCode::CREATED, axum::Json(review)).into_response()
 }

@@ -170,10 +170,25 @@ pub fn decode_object<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, Viol
     serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let message = inner.to_string();
+        // A required field that is absent is named itself, not its parent.
+        if let Some(name) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            let field = if path == "." {
+                name.to_owned()
+            } else {
+                format!("{path}.{name}")
+            };
+            let mut v = Violation::invalid(&field, format!("{field}: Required value"));
+            v.cause = "FieldValueRequired";
+            return v;
+        }
         if path == "." {
-            Violation::invalid(".", inner.to_string())
+            Violation::invalid(".", message)
         } else {
-            Violation::invalid(&path, format!("{path}: Invalid value: {inner}"))
+            Violation::invalid(&path, format!("{path}: Invalid value: {message}"))
         }
     })
 }
@@ -222,6 +237,18 @@ impl Violation {
             code: 403,
             field: field.into(),
             cause: "FieldValueNotFound",
+            message: message.into(),
+        }
+    }
+
+    /// A value the API server's admission would refuse (403, as Kubernetes'
+    /// own Priority admission plugin answers a priority that differs from
+    /// its class).
+    pub fn forbidden_value(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: 403,
+            field: field.into(),
+            cause: "FieldValueForbidden",
             message: message.into(),
         }
     }

@@ -113,3 +113,5 @@ fn join(errs: &[FieldError]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_tests;

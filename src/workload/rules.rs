@@ -616,22 +616,32 @@ pub fn check_immutable<T: PartialEq + serde::Serialize>(
 /// A scheduling policy's variant may not change on update. Besides the
 /// error at the policy block (`path`), the API server names the variant
 /// fields themselves: one newly set is immutable, one that was set cannot be
-/// cleared.
+/// cleared. Returns whether the variants differ.
 pub fn check_policy_variant(
-    new: Option<PolicyOption>,
-    old: Option<PolicyOption>,
+    new: Option<PolicyView>,
+    old: Option<PolicyView>,
     path: &str,
     errs: &mut Errors,
-) {
-    if new == old {
-        return;
+) -> bool {
+    let set = |v: Option<PolicyView>| v.map_or((false, false), |v| (v.basic, v.gang.is_some()));
+    let (n, o) = (set(new), set(old));
+    if n == o {
+        return false;
     }
-    check_immutable(&new, &old, path, errs);
-    for option in [PolicyOption::Basic, PolicyOption::Gang] {
+    check_immutable(
+        &new.and_then(|v| v.option()),
+        &old.and_then(|v| v.option()),
+        path,
+        errs,
+    );
+    for (option, now, before) in [
+        (PolicyOption::Basic, n.0, o.0),
+        (PolicyOption::Gang, n.1, o.1),
+    ] {
         let p = child(path, option.as_str());
-        if new == Some(option) {
+        if now && !before {
             errs.push(FieldError::invalid(p, Value::Null, IMMUTABLE));
-        } else if old == Some(option) {
+        } else if before && !now {
             errs.push(FieldError::invalid(
                 p,
                 Value::Null,
@@ -639,6 +649,7 @@ pub fn check_policy_variant(
             ));
         }
     }
+    true
 }
 
 /// The API server reports a changed immutable field once: list-size errors

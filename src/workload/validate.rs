@@ -369,31 +369,23 @@ fn immutable_item(n: &WorkloadItem, o: &WorkloadItem, errs: &mut Errors) {
     let policy_path = n.block_path(Block::SchedulingPolicy);
     if n.is_composite() {
         // The whole composite policy is immutable, minGroupCount included.
-        let variant = |c: &super::tree::ItemConfig| {
+        let view = |c: &super::tree::ItemConfig| {
             c.composite_scheduling_policy
                 .as_ref()
                 .map(composite_policy_view)
-                .and_then(|v| v.option())
         };
-        if variant(&nc) == variant(&oc) {
+        if !check_policy_variant(view(&nc), view(&oc), &policy_path, errs) {
             check_immutable(
                 &nc.composite_scheduling_policy,
                 &oc.composite_scheduling_policy,
                 &policy_path,
                 errs,
             );
-        } else {
-            check_policy_variant(variant(&nc), variant(&oc), &policy_path, errs);
         }
     } else {
         // The variant is frozen; gang.minCount stays mutable.
-        let variant = |c: &super::tree::ItemConfig| {
-            c.scheduling_policy
-                .as_ref()
-                .map(leaf_policy_view)
-                .and_then(|v| v.option())
-        };
-        check_policy_variant(variant(&nc), variant(&oc), &policy_path, errs);
+        let view = |c: &super::tree::ItemConfig| c.scheduling_policy.as_ref().map(leaf_policy_view);
+        check_policy_variant(view(&nc), view(&oc), &policy_path, errs);
         check_immutable(
             &nc.resource_claims,
             &oc.resource_claims,
@@ -520,8 +512,12 @@ impl<'a> PodFields<'a> {
 
     /// Everything but `gang.minCount` is immutable.
     fn check_update(&self, old: &PodFields<'_>, p: &GroupPaths, errs: &mut Errors) {
-        let variant = |x: &v1beta1::PodGroupSchedulingPolicy| pod_policy_view(x).option();
-        check_policy_variant(variant(self.policy), variant(old.policy), &p.policy, errs);
+        check_policy_variant(
+            Some(pod_policy_view(self.policy)),
+            Some(pod_policy_view(old.policy)),
+            &p.policy,
+            errs,
+        );
         check_immutable(self.disruption, old.disruption, &p.disruption, errs);
         check_immutable(self.constraints, old.constraints, &p.constraints, errs);
         check_immutable(self.claims, old.claims, &p.claims, errs);
@@ -906,14 +902,8 @@ fn check_composite_policy_update<T: PartialEq + serde::Serialize>(
     path: &str,
     errs: &mut Errors,
 ) {
-    let (nv, ov) = (
-        new_view.and_then(|v| v.option()),
-        old_view.and_then(|v| v.option()),
-    );
-    if nv == ov {
+    if !check_policy_variant(new_view, old_view, path, errs) {
         check_immutable(new, old, path, errs);
-    } else {
-        check_policy_variant(nv, ov, path, errs);
     }
 }
 

@@ -376,3 +376,52 @@ pub fn describe(req: &Request, obj: &DynamicObject) -> String {
         .unwrap_or_default();
     format!("{} {name:?}", req.kind.kind)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Obj {
+        spec: Spec,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Spec {
+        workload_ref: String,
+        count: i32,
+    }
+
+    fn object(data: Value) -> DynamicObject {
+        match serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": data
+        })) {
+            Ok(o) => o,
+            Err(e) => panic!("fixture: {e}"),
+        }
+    }
+
+    #[test]
+    fn an_absent_required_field_is_named_itself() {
+        let Err(v) = decode_object::<Obj>(&object(serde_json::json!({"count": 1}))) else {
+            panic!("decoded without workloadRef");
+        };
+        assert_eq!(v.field, "spec.workloadRef");
+        assert_eq!(v.cause, "FieldValueRequired");
+        assert_eq!(v.message, "spec.workloadRef: Required value");
+    }
+
+    #[test]
+    fn a_wrong_type_is_invalid_at_the_field() {
+        let Err(v) = decode_object::<Obj>(&object(
+            serde_json::json!({"workloadRef": "w", "count": "one"}),
+        )) else {
+            panic!("decoded a string as a number");
+        };
+        assert_eq!(v.field, "spec.count");
+        assert_eq!(v.cause, "FieldValueInvalid");
+    }
+}

@@ -131,10 +131,10 @@ pub(crate) fn validate_tree(
         ));
     }
     check_template_count(tree.items.len(), &tree.path, &mut w.errs);
-    tree_list_unique(&tree.items, &mut w.errs);
     for item in &tree.items {
         w.item(item);
     }
+    tree_list_unique(&tree.items, &mut w.errs);
     let (leaves, composites) = tree_name_nodes(&tree.items);
     check_names_across_lists(&leaves, &composites, &mut w.errs);
     check_depth(&composites, &mut w.errs);
@@ -318,10 +318,10 @@ impl<'t> TreeWalk<'t> {
             let leaves = item.children.iter().filter(|c| !c.is_composite()).count();
             check_template_count(leaves, &children_path, &mut self.errs);
             check_template_count(item.children.len() - leaves, &children_path, &mut self.errs);
-            tree_list_unique(&item.children, &mut self.errs);
             for c in &item.children {
                 self.item(c);
             }
+            tree_list_unique(&item.children, &mut self.errs);
         }
     }
 }

@@ -688,5 +688,72 @@ mod tests {
         assert!(!is_qualified_name("bad key"));
         assert!(!is_qualified_name("/zone"));
         assert!(!is_qualified_name("Example.com/zone"));
+        // A subdomain's parts have no length limit of their own, only the total.
+        assert!(is_dns_subdomain(&format!("{}.example.com", "a".repeat(64))));
+        assert!(is_dns_subdomain(&"a".repeat(253)));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
+        assert!(is_qualified_name(&format!(
+            "{}/{}",
+            "a".repeat(253),
+            "b".repeat(63)
+        )));
+    }
+
+    #[test]
+    fn qualified_name_problems_name_the_part() {
+        assert_eq!(
+            qualified_name_problems("example.com/Foo"),
+            Vec::<String>::new()
+        );
+        let long_name = qualified_name_problems(&format!("foo/{}", "b".repeat(64)));
+        assert_eq!(
+            long_name,
+            vec!["name part must be no more than 63 characters"]
+        );
+        let long_prefix = qualified_name_problems(&format!("{}/foo", "a".repeat(254)));
+        assert_eq!(
+            long_prefix,
+            vec!["prefix part must be no more than 253 characters"]
+        );
+        assert!(
+            qualified_name_problems("Example.com/foo")[0]
+                .starts_with("prefix part a lowercase RFC 1123 subdomain")
+        );
+        assert_eq!(
+            qualified_name_problems("/zone"),
+            vec!["prefix part must be non-empty"]
+        );
+        assert!(qualified_name_problems("a/b/c")[0].starts_with("a qualified name must consist"));
+        assert!(qualified_name_problems("bad key")[0].starts_with("name part must consist"));
+    }
+
+    #[test]
+    fn path_segments() {
+        assert_eq!(path_segment_problems("Deployment"), Vec::<String>::new());
+        assert_eq!(path_segment_problems(".."), vec!["may not be '..'"]);
+        assert_eq!(
+            path_segment_problems("a/b%c"),
+            vec!["may not contain '/'", "may not contain '%'"]
+        );
+    }
+
+    #[test]
+    fn too_many_is_dropped_only_under_an_immutable_path() {
+        let mut errs = vec![
+            FieldError::invalid("spec.schedulingConstraints", Value::Null, IMMUTABLE),
+            FieldError::too_many("spec.schedulingConstraints.topology", 2, 1),
+            FieldError::too_many("spec.schedulingConstraintsX", 2, 1),
+            FieldError::too_many("spec.resourceClaims", 5, 4),
+        ];
+        drop_too_many_under_immutable(&mut errs);
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.schedulingConstraints",
+                "spec.schedulingConstraintsX",
+                "spec.resourceClaims"
+            ]
+        );
     }
 }

@@ -742,6 +742,92 @@ async fn workload_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
     judge(VALIDATE_WL, "workload-update.json", &edits, expect).await;
 }
 
+/// Upstream-shaped cases through the real handler: the causes name exactly
+/// the fields, in order and with the error types, that the API server's
+/// own validation tests expect (plus the scheduler's `schedulingPolicy`
+/// line on a variant change).
+#[rstest]
+#[case::duplicate_in_one_list(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/1", pod_template("workers"))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[1]", "FieldValueDuplicate")]
+)]
+#[case::duplicate_across_lists(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/name", json!("train"))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].name", "FieldValueDuplicate")]
+)]
+#[case::too_deep(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates", nested(4))],
+    &[("spec.compositePodGroupTemplates[0]", "FieldValueInvalid")]
+)]
+#[case::min_count_zero(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy/gang/minCount", json!(0))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang.minCount", "FieldValueRequired")]
+)]
+#[case::empty_union(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({}))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid")]
+)]
+#[case::controller_ref_missing_kind(
+    "workload-create.json",
+    vec![set("/request/object/spec/controllerRef/kind", json!(""))],
+    &[("spec.controllerRef.kind", "FieldValueRequired")]
+)]
+#[case::controller_ref_name_with_percent(
+    "workload-create.json",
+    vec![set("/request/object/spec/controllerRef/name", json!("tr%ain"))],
+    &[("spec.controllerRef.name", "FieldValueInvalid")]
+)]
+#[case::two_priorities(
+    "workload-create.json",
+    vec![remove("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priorityClassName"), set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priority", json!(2000))],
+    &[("spec", "FieldValueInvalid")]
+)]
+#[case::template_renamed(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/name", json!("learners"))],
+    &[
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0]", "FieldValueForbidden"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates", "FieldValueForbidden"),
+    ]
+)]
+#[case::topology_list_grown(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingConstraints/topology/1", json!({"key": "zone"}))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingConstraints", "FieldValueInvalid")]
+)]
+#[case::gang_to_basic(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({"basic": {}}))],
+    &[
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.basic", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang", "FieldValueInvalid"),
+    ]
+)]
+#[tokio::test]
+async fn upstream_shaped_workload_cases(
+    #[case] fixture_name: &str,
+    #[case] edits: Vec<Edit>,
+    #[case] expected: &[(&str, &str)],
+) {
+    let review = apply_edits(fixture(fixture_name), &edits);
+    let resp = response_of(&send(state(), VALIDATE_WL, &review).await, &review);
+    assert_eq!(resp["allowed"], false, "{resp:#}");
+    assert_eq!(resp["status"]["code"], 422, "{resp:#}");
+    let causes: Vec<(&str, &str)> = resp["status"]["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["field"].as_str()?, c["reason"].as_str()?)))
+        .collect();
+    assert_eq!(causes, expected, "{resp:#}");
+}
+
 // === Pods ===
 
 #[rstest]

@@ -468,7 +468,7 @@ fn empty() -> Value {
 }
 
 /// `batch/v1` → `batch`; `v1` → none (core group).
-fn api_group(api_version: &str) -> Option<String> {
+pub(super) fn api_group(api_version: &str) -> Option<String> {
     api_version.split_once('/').map(|(g, _)| g.to_owned())
 }
 

@@ -215,6 +215,18 @@ fn children(n: usize, depth_suffix: &str) -> String {
     format!("owner: {{apiVersion: batch/v1, kind: Job, name: j}}\n{}", leaf("priority: 1")),
     vec![e("owner.uid", Required)]
 )]
+#[case::owner_name_not_a_path_segment(
+    format!("owner: {{apiVersion: batch/v1, kind: Job, name: 'a/b', uid: u}}\n{}", leaf("priority: 1")),
+    vec![e("owner.name", Invalid)]
+)]
+#[case::owner_group_not_a_subdomain(
+    format!("owner: {{apiVersion: Batch_x/v1, kind: Job, name: j, uid: u}}\n{}", leaf("priority: 1")),
+    vec![e("owner.apiVersion", Invalid)]
+)]
+#[case::owner_core_group(
+    format!("owner: {{apiVersion: v1, kind: Pod, name: p, uid: u}}\n{}", leaf("priority: 1")),
+    vec![]
+)]
 fn tree_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErrorKind)>) {
     assert_eq!(tree_errors(&yaml), expected, "\n{yaml}");
 }

@@ -130,6 +130,9 @@ pub(crate) fn validate_tree(
              `podGroupTemplates` and `compositePodGroupTemplates`",
         ));
     }
+    if let Some(owner) = &options.owner {
+        check_owner(owner, &mut w.errs);
+    }
     check_template_count(tree.items.len(), &tree.path, &mut w.errs);
     for item in &tree.items {
         w.item(item);
@@ -146,6 +149,36 @@ pub(crate) fn validate_tree(
         drop_too_many_under_immutable(&mut errs);
     }
     errs
+}
+
+/// The owner becomes the Workload's `spec.controllerRef`, so it must pass
+/// that field's format rules (reported at `owner.*`): the group of
+/// `apiVersion` a DNS subdomain, `kind` and `name` URL path segments. Empty
+/// fields are the caller's to report.
+fn check_owner(
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    errs: &mut Errors,
+) {
+    if let Some(group) = super::build::api_group(&owner.api_version)
+        && !group.is_empty()
+        && !rules::is_dns_subdomain(&group)
+    {
+        errs.push(FieldError::invalid(
+            "owner.apiVersion",
+            owner.api_version.as_str(),
+            "the API group must be a lowercase RFC 1123 subdomain (it becomes spec.controllerRef.apiGroup)",
+        ));
+    }
+    for (field, value) in [("kind", &owner.kind), ("name", &owner.name)] {
+        let problems = rules::path_segment_problems(value);
+        if !value.is_empty() && !problems.is_empty() {
+            errs.push(FieldError::invalid(
+                child("owner", field),
+                value.as_str(),
+                problems.join("; "),
+            ));
+        }
+    }
 }
 
 /// Repeated names within one list of items: leaves and items with children

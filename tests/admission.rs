@@ -358,7 +358,7 @@ fn claims(n: usize) -> Value {
 )]
 #[case::duplicate_claim_names(
     vec![set("/request/object/spec/resourceClaims/1", json!({"name": "gpus", "resourceClaimName": "x"}))],
-    Expect::Deny(422, &["spec.resourceClaims[1].name"])
+    Expect::Deny(422, &["spec.resourceClaims[1]"])
 )]
 #[case::missing_class(
     vec![set("/request/object/spec/priorityClassName", json!("no-such-class"))],
@@ -372,6 +372,22 @@ fn claims(n: usize) -> Value {
 #[case::bad_preemption_policy(
     vec![set("/request/object/spec/preemptionPolicy", json!("Sometimes"))],
     Expect::Deny(422, &["spec.preemptionPolicy"])
+)]
+#[case::priority_differs_from_class(
+    vec![set("/request/object/spec/priority", json!(5))],
+    Expect::Deny(403, &["spec.priority"])
+)]
+#[case::priority_without_class(
+    vec![remove("/request/object/spec/priorityClassName"), set("/request/object/spec/priority", json!(5))],
+    Expect::Allow
+)]
+#[case::priority_above_user_range(
+    vec![remove("/request/object/spec/priorityClassName"), set("/request/object/spec/priority", json!(1_000_000_001))],
+    Expect::Deny(422, &["spec.priority"])
+)]
+#[case::topology_key_name_too_long(
+    vec![set("/request/object/spec/schedulingConstraints/topology/0/key", json!(format!("example.com/{}", "k".repeat(64))))],
+    Expect::Deny(422, &["spec.schedulingConstraints.topology[0].key"])
 )]
 #[case::dry_run_same_verdict(
     vec![set("/request/dryRun", json!(true)), set("/request/object/spec/schedulingPolicy/gang/minCount", json!(0))],
@@ -413,7 +429,7 @@ async fn pod_group_create(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
 )]
 #[case::gang_to_basic(
     vec![set("/request/object/spec/schedulingPolicy", json!({"basic": {}})), set("/request/object/spec/disruptionMode", json!({"single": {}})), set("/request/oldObject/spec/disruptionMode", json!({"single": {}}))],
-    Expect::Deny(422, &["spec.schedulingPolicy"])
+    Expect::Deny(422, &["spec.schedulingPolicy", "spec.schedulingPolicy.basic", "spec.schedulingPolicy.gang"])
 )]
 #[case::every_immutable_field(
     vec![set("/request/object/spec/priority", json!(5)), set("/request/object/spec/workloadRef/workloadName", json!("x"))],
@@ -430,6 +446,84 @@ async fn class_deleted_after_create_does_not_block_updates() {
     let empty = AdmissionState::new(Arc::new(PriorityClasses::synced_with([])));
     let resp = response_of(&send(empty, VALIDATE_PG, &review).await, &review);
     check_verdict(&resp, Expect::Allow);
+}
+
+/// Errors carry the API server's error types: an absent or zero `minCount`
+/// is `Required`, an empty union `Invalid`, a repeated entry `Duplicate`.
+#[tokio::test]
+async fn causes_carry_the_api_servers_error_types() {
+    let resp = judge(
+        VALIDATE_PG,
+        "podgroup-create.json",
+        &[
+            set("/request/object/spec/schedulingPolicy/gang/minCount", json!(0)),
+            set("/request/object/spec/disruptionMode", json!({})),
+            set(
+                "/request/object/spec/resourceClaims",
+                json!([{"name": "a", "resourceClaimName": "x"}, {"name": "a", "resourceClaimName": "y"}]),
+            ),
+        ],
+        Expect::Deny(
+            422,
+            &["spec.schedulingPolicy.gang.minCount", "spec.disruptionMode", "spec.resourceClaims[1]"],
+        ),
+    )
+    .await;
+    let causes: Vec<(&str, &str)> = resp["status"]["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["field"].as_str()?, c["reason"].as_str()?)))
+        .collect();
+    for expected in [
+        ("spec.schedulingPolicy.gang.minCount", "FieldValueRequired"),
+        ("spec.disruptionMode", "FieldValueInvalid"),
+        ("spec.resourceClaims[1]", "FieldValueDuplicate"),
+    ] {
+        assert!(causes.contains(&expected), "{expected:?} not in {causes:?}");
+    }
+}
+
+/// Admission writes nothing into groups: an accepted PodGroup,
+/// CompositePodGroup or Workload comes back without a patch, with or
+/// without a `priority` beside its class, and a differing `priority` is
+/// refused with the field and both values named, not corrected.
+#[tokio::test]
+async fn admission_writes_no_priority_into_groups() {
+    for (path, fixture_name, priority) in [
+        (
+            VALIDATE_PG,
+            "podgroup-create.json",
+            "/request/object/spec/priority",
+        ),
+        (
+            VALIDATE_CPG,
+            "compositepodgroup-create.json",
+            "/request/object/spec/priority",
+        ),
+    ] {
+        for edits in [vec![], vec![remove(priority)]] {
+            let resp = judge(path, fixture_name, &edits, Expect::Allow).await;
+            assert!(resp.get("patch").is_none(), "{path}: {resp:#}");
+            assert!(resp.get("patchType").is_none(), "{path}: {resp:#}");
+        }
+        let resp = judge(
+            path,
+            fixture_name,
+            &[set(priority, json!(7))],
+            Expect::Deny(403, &["spec.priority"]),
+        )
+        .await;
+        let message = resp["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.priority: Forbidden: the integer value of priority (7)")
+                && message.contains("1000")
+                && message.contains("high-priority"),
+            "{message}"
+        );
+    }
+    let resp = judge(VALIDATE_WL, "workload-create.json", &[], Expect::Allow).await;
+    assert!(resp.get("patch").is_none(), "{resp:#}");
 }
 
 #[tokio::test]
@@ -465,6 +559,12 @@ const VALIDATE_CPG: &str = "/admission/validate/compositepodgroups";
 )]
 #[case::missing_class(vec![set("/request/object/spec/priorityClassName", json!("nope"))], Expect::Deny(403, &["spec.priorityClassName"]))]
 #[case::bad_workload_ref(vec![set("/request/object/spec/workloadRef/templateName", json!("Train"))], Expect::Deny(422, &["spec.workloadRef.templateName"]))]
+#[case::missing_workload_ref(vec![remove("/request/object/spec/workloadRef")], Expect::Deny(422, &["spec.workloadRef"]))]
+#[case::priority_differs_from_class(vec![set("/request/object/spec/priority", json!(999))], Expect::Deny(403, &["spec.priority"]))]
+#[case::min_group_count_absent(
+    vec![set("/request/object/spec/schedulingPolicy/gang", json!({}))],
+    Expect::Deny(422, &["spec.schedulingPolicy.gang.minGroupCount"])
+)]
 #[tokio::test]
 async fn composite_pod_group_create(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
     judge(
@@ -486,6 +586,7 @@ async fn composite_pod_group_create(#[case] edits: Vec<Edit>, #[case] expect: Ex
 #[case::disruption(vec![set("/request/object/spec/disruptionMode", json!({"single": {}}))], Expect::Deny(422, &["spec.disruptionMode"]))]
 #[case::class(vec![remove("/request/object/spec/priorityClassName")], Expect::Deny(422, &["spec.priorityClassName"]))]
 #[case::workload_ref(vec![set("/request/object/spec/workloadRef/workloadName", json!("other"))], Expect::Deny(422, &["spec.workloadRef"]))]
+#[case::workload_ref_removed(vec![remove("/request/object/spec/workloadRef")], Expect::Deny(422, &["spec.workloadRef"]))]
 #[case::parent(vec![set("/request/object/spec/parentCompositePodGroupName", json!("root"))], Expect::Deny(422, &["spec.parentCompositePodGroupName"]))]
 #[tokio::test]
 async fn composite_pod_group_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
@@ -544,7 +645,7 @@ fn nested(levels: usize) -> Value {
 #[case::eight_templates(vec![set(PODS0, pod_templates(8))], Expect::Allow)]
 #[case::duplicate_names(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/1", pod_template("workers"))],
-    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].podGroupTemplates[1].name"])
+    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].podGroupTemplates[1]"])
 )]
 #[case::name_reused_across_levels(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/name", json!("train"))],
@@ -553,11 +654,44 @@ fn nested(levels: usize) -> Value {
 #[case::depth_four(vec![set("/request/object/spec/compositePodGroupTemplates", nested(3))], Expect::Allow)]
 #[case::depth_five(
     vec![set("/request/object/spec/compositePodGroupTemplates", nested(4))],
-    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates[0].podGroupTemplates"])
+    Expect::Deny(422, &["spec.compositePodGroupTemplates[0]"])
 )]
 #[case::two_priority_configs(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priority", json!(10))],
-    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].podGroupTemplates[0].priority"])
+    Expect::Deny(422, &["spec", "spec.compositePodGroupTemplates[0].podGroupTemplates[0].priority"])
+)]
+#[case::preemption_policies_may_differ(
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/preemptionPolicy", json!("Never"))],
+    Expect::Allow
+)]
+#[case::controller_ref_kind_with_slash(
+    vec![set("/request/object/spec/controllerRef/kind", json!("Jo/b"))],
+    Expect::Deny(422, &["spec.controllerRef.kind"])
+)]
+#[case::controller_ref_bad_api_group(
+    vec![set("/request/object/spec/controllerRef/apiGroup", json!("Batch_v1"))],
+    Expect::Deny(422, &["spec.controllerRef.apiGroup"])
+)]
+#[case::priority_too_high(
+    vec![
+        set("/request/object/spec/compositePodGroupTemplates/0/priority", json!(1_000_000_001)),
+        set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priority", json!(1_000_000_001)),
+        remove("/request/object/spec/compositePodGroupTemplates/0/priorityClassName"),
+        remove("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priorityClassName"),
+    ],
+    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].priority", "spec.compositePodGroupTemplates[0].podGroupTemplates[0].priority"])
+)]
+#[case::topology_key_with_long_prefix_label(
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/schedulingConstraints/topology/0/key",
+        json!(format!("{}.example.com/zone", "z".repeat(64))))],
+    Expect::Allow
+)]
+#[case::priority_differs_from_class(
+    vec![
+        set("/request/object/spec/compositePodGroupTemplates/0/priority", json!(5)),
+        set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priority", json!(5)),
+    ],
+    Expect::Deny(403, &["spec.compositePodGroupTemplates[0].priority", "spec.compositePodGroupTemplates[0].podGroupTemplates[0].priority"])
 )]
 #[case::min_count_zero(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy/gang/minCount", json!(0))],
@@ -593,7 +727,7 @@ async fn workload_create(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
 #[case::controller_ref(vec![set("/request/object/spec/controllerRef/name", json!("other"))], Expect::Deny(422, &["spec.controllerRef"]))]
 #[case::template_added(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/1", pod_template("extra"))],
-    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].podGroupTemplates[1].name"])
+    Expect::Deny(422, &["spec.compositePodGroupTemplates[0].podGroupTemplates[1]"])
 )]
 #[case::topology(
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingConstraints", json!({}))],
@@ -606,6 +740,92 @@ async fn workload_create(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
 #[tokio::test]
 async fn workload_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
     judge(VALIDATE_WL, "workload-update.json", &edits, expect).await;
+}
+
+/// Upstream-shaped cases through the real handler: the causes name exactly
+/// the fields, in order and with the error types, that the API server's
+/// own validation tests expect (plus the scheduler's `schedulingPolicy`
+/// line on a variant change).
+#[rstest]
+#[case::duplicate_in_one_list(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/1", pod_template("workers"))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[1]", "FieldValueDuplicate")]
+)]
+#[case::duplicate_across_lists(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/name", json!("train"))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].name", "FieldValueDuplicate")]
+)]
+#[case::too_deep(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates", nested(4))],
+    &[("spec.compositePodGroupTemplates[0]", "FieldValueInvalid")]
+)]
+#[case::min_count_zero(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy/gang/minCount", json!(0))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang.minCount", "FieldValueRequired")]
+)]
+#[case::empty_union(
+    "workload-create.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({}))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid")]
+)]
+#[case::controller_ref_missing_kind(
+    "workload-create.json",
+    vec![set("/request/object/spec/controllerRef/kind", json!(""))],
+    &[("spec.controllerRef.kind", "FieldValueRequired")]
+)]
+#[case::controller_ref_name_with_percent(
+    "workload-create.json",
+    vec![set("/request/object/spec/controllerRef/name", json!("tr%ain"))],
+    &[("spec.controllerRef.name", "FieldValueInvalid")]
+)]
+#[case::two_priorities(
+    "workload-create.json",
+    vec![remove("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priorityClassName"), set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/priority", json!(2000))],
+    &[("spec", "FieldValueInvalid")]
+)]
+#[case::template_renamed(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/name", json!("learners"))],
+    &[
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0]", "FieldValueForbidden"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates", "FieldValueForbidden"),
+    ]
+)]
+#[case::topology_list_grown(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingConstraints/topology/1", json!({"key": "zone"}))],
+    &[("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingConstraints", "FieldValueInvalid")]
+)]
+#[case::gang_to_basic(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({"basic": {}}))],
+    &[
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.basic", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang", "FieldValueInvalid"),
+    ]
+)]
+#[tokio::test]
+async fn upstream_shaped_workload_cases(
+    #[case] fixture_name: &str,
+    #[case] edits: Vec<Edit>,
+    #[case] expected: &[(&str, &str)],
+) {
+    let review = apply_edits(fixture(fixture_name), &edits);
+    let resp = response_of(&send(state(), VALIDATE_WL, &review).await, &review);
+    assert_eq!(resp["allowed"], false, "{resp:#}");
+    assert_eq!(resp["status"]["code"], 422, "{resp:#}");
+    let causes: Vec<(&str, &str)> = resp["status"]["details"]["causes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["field"].as_str()?, c["reason"].as_str()?)))
+        .collect();
+    assert_eq!(causes, expected, "{resp:#}");
 }
 
 // === Pods ===

@@ -102,7 +102,9 @@ fn judge<T: DeserializeOwned>(
     }
 }
 
-/// PriorityClass references that do not resolve. On UPDATE a reference
+/// PriorityClass references that do not resolve, and explicit priorities
+/// that differ from their class's value (403, as the Priority admission
+/// plugin answers; nothing is patched in). On UPDATE a reference
 /// already present in the stored object is not checked again: the field is
 /// immutable, and a class deleted later must not block updates (finalizers,
 /// `minCount`) of objects that were admitted with it.
@@ -119,8 +121,9 @@ pub fn class_violations(
         .check(&refs)
         .into_iter()
         .map(|p| match p.lookup {
-            ClassLookup::NotSynced => Violation::unavailable(&p.reference.path, p.to_string()),
-            _ => Violation::forbidden(&p.reference.path, p.to_string()),
+            ClassLookup::NotSynced => Violation::unavailable(p.field(), p.to_string()),
+            ClassLookup::Found(_) => Violation::forbidden_value(p.field(), p.to_string()),
+            ClassLookup::Missing => Violation::forbidden(p.field(), p.to_string()),
         })
         .collect()
 }

@@ -24,19 +24,43 @@ pub enum ClassLookup {
     NotSynced,
 }
 
-/// A PriorityClass reference that does not resolve.
+/// A PriorityClass reference that does not resolve, or resolves to a value
+/// other than the explicit `priority` beside it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClassProblem {
     /// The reference (field path and class name).
     pub reference: PriorityClassRef,
-    /// [`ClassLookup::Missing`] or [`ClassLookup::NotSynced`].
+    /// [`ClassLookup::Missing`] or [`ClassLookup::NotSynced`]; or
+    /// [`ClassLookup::Found`] with the class's value when the explicit
+    /// `priority` differs from it (the problem is then at
+    /// [`PriorityClassRef::priority_path`]).
     pub lookup: ClassLookup,
+}
+
+impl ClassProblem {
+    /// The field the problem is about.
+    pub fn field(&self) -> &str {
+        match self.lookup {
+            ClassLookup::Found(_) => &self.reference.priority_path,
+            _ => &self.reference.path,
+        }
+    }
 }
 
 impl std::fmt::Display for ClassProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ClassProblem { reference, lookup } = self;
         match lookup {
+            ClassLookup::Found(value) => write!(
+                f,
+                "{}: Forbidden: the integer value of priority ({}) must not differ from the value \
+                 {value} of PriorityClass {:?} named in {}: the priority admission controller \
+                 computes {value} from that PriorityClass",
+                reference.priority_path,
+                reference.priority.unwrap_or_default(),
+                reference.name,
+                reference.path
+            ),
             ClassLookup::NotSynced => write!(
                 f,
                 "{}: Internal error: cannot check that PriorityClass {:?} exists: the scheduler's \
@@ -139,11 +163,13 @@ impl PriorityClasses {
             .map_or(ClassLookup::Missing, |v| ClassLookup::Found(*v))
     }
 
-    /// Every reference that does not resolve, in order.
+    /// Every reference that does not resolve, in order, and every explicit
+    /// `priority` that differs from its class's value. Nothing is written
+    /// back: a group's priority stays what its author wrote.
     pub fn check(&self, refs: &[PriorityClassRef]) -> Vec<ClassProblem> {
         refs.iter()
             .filter_map(|r| match self.lookup(&r.name) {
-                ClassLookup::Found(_) => None,
+                ClassLookup::Found(value) if r.priority.is_none_or(|p| p == value) => None,
                 lookup => Some(ClassProblem {
                     reference: r.clone(),
                     lookup,
@@ -194,13 +220,39 @@ mod tests {
             PriorityClassRef {
                 path: "spec.priorityClassName".into(),
                 name: "c".into(),
+                priority: None,
+                priority_path: "spec.priority".into(),
             },
             PriorityClassRef {
                 path: "spec.x".into(),
                 name: "zz".into(),
+                priority: None,
+                priority_path: "spec.y".into(),
             },
         ]);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].to_string().starts_with("spec.x: Not found"));
+    }
+
+    #[test]
+    fn explicit_priority_must_match_the_class() {
+        let index = PriorityClasses::synced_with([mk_class("high", 1000)]);
+        let at = |priority| PriorityClassRef {
+            path: "spec.priorityClassName".into(),
+            name: "high".into(),
+            priority,
+            priority_path: "spec.priority".into(),
+        };
+        assert_eq!(index.check(&[at(None), at(Some(1000))]), vec![]);
+        let problems = index.check(&[at(Some(5))]);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].lookup, ClassLookup::Found(1000));
+        assert_eq!(problems[0].field(), "spec.priority");
+        let text = problems[0].to_string();
+        assert!(
+            text.starts_with("spec.priority: Forbidden: the integer value of priority (5)")
+                && text.contains("1000"),
+            "{text}"
+        );
     }
 }

@@ -170,10 +170,25 @@ pub fn decode_object<T: DeserializeOwned>(obj: &DynamicObject) -> Result<T, Viol
     serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let message = inner.to_string();
+        // A required field that is absent is named itself, not its parent.
+        if let Some(name) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            let field = if path == "." {
+                name.to_owned()
+            } else {
+                format!("{path}.{name}")
+            };
+            let mut v = Violation::invalid(&field, format!("{field}: Required value"));
+            v.cause = "FieldValueRequired";
+            return v;
+        }
         if path == "." {
-            Violation::invalid(".", inner.to_string())
+            Violation::invalid(".", message)
         } else {
-            Violation::invalid(&path, format!("{path}: Invalid value: {inner}"))
+            Violation::invalid(&path, format!("{path}: Invalid value: {message}"))
         }
     })
 }
@@ -222,6 +237,18 @@ impl Violation {
             code: 403,
             field: field.into(),
             cause: "FieldValueNotFound",
+            message: message.into(),
+        }
+    }
+
+    /// A value the API server's admission would refuse (403, as Kubernetes'
+    /// own Priority admission plugin answers a priority that differs from
+    /// its class).
+    pub fn forbidden_value(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: 403,
+            field: field.into(),
+            cause: "FieldValueForbidden",
             message: message.into(),
         }
     }
@@ -348,4 +375,53 @@ pub fn describe(req: &Request, obj: &DynamicObject) -> String {
         .or_else(|| obj.metadata.generate_name.clone().map(|g| format!("{g}*")))
         .unwrap_or_default();
     format!("{} {name:?}", req.kind.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Obj {
+        spec: Spec,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)]
+    struct Spec {
+        workload_ref: String,
+        count: i32,
+    }
+
+    fn object(data: Value) -> DynamicObject {
+        match serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": data
+        })) {
+            Ok(o) => o,
+            Err(e) => panic!("fixture: {e}"),
+        }
+    }
+
+    #[test]
+    fn an_absent_required_field_is_named_itself() {
+        let Err(v) = decode_object::<Obj>(&object(serde_json::json!({"count": 1}))) else {
+            panic!("decoded without workloadRef");
+        };
+        assert_eq!(v.field, "spec.workloadRef");
+        assert_eq!(v.cause, "FieldValueRequired");
+        assert_eq!(v.message, "spec.workloadRef: Required value");
+    }
+
+    #[test]
+    fn a_wrong_type_is_invalid_at_the_field() {
+        let Err(v) = decode_object::<Obj>(&object(
+            serde_json::json!({"workloadRef": "w", "count": "one"}),
+        )) else {
+            panic!("decoded a string as a number");
+        };
+        assert_eq!(v.field, "spec.count");
+        assert_eq!(v.cause, "FieldValueInvalid");
+    }
 }

@@ -13,8 +13,8 @@
 //!   kind: Job                     #   the Workload's spec.controllerRef
 //!   name: trainer
 //!   uid: 2c4c0f5e-0000-4000-8000-000000000001
-//! allowedPolicies: [basic, gang]          # optional, default both (others are rejected)
-//! allowedDisruptionModes: [single, all]   # optional, default both
+//! allowedPolicies: [basic, gang]          # optional; the tree file's default is both
+//! allowedDisruptionModes: [single, all]   # optional; the tree file's default is both
 //! items:                          # top-level items: all leaves, or all with children
 //!   - name: root                  # template name, DNS label, unique in the Workload
 //!     schedulingPolicy:           # exactly one of basic / gang
@@ -181,6 +181,12 @@ pub enum InputError {
 
 // === the tree file ===
 
+/// What a tree file allows when it has no `allowedPolicies`: both policies.
+pub const TREE_FILE_DEFAULT_POLICIES: &[PolicyOption] = &[PolicyOption::Basic, PolicyOption::Gang];
+/// What a tree file allows when it has no `allowedDisruptionModes`: both modes.
+pub const TREE_FILE_DEFAULT_DISRUPTION_MODES: &[DisruptionModeOption] =
+    &[DisruptionModeOption::Single, DisruptionModeOption::All];
+
 /// A tree file (see the module documentation for the format).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -193,10 +199,12 @@ pub struct TreeFile {
     /// Controlling object.
     #[serde(default)]
     pub owner: Option<OwnerFile>,
-    /// Allowed policies (default: all).
+    /// Allowed policies; absent: [`TREE_FILE_DEFAULT_POLICIES`] (an empty
+    /// list allows none).
     #[serde(default)]
     pub allowed_policies: Option<Vec<PolicyOption>>,
-    /// Allowed disruption modes (default: all).
+    /// Allowed disruption modes; absent:
+    /// [`TREE_FILE_DEFAULT_DISRUPTION_MODES`].
     #[serde(default)]
     pub allowed_disruption_modes: Option<Vec<DisruptionModeOption>>,
     /// Top-level items.
@@ -381,15 +389,21 @@ impl TreeFile {
             .enumerate()
             .map(|(i, item)| item.to_item(&index("items", i), &mut errs))
             .collect();
-        let mut options = BuildOptions::new(self.name.clone());
+        // The library allows nothing unless told; a tree file is the user's
+        // own description, so its default (documented above) is every option.
+        let mut options = BuildOptions::new(self.name.clone())
+            .allow_policies(
+                self.allowed_policies
+                    .clone()
+                    .unwrap_or_else(|| TREE_FILE_DEFAULT_POLICIES.to_vec()),
+            )
+            .allow_disruption_modes(
+                self.allowed_disruption_modes
+                    .clone()
+                    .unwrap_or_else(|| TREE_FILE_DEFAULT_DISRUPTION_MODES.to_vec()),
+            );
         options.namespace = self.namespace.clone();
         options.owner = owner;
-        if let Some(p) = &self.allowed_policies {
-            options.allowed_policies = p.clone();
-        }
-        if let Some(d) = &self.allowed_disruption_modes {
-            options.allowed_disruption_modes = d.clone();
-        }
         (
             Builder::new(
                 WorkloadTree {

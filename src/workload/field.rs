@@ -5,7 +5,7 @@
 //! block came from), and renders like the API server does:
 //!
 //! ```text
-//! spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1
+//! spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: -1: must be greater than or equal to 1
 //! ```
 
 use std::fmt;
@@ -165,12 +165,12 @@ mod tests {
     fn renders_like_kubernetes() {
         let e = FieldError::invalid(
             "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount",
-            0,
+            -1,
             "must be greater than or equal to 1",
         );
         assert_eq!(
             e.to_string(),
-            "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"
+            "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: -1: must be greater than or equal to 1"
         );
         assert_eq!(
             FieldError::required("a.b", "").to_string(),

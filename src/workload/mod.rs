@@ -21,7 +21,7 @@
 //! from) and optional callbacks:
 //!
 //! ```
-//! use kruntimes_scheduler::workload::{Builder, BuildOptions, ItemInput, Sourced, ValidationInput, WorkloadItem, fill_min_count};
+//! use kruntimes_scheduler::workload::{Builder, BuildOptions, ItemInput, PolicyOption, Sourced, ValidationInput, WorkloadItem, fill_min_count};
 //! use k8s_openapi::api::scheduling::v1alpha3::{WorkloadPodGroupSchedulingPolicy, WorkloadPodGroupGangSchedulingPolicy};
 //!
 //! // A Job-like controller: `spec.scheduling.schedulingPolicy` is the user's
@@ -37,7 +37,9 @@
 //!     ..Default::default()
 //! };
 //! let item = WorkloadItem::leaf("job").at("spec").with_input(input).with_callback(fill_min_count(4));
-//! let builder = Builder::new(item, BuildOptions::new("my-job"));
+//! // Options allow nothing by default: the controller names what it supports.
+//! let options = BuildOptions::new("my-job").allow_policies([PolicyOption::Basic, PolicyOption::Gang]);
+//! let builder = Builder::new(item, options);
 //! assert!(builder.validate(&ValidationInput::default()).is_empty());
 //! let workload = builder.build_workload()?;
 //! let pod_group = builder.new_pod_group("my-job-0", "job")?;
@@ -56,8 +58,8 @@ mod validate;
 pub use build::{BuildOptions, Builder, Group};
 pub use field::{FieldError, FieldErrorKind};
 pub use rules::{
-    DisruptionModeOption, MAX_DEPTH, MAX_RESOURCE_CLAIMS, MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS,
-    PREEMPTION_POLICIES, PolicyOption,
+    DisruptionModeOption, HIGHEST_USER_DEFINABLE_PRIORITY, MAX_DEPTH, MAX_RESOURCE_CLAIMS,
+    MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS, PREEMPTION_POLICIES, PolicyOption,
 };
 pub use tree::{
     Callback, CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig,
@@ -111,3 +113,5 @@ fn join(errs: &[FieldError]) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_tests;

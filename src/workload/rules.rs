@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::field::{FieldError, child, index};
+use super::field::{FieldError, FieldErrorKind, child, index};
 
 /// At most this many templates (or child items) per list.
 pub const MAX_TEMPLATES: usize = 8;
@@ -41,39 +41,88 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+/// RFC 1123 subdomain as Kubernetes checks it (`IsDNS1123Subdomain`): at
+/// most 253 characters of dot-separated parts, each of lowercase
+/// alphanumerics and '-', alphanumeric at both ends. Unlike a label, a part
+/// has no length limit of its own.
 pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= DNS_SUBDOMAIN_MAX && s.split('.').all(is_dns_label)
+    !s.is_empty()
+        && s.len() <= DNS_SUBDOMAIN_MAX
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part.chars().all(is_label_char)
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 /// Kubernetes qualified name (label key): optional DNS subdomain prefix and
 /// `/`, then a name of at most 63 characters of `[A-Za-z0-9_.-]`,
 /// alphanumeric at both ends.
+#[cfg(test)]
 pub fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
+    qualified_name_problems(s).is_empty()
+}
+
+/// Why `s` is not a qualified name, worded as Kubernetes' `IsQualifiedName`
+/// words it; empty when it is one.
+pub fn qualified_name_problems(s: &str) -> Vec<String> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let (prefix, name) = match parts.as_slice() {
+        [name] => (None, *name),
+        [prefix, name] => (Some(*prefix), *name),
+        _ => return vec![format!("a qualified name {QUALIFIED_NAME_FORMAT}")],
     };
-    if prefix.is_some_and(|p| !is_dns_subdomain(p)) {
-        return false;
+    let mut out = Vec::new();
+    match prefix {
+        Some("") => out.push("prefix part must be non-empty".to_owned()),
+        Some(p) if p.len() > DNS_SUBDOMAIN_MAX => out.push(format!(
+            "prefix part must be no more than {DNS_SUBDOMAIN_MAX} characters"
+        )),
+        Some(p) if !is_dns_subdomain(p) => out.push(format!("prefix part {DNS_SUBDOMAIN_MSG}")),
+        _ => {}
     }
     let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    !name.is_empty()
-        && name.len() <= DNS_LABEL_MAX
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_owned());
+    } else if name.len() > DNS_LABEL_MAX {
+        out.push(format!(
+            "name part must be no more than {DNS_LABEL_MAX} characters"
+        ));
+    }
+    let well_formed = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && ends_ok(name.chars().next())
-        && ends_ok(name.chars().last())
+        && ends_ok(name.chars().last());
+    if !name.is_empty() && !well_formed {
+        out.push(format!("name part {QUALIFIED_NAME_FORMAT}"));
+    }
+    out
+}
+
+/// Kubernetes' `IsPathSegmentName`: the name may be used as one segment of
+/// a URL path. Empty when it can.
+pub fn path_segment_problems(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s == "." || s == ".." {
+        out.push(format!("may not be '{s}'"));
+    }
+    for bad in ['/', '%'] {
+        if s.contains(bad) {
+            out.push(format!("may not contain '{bad}'"));
+        }
+    }
+    out
 }
 
 const DNS_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
      and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')";
 const DNS_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
      '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')";
-const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start \
-     and end with an alphanumeric character, with an optional DNS subdomain prefix and '/' \
-     (e.g. 'topology.kubernetes.io/zone')";
+const QUALIFIED_NAME_FORMAT: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start \
+     and end with an alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc'), with an optional \
+     DNS subdomain prefix and '/' (e.g. 'topology.kubernetes.io/zone')";
 
 /// A required DNS label.
 pub fn check_dns_label(value: &str, path: &str, errs: &mut Errors) {
@@ -88,6 +137,12 @@ pub fn check_dns_label(value: &str, path: &str, errs: &mut Errors) {
 pub fn check_dns_subdomain(value: &str, path: &str, errs: &mut Errors) {
     if value.is_empty() {
         errs.push(FieldError::required(path, ""));
+    } else if value.len() > DNS_SUBDOMAIN_MAX {
+        errs.push(FieldError::invalid(
+            path,
+            value,
+            format!("must be no more than {DNS_SUBDOMAIN_MAX} characters"),
+        ));
     } else if !is_dns_subdomain(value) {
         errs.push(FieldError::invalid(path, value, DNS_SUBDOMAIN_MSG));
     }
@@ -95,7 +150,9 @@ pub fn check_dns_subdomain(value: &str, path: &str, errs: &mut Errors) {
 
 // === unions ===
 
-/// Exactly one of the named members is set.
+/// Exactly one of the named members is set. Like the API server's union
+/// rule, both an empty union and one with several members set are `Invalid`
+/// at the union's path: the value is `""` or the set members (`"{a, b}"`).
 pub fn check_exactly_one(members: &[(&str, bool)], path: &str, errs: &mut Errors) {
     let set: Vec<&str> = members
         .iter()
@@ -106,11 +163,18 @@ pub fn check_exactly_one(members: &[(&str, bool)], path: &str, errs: &mut Errors
         return;
     }
     let names: Vec<String> = members.iter().map(|(n, _)| format!("`{n}`")).collect();
-    let detail = format!("must specify exactly one of: {}", names.join(", "));
     if set.is_empty() {
-        errs.push(FieldError::required(path, detail));
+        errs.push(FieldError::invalid(
+            path,
+            "",
+            format!("must specify one of: {}", names.join(", ")),
+        ));
     } else {
-        errs.push(FieldError::invalid(path, Value::from(set), detail));
+        errs.push(FieldError::invalid(
+            path,
+            format!("{{{}}}", set.join(", ")),
+            format!("must specify exactly one of: {}", names.join(", ")),
+        ));
     }
 }
 
@@ -181,7 +245,8 @@ impl PolicyView {
 }
 
 /// Structural rules of a policy block: exactly one variant, the gang minimum
-/// (field `min_field`, `minCount` or `minGroupCount`) at least 1 when given.
+/// (field `min_field`, `minCount` or `minGroupCount`) at least 1 when given
+/// (zero is `Required`, as the API server treats it as absent).
 pub fn check_policy(view: PolicyView, min_field: &str, path: &str, errs: &mut Errors) {
     check_exactly_one(
         &[("basic", view.basic), ("gang", view.gang.is_some())],
@@ -193,9 +258,13 @@ pub fn check_policy(view: PolicyView, min_field: &str, path: &str, errs: &mut Er
     }
 }
 
-/// `minCount` / `minGroupCount` must be positive.
+/// `minCount` / `minGroupCount` must be positive. Zero means "not set" to
+/// the API server, which answers `Required` for it; a negative value is
+/// `Invalid`.
 pub fn check_min_at_least_one(value: i32, path: &str, errs: &mut Errors) {
-    if value < 1 {
+    if value == 0 {
+        errs.push(FieldError::required(path, ""));
+    } else if value < 1 {
         errs.push(FieldError::invalid(
             path,
             value,
@@ -292,8 +361,11 @@ pub fn check_topology<'a>(keys: impl IntoIterator<Item = &'a str>, path: &str, e
         let p = child(&index(&topo, i), "key");
         if key.is_empty() {
             errs.push(FieldError::required(p, ""));
-        } else if !is_qualified_name(key) {
-            errs.push(FieldError::invalid(p, *key, QUALIFIED_NAME_MSG));
+        } else {
+            let problems = qualified_name_problems(key);
+            if !problems.is_empty() {
+                errs.push(FieldError::invalid(p, *key, problems.join("; ")));
+            }
         }
     }
 }
@@ -311,8 +383,10 @@ pub struct ClaimView<'a> {
     pub template: Option<&'a str>,
 }
 
-/// At most four claims, unique DNS-label names, each naming exactly one of a
-/// claim or a template, by DNS subdomain. `path` is the list.
+/// At most four claims, unique DNS-label names (a repeated name is a
+/// `Duplicate` of the whole entry, `[i]`, as for any list keyed by name),
+/// each naming exactly one of a claim or a template, by DNS subdomain.
+/// `path` is the list.
 pub fn check_claims(claims: &[ClaimView<'_>], path: &str, errs: &mut Errors) {
     if claims.len() > MAX_RESOURCE_CLAIMS {
         errs.push(FieldError::too_many(
@@ -327,7 +401,7 @@ pub fn check_claims(claims: &[ClaimView<'_>], path: &str, errs: &mut Errors) {
         let name_path = child(&p, "name");
         check_dns_label(c.name, &name_path, errs);
         if !c.name.is_empty() && seen.insert(c.name, i).is_some() {
-            errs.push(FieldError::duplicate(&name_path, c.name));
+            errs.push(FieldError::duplicate(&p, c.name));
         }
         check_exactly_one(
             &[
@@ -359,82 +433,67 @@ pub struct PriorityView<'a> {
     pub preemption_policy: Option<&'a str>,
 }
 
-/// Field formats of the priority configuration. `paths` gives the path of
-/// `priorityClassName` and `preemptionPolicy`.
-pub fn check_priority(
-    view: PriorityView<'_>,
-    class_path: &str,
-    preemption_path: &str,
-    errs: &mut Errors,
-) {
+/// The highest priority a user may set (`HighestUserDefinablePriority`);
+/// larger values are reserved for system PriorityClasses.
+pub const HIGHEST_USER_DEFINABLE_PRIORITY: i32 = 1_000_000_000;
+
+/// Paths of one group's priority fields.
+#[derive(Clone, Copy, Debug)]
+pub struct PriorityPaths<'p> {
+    /// `priorityClassName`.
+    pub class: &'p str,
+    /// `priority`.
+    pub priority: &'p str,
+    /// `preemptionPolicy`.
+    pub preemption: &'p str,
+}
+
+/// Field formats of the priority configuration: a DNS-subdomain class name,
+/// a priority of at most [`HIGHEST_USER_DEFINABLE_PRIORITY`], a supported
+/// preemption policy.
+pub fn check_priority(view: PriorityView<'_>, paths: PriorityPaths<'_>, errs: &mut Errors) {
     if let Some(name) = view.class_name {
-        check_dns_subdomain(name, class_path, errs);
+        check_dns_subdomain(name, paths.class, errs);
+    }
+    if let Some(p) = view.priority
+        && p > HIGHEST_USER_DEFINABLE_PRIORITY
+    {
+        errs.push(FieldError::invalid(
+            paths.priority,
+            p,
+            format!("must be less than or equal to {HIGHEST_USER_DEFINABLE_PRIORITY}"),
+        ));
     }
     if let Some(policy) = view.preemption_policy
         && !PREEMPTION_POLICIES.contains(&policy)
     {
         errs.push(FieldError::not_supported(
-            preemption_path,
+            paths.preemption,
             policy,
             PREEMPTION_POLICIES,
         ));
     }
 }
 
-/// Where one template's priority configuration lives.
-#[derive(Clone, Debug)]
-pub struct PriorityEntry<'a> {
-    /// The configuration.
-    pub view: PriorityView<'a>,
-    /// Path of `priorityClassName`.
-    pub class_path: String,
-    /// Path of `priority`.
-    pub priority_path: String,
-    /// Path of `preemptionPolicy`.
-    pub preemption_path: String,
-}
-
-/// One priority configuration per Workload: every template carries the same
-/// `priorityClassName`, `priority` and `preemptionPolicy` (set or unset alike)
-/// as the first one.
-pub fn check_one_priority(entries: &[PriorityEntry<'_>], errs: &mut Errors) {
-    let Some(first) = entries.first() else { return };
-    for e in &entries[1..] {
-        if e.view.class_name != first.view.class_name {
-            errs.push(FieldError::invalid(
-                &e.class_path,
-                opt_value(e.view.class_name),
-                format!(
-                    "must be the same in every template of the Workload (as {})",
-                    first.class_path
-                ),
-            ));
-        }
-        if e.view.priority != first.view.priority {
-            errs.push(FieldError::invalid(
-                &e.priority_path,
-                e.view.priority.map_or(Value::Null, Value::from),
-                format!(
-                    "must be the same in every template of the Workload (as {})",
-                    first.priority_path
-                ),
-            ));
-        }
-        if e.view.preemption_policy != first.view.preemption_policy {
-            errs.push(FieldError::invalid(
-                &e.preemption_path,
-                opt_value(e.view.preemption_policy),
-                format!(
-                    "must be the same in every template of the Workload (as {})",
-                    first.preemption_path
-                ),
-            ));
-        }
+/// One priority per Workload: every template carries the same
+/// `priorityClassName` and `priority` (set or unset alike) as the first
+/// one. `preemptionPolicy` may differ. Reported once, at `path` (the
+/// Workload's `spec`), as the API server does.
+pub fn check_one_priority<'a>(views: &[PriorityView<'a>], path: &str, errs: &mut Errors) {
+    fn key<'a>(v: &PriorityView<'a>) -> (Option<&'a str>, Option<i32>) {
+        (v.class_name.filter(|c| !c.is_empty()), v.priority)
     }
-}
-
-fn opt_value(v: Option<&str>) -> Value {
-    v.map_or(Value::Null, Value::from)
+    let Some(first) = views.first().map(key) else {
+        return;
+    };
+    if views.iter().any(|v| key(v) != first) {
+        errs.push(FieldError::invalid(
+            path,
+            Value::Null,
+            "detected multiple priority configurations: every template must have the same \
+             priorityClassName and priority",
+        ));
+    }
 }
 
 // === template lists ===
@@ -446,37 +505,94 @@ pub fn check_template_count(count: usize, path: &str, errs: &mut Errors) {
     }
 }
 
-/// Template names are DNS labels, unique across the whole Workload so that a
-/// group's `workloadRef.templateName` resolves to exactly one template.
-/// `seen` collects names across calls.
-pub fn check_template_name<'a>(
-    name: &'a str,
-    path: &str,
-    seen: &mut BTreeMap<&'a str, String>,
-    errs: &mut Errors,
-) {
-    check_dns_label(name, path, errs);
-    if name.is_empty() {
-        return;
-    }
-    if seen.contains_key(name) {
-        errs.push(FieldError::duplicate(path, name));
-    } else {
-        seen.insert(name, path.to_owned());
+/// Within one list keyed by name, a name used again is a `Duplicate` of the
+/// later entry, reported at the entry (`paths[i]`), as the API server does
+/// for its map lists. Empty names are left to the name format rule.
+pub fn check_list_unique(names: &[(&str, &str)], errs: &mut Errors) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, path) in names {
+        if !name.is_empty() && !seen.insert(*name) {
+            errs.push(FieldError::duplicate(*path, *name));
+        }
     }
 }
 
-/// Templates nest at most four levels deep. `depth` is the level of the
-/// list at `path` (root list = 1).
-pub fn check_depth(depth: usize, path: &str, errs: &mut Errors) -> bool {
-    if depth > MAX_DEPTH {
-        errs.push(FieldError::forbidden(
-            path,
-            format!("templates may nest at most {MAX_DEPTH} levels deep"),
-        ));
-        return false;
+/// One composite template (or item with children) for the Workload-wide
+/// name rule: its name, path, and children by list.
+#[derive(Clone, Debug, Default)]
+pub struct NameNode<'a> {
+    /// Template name.
+    pub name: &'a str,
+    /// Path of the template (its `name` field is reported).
+    pub path: String,
+    /// Pod group templates (leaves) under it: name and path.
+    pub leaves: Vec<(&'a str, String)>,
+    /// Composite templates under it.
+    pub composites: Vec<NameNode<'a>>,
+}
+
+/// Template names are unique across the whole Workload, so that a group's
+/// `workloadRef.templateName` resolves to exactly one template. A name that
+/// repeats one from another list is a `Duplicate` at `<template>.name`; the
+/// walk is the API server's: the top-level leaves, then per list of
+/// composites their own names first, then each one's leaves and children.
+/// Repeats within one list are [`check_list_unique`]'s.
+pub fn check_names_across_lists(
+    top_leaves: &[(&str, String)],
+    top_composites: &[NameNode<'_>],
+    errs: &mut Errors,
+) {
+    let mut names: std::collections::BTreeSet<&str> = top_leaves.iter().map(|(n, _)| *n).collect();
+    composite_list_names(top_composites, &mut names, errs);
+}
+
+fn composite_list_names<'a>(
+    list: &[NameNode<'a>],
+    names: &mut std::collections::BTreeSet<&'a str>,
+    errs: &mut Errors,
+) {
+    for t in list {
+        if !t.name.is_empty() && names.contains(t.name) {
+            errs.push(FieldError::duplicate(child(&t.path, "name"), t.name));
+        }
     }
-    true
+    names.extend(list.iter().map(|t| t.name));
+    for t in list {
+        for (name, path) in &t.leaves {
+            if !name.is_empty() && names.contains(name) {
+                errs.push(FieldError::duplicate(child(path, "name"), *name));
+            }
+        }
+        names.extend(t.leaves.iter().map(|(n, _)| *n));
+        composite_list_names(&t.composites, names, errs);
+    }
+}
+
+impl NameNode<'_> {
+    /// Levels of composite templates from this one down (itself = 1).
+    pub fn height(&self) -> usize {
+        1 + self
+            .composites
+            .iter()
+            .map(NameNode::height)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Templates nest at most [`MAX_DEPTH`] levels deep, leaves included: a
+/// composite template may not sit at level [`MAX_DEPTH`]. Reported once per
+/// top-level template whose hierarchy is too deep, at that template.
+pub fn check_depth(top_composites: &[NameNode<'_>], errs: &mut Errors) {
+    for t in top_composites {
+        if t.height() >= MAX_DEPTH {
+            errs.push(FieldError::invalid(
+                &t.path,
+                t.name,
+                format!("maximum template hierarchy depth is {MAX_DEPTH}"),
+            ));
+        }
+    }
 }
 
 // === immutability ===
@@ -497,6 +613,64 @@ pub fn check_immutable<T: PartialEq + serde::Serialize>(
     }
 }
 
+/// A scheduling policy's variant may not change on update. Besides the
+/// error at the policy block (`path`), the API server names the variant
+/// fields themselves: one newly set is immutable, one that was set cannot be
+/// cleared. Returns whether the variants differ.
+pub fn check_policy_variant(
+    new: Option<PolicyView>,
+    old: Option<PolicyView>,
+    path: &str,
+    errs: &mut Errors,
+) -> bool {
+    let set = |v: Option<PolicyView>| v.map_or((false, false), |v| (v.basic, v.gang.is_some()));
+    let (n, o) = (set(new), set(old));
+    if n == o {
+        return false;
+    }
+    check_immutable(
+        &new.and_then(|v| v.option()),
+        &old.and_then(|v| v.option()),
+        path,
+        errs,
+    );
+    for (option, now, before) in [
+        (PolicyOption::Basic, n.0, o.0),
+        (PolicyOption::Gang, n.1, o.1),
+    ] {
+        let p = child(path, option.as_str());
+        if now && !before {
+            errs.push(FieldError::invalid(p, Value::Null, IMMUTABLE));
+        } else if before && !now {
+            errs.push(FieldError::invalid(
+                p,
+                Value::Null,
+                "field cannot be cleared once set",
+            ));
+        }
+    }
+    true
+}
+
+/// The API server reports a changed immutable field once: list-size errors
+/// (`Too many`) at or under a path already reported immutable are dropped.
+pub fn drop_too_many_under_immutable(errs: &mut Errors) {
+    let frozen: Vec<String> = errs
+        .iter()
+        .filter(|e| e.detail == IMMUTABLE)
+        .map(|e| e.path.clone())
+        .collect();
+    errs.retain(|e| {
+        e.kind != FieldErrorKind::TooMany
+            || !frozen.iter().any(|f| {
+                e.path == *f
+                    || e.path
+                        .strip_prefix(f.as_str())
+                        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+            })
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -514,5 +688,72 @@ mod tests {
         assert!(!is_qualified_name("bad key"));
         assert!(!is_qualified_name("/zone"));
         assert!(!is_qualified_name("Example.com/zone"));
+        // A subdomain's parts have no length limit of their own, only the total.
+        assert!(is_dns_subdomain(&format!("{}.example.com", "a".repeat(64))));
+        assert!(is_dns_subdomain(&"a".repeat(253)));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
+        assert!(is_qualified_name(&format!(
+            "{}/{}",
+            "a".repeat(253),
+            "b".repeat(63)
+        )));
+    }
+
+    #[test]
+    fn qualified_name_problems_name_the_part() {
+        assert_eq!(
+            qualified_name_problems("example.com/Foo"),
+            Vec::<String>::new()
+        );
+        let long_name = qualified_name_problems(&format!("foo/{}", "b".repeat(64)));
+        assert_eq!(
+            long_name,
+            vec!["name part must be no more than 63 characters"]
+        );
+        let long_prefix = qualified_name_problems(&format!("{}/foo", "a".repeat(254)));
+        assert_eq!(
+            long_prefix,
+            vec!["prefix part must be no more than 253 characters"]
+        );
+        assert!(
+            qualified_name_problems("Example.com/foo")[0]
+                .starts_with("prefix part a lowercase RFC 1123 subdomain")
+        );
+        assert_eq!(
+            qualified_name_problems("/zone"),
+            vec!["prefix part must be non-empty"]
+        );
+        assert!(qualified_name_problems("a/b/c")[0].starts_with("a qualified name must consist"));
+        assert!(qualified_name_problems("bad key")[0].starts_with("name part must consist"));
+    }
+
+    #[test]
+    fn path_segments() {
+        assert_eq!(path_segment_problems("Deployment"), Vec::<String>::new());
+        assert_eq!(path_segment_problems(".."), vec!["may not be '..'"]);
+        assert_eq!(
+            path_segment_problems("a/b%c"),
+            vec!["may not contain '/'", "may not contain '%'"]
+        );
+    }
+
+    #[test]
+    fn too_many_is_dropped_only_under_an_immutable_path() {
+        let mut errs = vec![
+            FieldError::invalid("spec.schedulingConstraints", Value::Null, IMMUTABLE),
+            FieldError::too_many("spec.schedulingConstraints.topology", 2, 1),
+            FieldError::too_many("spec.schedulingConstraintsX", 2, 1),
+            FieldError::too_many("spec.resourceClaims", 5, 4),
+        ];
+        drop_too_many_under_immutable(&mut errs);
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "spec.schedulingConstraints",
+                "spec.schedulingConstraintsX",
+                "spec.resourceClaims"
+            ]
+        );
     }
 }

@@ -80,9 +80,13 @@ fn children(n: usize, depth_suffix: &str) -> String {
     leaf("schedulingPolicy: {basic: {}, gang: {minCount: 2}}"),
     vec![e("items[0].schedulingPolicy", Invalid)]
 )]
-#[case::policy_none(leaf("schedulingPolicy: {}"), vec![e("items[0].schedulingPolicy", Required)])]
+#[case::policy_none(leaf("schedulingPolicy: {}"), vec![e("items[0].schedulingPolicy", Invalid)])]
 #[case::min_count_zero(
     leaf("schedulingPolicy: {gang: {minCount: 0}}"),
+    vec![e("items[0].schedulingPolicy.gang.minCount", Required)]
+)]
+#[case::min_count_negative(
+    leaf("schedulingPolicy: {gang: {minCount: -1}}"),
     vec![e("items[0].schedulingPolicy.gang.minCount", Invalid)]
 )]
 #[case::min_count_unresolved(
@@ -92,7 +96,7 @@ fn children(n: usize, depth_suffix: &str) -> String {
 #[case::min_count_from_pod_count(leaf("podCount: 3\nschedulingPolicy: {gang: {}}"), vec![])]
 #[case::min_group_count_zero(
     "name: w\nitems:\n  - name: a\n    schedulingPolicy: {gang: {minGroupCount: 0}}\n    children:\n      - name: b\n".to_owned(),
-    vec![e("items[0].schedulingPolicy.gang.minGroupCount", Invalid)]
+    vec![e("items[0].schedulingPolicy.gang.minGroupCount", Required)]
 )]
 #[case::min_count_on_composite(
     "name: w\nitems:\n  - name: a\n    schedulingPolicy: {gang: {minCount: 2}}\n    children:\n      - name: b\n".to_owned(),
@@ -106,7 +110,7 @@ fn children(n: usize, depth_suffix: &str) -> String {
     leaf("schedulingPolicy: {gang: {minCount: 1}}\ndisruptionMode: {all: {}, single: {}}"),
     vec![e("items[0].disruptionMode", Invalid)]
 )]
-#[case::disruption_none(leaf("disruptionMode: {}"), vec![e("items[0].disruptionMode", Required)])]
+#[case::disruption_none(leaf("disruptionMode: {}"), vec![e("items[0].disruptionMode", Invalid)])]
 #[case::all_with_basic(leaf("disruptionMode: {all: {}}"), vec![e("items[0].disruptionMode.all", Invalid)])]
 #[case::all_with_gang(leaf("schedulingPolicy: {gang: {minCount: 1}}\ndisruptionMode: {all: {}}"), vec![])]
 #[case::two_topologies(
@@ -125,14 +129,14 @@ fn children(n: usize, depth_suffix: &str) -> String {
     leaf("resourceClaims:\n- {name: a, resourceClaimName: x}\n- {name: b, resourceClaimName: x}\n- {name: c, resourceClaimName: x}\n- {name: d, resourceClaimName: x}\n- {name: e, resourceClaimName: x}"),
     vec![e("items[0].resourceClaims", TooMany)]
 )]
-#[case::claim_neither(leaf("resourceClaims: [{name: a}]"), vec![e("items[0].resourceClaims[0]", Required)])]
+#[case::claim_neither(leaf("resourceClaims: [{name: a}]"), vec![e("items[0].resourceClaims[0]", Invalid)])]
 #[case::claim_both(
     leaf("resourceClaims: [{name: a, resourceClaimName: x, resourceClaimTemplateName: y}]"),
     vec![e("items[0].resourceClaims[0]", Invalid)]
 )]
 #[case::claim_duplicate(
     leaf("resourceClaims: [{name: a, resourceClaimName: x}, {name: a, resourceClaimTemplateName: y}]"),
-    vec![e("items[0].resourceClaims[1].name", Duplicate)]
+    vec![e("items[0].resourceClaims[1]", Duplicate)]
 )]
 #[case::claim_bad_names(
     leaf("resourceClaims: [{name: A, resourceClaimName: 'x_y'}]"),
@@ -149,7 +153,7 @@ fn children(n: usize, depth_suffix: &str) -> String {
 #[case::workload_name_invalid(leaf("priority: 1").replace("name: w", "name: W"), vec![e("name", Invalid)])]
 #[case::duplicate_names(
     "name: w\nitems:\n  - name: a\n    children:\n      - name: b\n      - name: b\n".to_owned(),
-    vec![e("items[0].children[1].name", Duplicate)]
+    vec![e("items[0].children[1]", Duplicate)]
 )]
 #[case::duplicate_with_parent(
     "name: w\nitems:\n  - name: a\n    children:\n      - name: a\n".to_owned(),
@@ -175,15 +179,21 @@ fn children(n: usize, depth_suffix: &str) -> String {
 )]
 #[case::depth_five(
     "name: w\nitems:\n- name: l1\n  children:\n  - name: l2\n    children:\n    - name: l3\n      children:\n      - name: l4\n        children:\n        - name: l5\n".to_owned(),
-    vec![e("items[0].children[0].children[0].children[0].children", Forbidden)]
+    vec![e("items[0]", Invalid)]
 )]
 #[case::one_priority(
     "name: w\nitems:\n  - name: a\n    priorityClassName: high\n    children:\n      - name: b\n        priorityClassName: high\n      - name: c\n        priorityClassName: low\n".to_owned(),
-    vec![e("items[0].children[1].priorityClassName", Invalid)]
+    vec![e("items", Invalid)]
 )]
+#[case::one_priority_preemption_may_differ(
+    "name: w\nitems:\n  - name: a\n    preemptionPolicy: Never\n    children:\n      - name: b\n        preemptionPolicy: PreemptLowerPriority\n".to_owned(),
+    vec![]
+)]
+#[case::priority_too_high(leaf("priority: 1000000001"), vec![e("items[0].priority", Invalid)])]
+#[case::priority_highest_user_definable(leaf("priority: 1000000000"), vec![])]
 #[case::one_priority_unset_differs(
     "name: w\nitems:\n  - name: a\n    priority: 10\n    children:\n      - name: b\n".to_owned(),
-    vec![e("items[0].children[0].priority", Invalid)]
+    vec![e("items", Invalid)]
 )]
 #[case::policy_not_allowed(
     format!("allowedPolicies: [basic]\n{}", leaf("schedulingPolicy: {gang: {minCount: 1}}")),
@@ -204,6 +214,18 @@ fn children(n: usize, depth_suffix: &str) -> String {
 #[case::owner_incomplete(
     format!("owner: {{apiVersion: batch/v1, kind: Job, name: j}}\n{}", leaf("priority: 1")),
     vec![e("owner.uid", Required)]
+)]
+#[case::owner_name_not_a_path_segment(
+    format!("owner: {{apiVersion: batch/v1, kind: Job, name: 'a/b', uid: u}}\n{}", leaf("priority: 1")),
+    vec![e("owner.name", Invalid)]
+)]
+#[case::owner_group_not_a_subdomain(
+    format!("owner: {{apiVersion: Batch_x/v1, kind: Job, name: j, uid: u}}\n{}", leaf("priority: 1")),
+    vec![e("owner.apiVersion", Invalid)]
+)]
+#[case::owner_core_group(
+    format!("owner: {{apiVersion: v1, kind: Pod, name: p, uid: u}}\n{}", leaf("priority: 1")),
+    vec![]
 )]
 fn tree_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErrorKind)>) {
     assert_eq!(tree_errors(&yaml), expected, "\n{yaml}");
@@ -270,7 +292,11 @@ items:
 )]
 #[case::policy_variant_is_not(
     ZONE_RACK.replace("{gang: {minCount: 1}}", "{basic: {}}"),
-    vec![e("items[0].children[1].schedulingPolicy", Invalid)]
+    vec![
+        e("items[0].children[1].schedulingPolicy", Invalid),
+        e("items[0].children[1].schedulingPolicy.basic", Invalid),
+        e("items[0].children[1].schedulingPolicy.gang", Invalid),
+    ]
 )]
 #[case::topology_is_not(
     ZONE_RACK.replace("key: zone", "key: region"),
@@ -278,15 +304,19 @@ items:
 )]
 #[case::priority_is_not(
     ZONE_RACK.replace("      - name: driver\n", "      - name: driver\n        priority: 3\n"),
-    vec![e("items[0].children[1].priority", Invalid), e("items[0].children[1].priority", Invalid)]
+    vec![e("items", Invalid), e("items[0].children[1].priority", Invalid)]
 )]
 #[case::item_added(
     format!("{ZONE_RACK}      - name: extra\n"),
-    vec![e("items[0].children[2].name", Forbidden)]
+    vec![e("items[0].children[2]", Forbidden)]
 )]
 #[case::item_removed(
     ZONE_RACK.replace("      - name: driver\n        schedulingPolicy: {gang: {minCount: 1}}\n", ""),
     vec![e("items[0].children", Forbidden)]
+)]
+#[case::topology_list_reported_once(
+    ZONE_RACK.replace("[{key: zone}]", "[{key: zone}, {key: rack}]"),
+    vec![e("items[0].schedulingConstraints", Invalid)]
 )]
 fn tree_updates(#[case] new: String, #[case] expected: Vec<(String, FieldErrorKind)>) {
     assert_eq!(update_errors(ZONE_RACK, &new), expected, "\n{new}");
@@ -315,6 +345,13 @@ fn job_item(policy: Option<WorkloadPodGroupSchedulingPolicy>, parallelism: i32) 
         .with_callback(fill_min_count(parallelism))
 }
 
+/// Options for a controller that supports both policies and both modes.
+fn opts(name: &str) -> BuildOptions {
+    BuildOptions::new(name)
+        .allow_policies([PolicyOption::Basic, PolicyOption::Gang])
+        .allow_disruption_modes([DisruptionModeOption::Single, DisruptionModeOption::All])
+}
+
 fn gang(min_count: Option<i32>) -> WorkloadPodGroupSchedulingPolicy {
     WorkloadPodGroupSchedulingPolicy {
         basic: None,
@@ -334,9 +371,7 @@ fn job_owner() -> OwnerReference {
 
 #[test]
 fn job_callback_fills_min_count_from_parallelism() -> Result<()> {
-    let mut options = BuildOptions::new("train");
-    options.namespace = Some("ml".to_owned());
-    options.owner = Some(job_owner());
+    let options = opts("train").in_namespace("ml").owned_by(job_owner());
     let builder = Builder::new(job_item(Some(gang(None)), 5), options);
     assert_eq!(builder.validate(&ValidationInput::default()), vec![]);
     let workload = builder.build_workload()?;
@@ -378,8 +413,53 @@ fn job_callback_fills_min_count_from_parallelism() -> Result<()> {
 }
 
 #[test]
+fn options_allow_nothing_by_default() {
+    // A controller that states nothing supports nothing: even the default
+    // `basic` policy of the Job-like item is refused, and so is a mode.
+    let builder = Builder::new(job_item(None, 5), BuildOptions::new("train"));
+    assert_eq!(
+        paths(builder.validate(&ValidationInput::default())),
+        vec![e("spec.schedulingPolicy", NotSupported)]
+    );
+    assert!(matches!(builder.build_workload(), Err(Error::Invalid(_))));
+    let gang_only = BuildOptions::new("train").allow_policies([PolicyOption::Gang]);
+    let item = job_item(Some(gang(None)), 5).with_defaults(ItemConfig {
+        disruption_mode: Some(
+            k8s_openapi::api::scheduling::v1alpha3::WorkloadPodGroupDisruptionMode {
+                all: Some(Default::default()),
+                single: None,
+            },
+        ),
+        ..ItemConfig::default()
+    });
+    let errs = Builder::new(item.clone(), gang_only.clone()).validate(&ValidationInput::default());
+    assert_eq!(
+        errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![r#"spec.disruptionMode: Unsupported value: "all": no values are supported"#]
+    );
+    let both = gang_only.allow_disruption_modes([DisruptionModeOption::All]);
+    assert_eq!(
+        Builder::new(item, both).validate(&ValidationInput::default()),
+        vec![]
+    );
+    // The tree file keeps its own documented default: every option.
+    let (builder, errs) = TreeFile::parse(&leaf("priority: 1"))
+        .map(|f| f.builder())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(errs, vec![]);
+    assert_eq!(
+        builder.options().allowed_policies,
+        cli::TREE_FILE_DEFAULT_POLICIES.to_vec()
+    );
+    assert_eq!(
+        builder.options().allowed_disruption_modes,
+        cli::TREE_FILE_DEFAULT_DISRUPTION_MODES.to_vec()
+    );
+}
+
+#[test]
 fn job_user_min_count_wins_over_parallelism() -> Result<()> {
-    let builder = Builder::new(job_item(Some(gang(Some(2))), 5), BuildOptions::new("train"));
+    let builder = Builder::new(job_item(Some(gang(Some(2))), 5), opts("train"));
     let pg = builder.new_pod_group("p", "job")?;
     assert_eq!(pg.spec.scheduling_policy.gang.map(|g| g.min_count), Some(2));
     Ok(())
@@ -387,7 +467,7 @@ fn job_user_min_count_wins_over_parallelism() -> Result<()> {
 
 #[test]
 fn job_without_scheduling_stays_basic() -> Result<()> {
-    let builder = Builder::new(job_item(None, 5), BuildOptions::new("train"));
+    let builder = Builder::new(job_item(None, 5), opts("train"));
     let pg = builder.new_pod_group("p", "job")?;
     assert!(pg.spec.scheduling_policy.basic.is_some());
     assert!(pg.spec.scheduling_policy.gang.is_none());
@@ -397,31 +477,33 @@ fn job_without_scheduling_stays_basic() -> Result<()> {
 #[test]
 fn job_errors_point_at_the_jobs_fields() {
     let item = job_item(Some(gang(Some(0))), 5);
-    let errs = Builder::new(item, BuildOptions::new("train")).validate(&ValidationInput::default());
+    let errs = Builder::new(item, opts("train")).validate(&ValidationInput::default());
     assert_eq!(
         errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        vec![
-            "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"
-        ]
+        vec!["spec.scheduling.schedulingPolicy.gang.minCount: Required value"]
     );
     // build refuses an invalid tree
-    let builder = Builder::new(job_item(Some(gang(Some(0))), 5), BuildOptions::new("train"));
+    let builder = Builder::new(job_item(Some(gang(Some(0))), 5), opts("train"));
     assert!(matches!(builder.build_workload(), Err(Error::Invalid(errs)) if errs.len() == 1));
 }
 
 #[test]
 fn job_update_checks_immutability_against_stored_config() {
     let old: WorkloadTree = job_item(Some(gang(None)), 4).into();
-    let scaled = Builder::new(job_item(Some(gang(None)), 8), BuildOptions::new("train"));
+    let scaled = Builder::new(job_item(Some(gang(None)), 8), opts("train"));
     assert_eq!(
         scaled.validate(&ValidationInput { old: Some(&old) }),
         vec![]
     );
-    let switched = Builder::new(job_item(None, 8), BuildOptions::new("train"));
+    let switched = Builder::new(job_item(None, 8), opts("train"));
     // the policy came from the controller default now: reported at its default path
     assert_eq!(
         paths(switched.validate(&ValidationInput { old: Some(&old) })),
-        vec![e("spec.schedulingPolicy", Invalid)]
+        vec![
+            e("spec.schedulingPolicy", Invalid),
+            e("spec.schedulingPolicy.basic", Invalid),
+            e("spec.schedulingPolicy.gang", Invalid),
+        ]
     );
 }
 
@@ -466,7 +548,7 @@ fn build_is_cached_and_templates_are_looked_up() -> Result<()> {
 
 #[test]
 fn existing_workload_builder_only_stamps() -> Result<()> {
-    let parent = Builder::new(job_item(Some(gang(Some(3))), 3), BuildOptions::new("train"));
+    let parent = Builder::new(job_item(Some(gang(Some(3))), 3), opts("train"));
     let mut workload = parent.build_workload()?.clone();
     workload.metadata.namespace = Some("team".to_owned());
     // Even a Workload our rules reject is used as is: it is not recompiled.
@@ -551,7 +633,7 @@ fn nested(depth: usize) -> String {
 #[case::valid_composite(COMPOSITE_WORKLOAD.to_owned(), vec![])]
 #[case::no_templates(
     "apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\nspec: {}\n".to_owned(),
-    vec![e("spec", Required)]
+    vec![e("spec", Invalid)]
 )]
 #[case::both_lists(
     format!("{COMPOSITE_WORKLOAD}  podGroupTemplates:\n    - name: z\n      schedulingPolicy: {{basic: {{}}}}\n"),
@@ -559,11 +641,11 @@ fn nested(depth: usize) -> String {
 )]
 #[case::min_count_zero(
     WORKLOAD.replace("minCount: 2", "minCount: 0"),
-    vec![e("spec.podGroupTemplates[0].schedulingPolicy.gang.minCount", Invalid)]
+    vec![e("spec.podGroupTemplates[0].schedulingPolicy.gang.minCount", Required)]
 )]
 #[case::min_group_count_zero(
     COMPOSITE_WORKLOAD.replace("minGroupCount: 2", "minGroupCount: 0"),
-    vec![e("spec.compositePodGroupTemplates[0].schedulingPolicy.gang.minGroupCount", Invalid)]
+    vec![e("spec.compositePodGroupTemplates[0].schedulingPolicy.gang.minGroupCount", Required)]
 )]
 #[case::policy_both(
     WORKLOAD.replace("{basic: {}}", "{basic: {}, gang: {minCount: 1}}"),
@@ -571,7 +653,7 @@ fn nested(depth: usize) -> String {
 )]
 #[case::policy_none(
     WORKLOAD.replace("{basic: {}}", "{}"),
-    vec![e("spec.podGroupTemplates[1].schedulingPolicy", Required)]
+    vec![e("spec.podGroupTemplates[1].schedulingPolicy", Invalid)]
 )]
 #[case::all_with_basic(
     WORKLOAD.replace("      schedulingPolicy: {basic: {}}", "      schedulingPolicy: {basic: {}}\n      disruptionMode: {all: {}}"),
@@ -587,14 +669,14 @@ fn nested(depth: usize) -> String {
 )]
 #[case::claim_neither(
     WORKLOAD.replace("    - name: b\n", "      resourceClaims: [{name: gpu}]\n    - name: b\n"),
-    vec![e("spec.podGroupTemplates[0].resourceClaims[0]", Required)]
+    vec![e("spec.podGroupTemplates[0].resourceClaims[0]", Invalid)]
 )]
 #[case::nine_templates(
     format!("apiVersion: scheduling.k8s.io/v1beta1\nkind: Workload\nmetadata: {{name: w}}\nspec:\n  podGroupTemplates:\n{}",
         (0..9).map(|i| format!("    - name: t{i}\n      schedulingPolicy: {{basic: {{}}}}\n")).collect::<String>()),
     vec![e("spec.podGroupTemplates", TooMany)]
 )]
-#[case::duplicate_names(WORKLOAD.replace("name: b", "name: a"), vec![e("spec.podGroupTemplates[1].name", Duplicate)])]
+#[case::duplicate_names(WORKLOAD.replace("name: b", "name: a"), vec![e("spec.podGroupTemplates[1]", Duplicate)])]
 #[case::duplicate_across_levels(
     COMPOSITE_WORKLOAD.replace("name: b", "name: root"),
     vec![e("spec.compositePodGroupTemplates[0].podGroupTemplates[1].name", Duplicate)]
@@ -602,15 +684,15 @@ fn nested(depth: usize) -> String {
 #[case::depth_four(nested(3), vec![])]
 #[case::depth_five(
     nested(4),
-    vec![e("spec.compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates[0].podGroupTemplates", Forbidden)]
+    vec![e("spec.compositePodGroupTemplates[0]", Invalid)]
 )]
 #[case::composite_without_children(
     COMPOSITE_WORKLOAD.split("      podGroupTemplates:").next().unwrap_or_default().to_owned(),
-    vec![e("spec.compositePodGroupTemplates[0]", Required)]
+    vec![e("spec.compositePodGroupTemplates[0]", Invalid)]
 )]
 #[case::one_priority(
     WORKLOAD.replacen("priorityClassName: high", "priorityClassName: low", 1),
-    vec![e("spec.podGroupTemplates[1].priorityClassName", Invalid)]
+    vec![e("spec", Invalid)]
 )]
 #[case::bad_preemption(
     WORKLOAD.replace("priorityClassName: high", "priorityClassName: high\n      preemptionPolicy: Always"),
@@ -630,7 +712,11 @@ fn workload_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErro
 #[case::min_count_is_mutable(WORKLOAD, WORKLOAD.replace("minCount: 2", "minCount: 5"), vec![])]
 #[case::variant_is_not(
     WORKLOAD, WORKLOAD.replace("{basic: {}}", "{gang: {minCount: 1}}"),
-    vec![e("spec.podGroupTemplates[1].schedulingPolicy", Invalid)]
+    vec![
+        e("spec.podGroupTemplates[1].schedulingPolicy", Invalid),
+        e("spec.podGroupTemplates[1].schedulingPolicy.basic", Invalid),
+        e("spec.podGroupTemplates[1].schedulingPolicy.gang", Invalid),
+    ]
 )]
 #[case::priority_class_is_not(
     WORKLOAD, WORKLOAD.replace("priorityClassName: high", "priorityClassName: higher"),
@@ -638,7 +724,7 @@ fn workload_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErro
 )]
 #[case::template_added(
     WORKLOAD, format!("{WORKLOAD}    - name: c\n      schedulingPolicy: {{basic: {{}}}}\n      priorityClassName: high\n"),
-    vec![e("spec.podGroupTemplates[2].name", Forbidden)]
+    vec![e("spec.podGroupTemplates[2]", Forbidden)]
 )]
 #[case::template_removed(
     WORKLOAD, WORKLOAD.replace("    - name: b\n      schedulingPolicy: {basic: {}}\n      priorityClassName: high\n", ""),
@@ -677,7 +763,7 @@ spec:
 #[case::valid(POD_GROUP.to_owned(), vec![])]
 #[case::min_count_zero(
     POD_GROUP.replace("minCount: 4", "minCount: 0"),
-    vec![e("spec.schedulingPolicy.gang.minCount", Invalid)]
+    vec![e("spec.schedulingPolicy.gang.minCount", Required)]
 )]
 #[case::all_with_basic(
     POD_GROUP.replace("{gang: {minCount: 4}}", "{basic: {}}\n  disruptionMode: {all: {}}"),
@@ -698,7 +784,10 @@ fn pod_group_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErr
 
 #[rstest]
 #[case::min_count_is_mutable(POD_GROUP.replace("minCount: 4", "minCount: 2"), vec![])]
-#[case::variant_is_not(POD_GROUP.replace("{gang: {minCount: 4}}", "{basic: {}}"), vec![e("spec.schedulingPolicy", Invalid)])]
+#[case::variant_is_not(
+    POD_GROUP.replace("{gang: {minCount: 4}}", "{basic: {}}"),
+    vec![e("spec.schedulingPolicy", Invalid), e("spec.schedulingPolicy.basic", Invalid), e("spec.schedulingPolicy.gang", Invalid)]
+)]
 #[case::priority_class_is_not(
     POD_GROUP.replace("priorityClassName: high", "priorityClassName: low"),
     vec![e("spec.priorityClassName", Invalid)]
@@ -730,7 +819,7 @@ spec:
 #[case::valid(COMPOSITE.to_owned(), None, vec![])]
 #[case::min_group_count_zero(
     COMPOSITE.replace("minGroupCount: 2", "minGroupCount: 0"), None,
-    vec![e("spec.schedulingPolicy.gang.minGroupCount", Invalid)]
+    vec![e("spec.schedulingPolicy.gang.minGroupCount", Required)]
 )]
 #[case::two_topologies(
     COMPOSITE.replace("[{key: topology.kubernetes.io/zone}]", "[{key: a}, {key: b}]"), None,
@@ -771,11 +860,15 @@ fn priority_class_references() {
         vec![
             PriorityClassRef {
                 path: "spec.podGroupTemplates[0].priorityClassName".to_owned(),
-                name: "high".to_owned()
+                name: "high".to_owned(),
+                priority: None,
+                priority_path: "spec.podGroupTemplates[0].priority".to_owned(),
             },
             PriorityClassRef {
                 path: "spec.podGroupTemplates[1].priorityClassName".to_owned(),
-                name: "high".to_owned()
+                name: "high".to_owned(),
+                priority: None,
+                priority_path: "spec.podGroupTemplates[1].priority".to_owned(),
             },
         ]
     );
@@ -787,10 +880,26 @@ fn priority_class_references() {
 
 #[test]
 fn error_messages_render_like_the_api_server() {
-    let w: Workload = parse(&WORKLOAD.replace("minCount: 2", "minCount: 0"));
+    let w: Workload = parse(&WORKLOAD.replace("minCount: 2", "minCount: -1"));
     let errs = validate_workload(&w, None);
     assert_eq!(
         errs[0].to_string(),
-        "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: 0: must be greater than or equal to 1"
+        "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Invalid value: -1: must be greater than or equal to 1"
+    );
+    let w: Workload = parse(&WORKLOAD.replace("minCount: 2", "minCount: 0"));
+    assert_eq!(
+        validate_workload(&w, None)[0].to_string(),
+        "spec.podGroupTemplates[0].schedulingPolicy.gang.minCount: Required value"
+    );
+    let w: Workload = parse(&WORKLOAD.replace("{basic: {}}", "{basic: {}, gang: {minCount: 1}}"));
+    assert_eq!(
+        validate_workload(&w, None)[0].to_string(),
+        r#"spec.podGroupTemplates[1].schedulingPolicy: Invalid value: "{basic, gang}": must specify exactly one of: `basic`, `gang`"#
+    );
+    let w: Workload =
+        parse(&WORKLOAD.replacen("priorityClassName: high", "priorityClassName: low", 1));
+    assert_eq!(
+        validate_workload(&w, None)[0].to_string(),
+        "spec: Invalid value: null: detected multiple priority configurations: every template must have the same priorityClassName and priority"
     );
 }

@@ -4,18 +4,17 @@
 //! Both go through the same per-group rule ([`check_group_structure`]) and the
 //! shared rules in [`super::rules`]; only the source of field paths differs.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
 
 use super::build::BuildOptions;
 use super::field::{FieldError, child, index};
 use super::rules::{
-    self, ClaimView, DisruptionView, Errors, PolicyView, PriorityEntry, PriorityView,
+    self, ClaimView, DisruptionView, Errors, NameNode, PolicyView, PriorityPaths, PriorityView,
     check_all_not_with_basic, check_claims, check_depth, check_disruption,
-    check_disruption_allowed, check_immutable, check_one_priority, check_policy,
-    check_policy_allowed, check_priority, check_template_count, check_template_name,
-    check_topology,
+    check_disruption_allowed, check_dns_label, check_immutable, check_list_unique,
+    check_names_across_lists, check_one_priority, check_policy, check_policy_allowed,
+    check_policy_variant, check_priority, check_template_count, check_topology,
+    drop_too_many_under_immutable,
 };
 use super::tree::{
     Block, WorkloadItem, WorkloadTree, claim_views, composite_policy_view, disruption_view,
@@ -68,12 +67,11 @@ impl GroupPaths {
         }
     }
 
-    fn entry<'a>(&self, view: PriorityView<'a>) -> PriorityEntry<'a> {
-        PriorityEntry {
-            view,
-            class_path: self.class.clone(),
-            priority_path: self.priority.clone(),
-            preemption_path: self.preemption.clone(),
+    fn prio(&self) -> PriorityPaths<'_> {
+        PriorityPaths {
+            class: &self.class,
+            priority: &self.priority,
+            preemption: &self.preemption,
         }
     }
 }
@@ -93,7 +91,7 @@ fn check_group_structure(v: &GroupView<'_>, p: &GroupPaths, errs: &mut Errors) {
     if let Some(claims) = &v.claims {
         check_claims(claims, &p.claims, errs);
     }
-    check_priority(v.priority, &p.class, &p.preemption, errs);
+    check_priority(v.priority, p.prio(), errs);
 }
 
 /// Cross-field rule that holds for every group: `all` not with `basic`.
@@ -116,7 +114,6 @@ pub(crate) fn validate_tree(
     let mut w = TreeWalk {
         options,
         errs: Vec::new(),
-        seen: BTreeMap::new(),
         priorities: Vec::new(),
     };
     if tree.items.is_empty() {
@@ -133,21 +130,92 @@ pub(crate) fn validate_tree(
              `podGroupTemplates` and `compositePodGroupTemplates`",
         ));
     }
+    if let Some(owner) = &options.owner {
+        check_owner(owner, &mut w.errs);
+    }
     check_template_count(tree.items.len(), &tree.path, &mut w.errs);
     for item in &tree.items {
-        w.item(item, 1);
+        w.item(item);
     }
-    let entries: Vec<PriorityEntry<'_>> = w
-        .priorities
-        .iter()
-        .map(|(p, cfg)| p.entry(cfg.view()))
-        .collect();
-    check_one_priority(&entries, &mut w.errs);
+    tree_list_unique(&tree.items, &mut w.errs);
+    let (leaves, composites) = tree_name_nodes(&tree.items);
+    check_names_across_lists(&leaves, &composites, &mut w.errs);
+    check_depth(&composites, &mut w.errs);
+    let views: Vec<PriorityView<'_>> = w.priorities.iter().map(OwnedPriority::view).collect();
+    check_one_priority(&views, &tree.path, &mut w.errs);
     let mut errs = w.errs;
     if let Some(old) = input.old {
         immutable_items(&tree.items, &old.items, &tree.path, &mut errs);
+        drop_too_many_under_immutable(&mut errs);
     }
     errs
+}
+
+/// The owner becomes the Workload's `spec.controllerRef`, so it must pass
+/// that field's format rules (reported at `owner.*`): the group of
+/// `apiVersion` a DNS subdomain, `kind` and `name` URL path segments. Empty
+/// fields are the caller's to report.
+fn check_owner(
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    errs: &mut Errors,
+) {
+    if let Some(group) = super::build::api_group(&owner.api_version)
+        && !group.is_empty()
+        && !rules::is_dns_subdomain(&group)
+    {
+        errs.push(FieldError::invalid(
+            "owner.apiVersion",
+            owner.api_version.as_str(),
+            "the API group must be a lowercase RFC 1123 subdomain (it becomes spec.controllerRef.apiGroup)",
+        ));
+    }
+    for (field, value) in [("kind", &owner.kind), ("name", &owner.name)] {
+        let problems = rules::path_segment_problems(value);
+        if !value.is_empty() && !problems.is_empty() {
+            errs.push(FieldError::invalid(
+                child("owner", field),
+                value.as_str(),
+                problems.join("; "),
+            ));
+        }
+    }
+}
+
+/// Repeated names within one list of items: leaves and items with children
+/// compile to separate template lists, so each is checked on its own.
+fn tree_list_unique(items: &[WorkloadItem], errs: &mut Errors) {
+    for composite in [false, true] {
+        let names: Vec<(&str, &str)> = items
+            .iter()
+            .filter(|i| i.is_composite() == composite)
+            .map(|i| (i.name.as_str(), i.path.as_str()))
+            .collect();
+        check_list_unique(&names, errs);
+    }
+}
+
+/// The tree's items as the Workload-wide name rule sees them: the leaves of
+/// a list, and its items with children.
+fn tree_name_nodes(items: &[WorkloadItem]) -> (Vec<(&str, String)>, Vec<NameNode<'_>>) {
+    let leaves = items
+        .iter()
+        .filter(|i| !i.is_composite())
+        .map(|i| (i.name.as_str(), i.path.clone()))
+        .collect();
+    let composites = items
+        .iter()
+        .filter(|i| i.is_composite())
+        .map(|i| {
+            let (leaves, composites) = tree_name_nodes(&i.children);
+            NameNode {
+                name: &i.name,
+                path: i.path.clone(),
+                leaves,
+                composites,
+            }
+        })
+        .collect();
+    (leaves, composites)
 }
 
 /// Owned priority configuration (merged configs are temporaries).
@@ -170,14 +238,13 @@ impl OwnedPriority {
 struct TreeWalk<'t> {
     options: &'t BuildOptions,
     errs: Errors,
-    seen: BTreeMap<&'t str, String>,
-    priorities: Vec<(GroupPaths, OwnedPriority)>,
+    priorities: Vec<OwnedPriority>,
 }
 
 impl<'t> TreeWalk<'t> {
-    fn item(&mut self, item: &'t WorkloadItem, depth: usize) {
+    fn item(&mut self, item: &'t WorkloadItem) {
         let errs = &mut self.errs;
-        check_template_name(&item.name, &child(&item.path, "name"), &mut self.seen, errs);
+        check_dns_label(&item.name, &child(&item.path, "name"), errs);
         let composite = item.is_composite();
         let input = &item.input;
         if composite {
@@ -273,25 +340,21 @@ impl<'t> TreeWalk<'t> {
             );
         }
         check_group_semantics(&view, &paths, errs);
-        self.priorities.push((
-            paths,
-            OwnedPriority {
-                class_name: cfg.priority_class_name.clone(),
-                priority: cfg.priority,
-                preemption_policy: cfg.preemption_policy.clone(),
-            },
-        ));
+        self.priorities.push(OwnedPriority {
+            class_name: cfg.priority_class_name.clone(),
+            priority: cfg.priority,
+            preemption_policy: cfg.preemption_policy.clone(),
+        });
 
         if composite {
             let children_path = child(&item.path, "children");
             let leaves = item.children.iter().filter(|c| !c.is_composite()).count();
             check_template_count(leaves, &children_path, &mut self.errs);
             check_template_count(item.children.len() - leaves, &children_path, &mut self.errs);
-            if check_depth(depth + 1, &children_path, &mut self.errs) {
-                for c in &item.children {
-                    self.item(c, depth + 1);
-                }
+            for c in &item.children {
+                self.item(c);
             }
+            tree_list_unique(&item.children, &mut self.errs);
         }
     }
 }
@@ -306,7 +369,7 @@ fn immutable_items(
         match old.iter().find(|o| o.name == n.name) {
             Some(o) => immutable_item(n, o, errs),
             None => errs.push(FieldError::forbidden(
-                child(&n.path, "name"),
+                &n.path,
                 format!(
                     "item {:?} cannot be added after the Workload is created",
                     n.name
@@ -339,21 +402,23 @@ fn immutable_item(n: &WorkloadItem, o: &WorkloadItem, errs: &mut Errors) {
     let policy_path = n.block_path(Block::SchedulingPolicy);
     if n.is_composite() {
         // The whole composite policy is immutable, minGroupCount included.
-        check_immutable(
-            &nc.composite_scheduling_policy,
-            &oc.composite_scheduling_policy,
-            &policy_path,
-            errs,
-        );
+        let view = |c: &super::tree::ItemConfig| {
+            c.composite_scheduling_policy
+                .as_ref()
+                .map(composite_policy_view)
+        };
+        if !check_policy_variant(view(&nc), view(&oc), &policy_path, errs) {
+            check_immutable(
+                &nc.composite_scheduling_policy,
+                &oc.composite_scheduling_policy,
+                &policy_path,
+                errs,
+            );
+        }
     } else {
         // The variant is frozen; gang.minCount stays mutable.
-        let variant = |c: &super::tree::ItemConfig| {
-            c.scheduling_policy
-                .as_ref()
-                .map(leaf_policy_view)
-                .and_then(|v| v.option())
-        };
-        check_immutable(&variant(&nc), &variant(&oc), &policy_path, errs);
+        let view = |c: &super::tree::ItemConfig| c.scheduling_policy.as_ref().map(leaf_policy_view);
+        check_policy_variant(view(&nc), view(&oc), &policy_path, errs);
         check_immutable(
             &nc.resource_claims,
             &oc.resource_claims,
@@ -480,8 +545,12 @@ impl<'a> PodFields<'a> {
 
     /// Everything but `gang.minCount` is immutable.
     fn check_update(&self, old: &PodFields<'_>, p: &GroupPaths, errs: &mut Errors) {
-        let variant = |x: &v1beta1::PodGroupSchedulingPolicy| pod_policy_view(x).option();
-        check_immutable(&variant(self.policy), &variant(old.policy), &p.policy, errs);
+        check_policy_variant(
+            Some(pod_policy_view(self.policy)),
+            Some(pod_policy_view(old.policy)),
+            &p.policy,
+            errs,
+        );
         check_immutable(self.disruption, old.disruption, &p.disruption, errs);
         check_immutable(self.constraints, old.constraints, &p.constraints, errs);
         check_immutable(self.claims, old.claims, &p.claims, errs);
@@ -564,27 +633,31 @@ pub fn validate_workload(
         "spec",
         &mut errs,
     );
-    if let Some(r) = &spec.controller_ref {
-        if r.kind.is_empty() {
-            errs.push(FieldError::required("spec.controllerRef.kind", ""));
-        }
-        if r.name.is_empty() {
-            errs.push(FieldError::required("spec.controllerRef.name", ""));
-        }
+    // On update a stored controllerRef is only checked for being unchanged.
+    if let Some(r) = &spec.controller_ref
+        && old.is_none_or(|o| o.spec.controller_ref.is_none())
+    {
+        check_controller_ref(r, "spec.controllerRef", &mut errs);
     }
     let mut walk = ObjectWalk {
         errs,
-        seen: BTreeMap::new(),
         priorities: Vec::new(),
     };
     walk.pod_templates(pods, "spec.podGroupTemplates");
-    walk.composite_templates(composites, "spec.compositePodGroupTemplates", 1);
+    walk.composite_templates(composites, "spec.compositePodGroupTemplates");
     let ObjectWalk {
         mut errs,
         priorities,
-        ..
     } = walk;
-    check_one_priority(&priorities, &mut errs);
+    let top_leaves: Vec<(&str, String)> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), index("spec.podGroupTemplates", i)))
+        .collect();
+    let nodes = composite_name_nodes(composites, "spec.compositePodGroupTemplates");
+    check_names_across_lists(&top_leaves, &nodes, &mut errs);
+    check_depth(&nodes, &mut errs);
+    check_one_priority(&priorities, "spec", &mut errs);
 
     if let Some(old) = old {
         check_immutable(
@@ -608,74 +681,127 @@ pub fn validate_workload(
             "spec.compositePodGroupTemplates",
             &mut errs,
         );
+        drop_too_many_under_immutable(&mut errs);
     }
     errs
 }
 
+/// `spec.controllerRef`: `apiGroup` (when set) a DNS subdomain, `kind` and
+/// `name` required and usable as URL path segments (no `/` or `%`).
+fn check_controller_ref(r: &v1beta1::TypedLocalObjectReference, path: &str, errs: &mut Errors) {
+    if let Some(group) = r.api_group.as_deref().filter(|g| !g.is_empty()) {
+        rules::check_dns_subdomain(group, &child(path, "apiGroup"), errs);
+    }
+    for (field, value) in [("kind", &r.kind), ("name", &r.name)] {
+        let p = child(path, field);
+        if value.is_empty() {
+            errs.push(FieldError::required(p, ""));
+            continue;
+        }
+        let problems = rules::path_segment_problems(value);
+        if !problems.is_empty() {
+            errs.push(FieldError::invalid(p, value.as_str(), problems.join("; ")));
+        }
+    }
+}
+
+/// The composite templates of a list as the Workload-wide name and depth
+/// rules see them.
+fn composite_name_nodes<'a>(
+    list: &'a [v1beta1::CompositePodGroupTemplate],
+    path: &str,
+) -> Vec<NameNode<'a>> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = index(path, i);
+            let pods_path = child(&p, "podGroupTemplates");
+            NameNode {
+                name: &t.name,
+                leaves: t
+                    .pod_group_templates
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(j, l)| (l.name.as_str(), index(&pods_path, j)))
+                    .collect(),
+                composites: composite_name_nodes(
+                    t.composite_pod_group_templates
+                        .as_deref()
+                        .unwrap_or_default(),
+                    &child(&p, "compositePodGroupTemplates"),
+                ),
+                path: p,
+            }
+        })
+        .collect()
+}
+
 struct ObjectWalk<'a> {
     errs: Errors,
-    seen: BTreeMap<&'a str, String>,
-    priorities: Vec<PriorityEntry<'a>>,
+    priorities: Vec<PriorityView<'a>>,
 }
 
 impl<'a> ObjectWalk<'a> {
     fn pod_templates(&mut self, list: &'a [v1beta1::PodGroupTemplate], path: &str) {
         check_template_count(list.len(), path, &mut self.errs);
+        let mut names = Vec::with_capacity(list.len());
         for (i, t) in list.iter().enumerate() {
             let p = index(path, i);
-            check_template_name(&t.name, &child(&p, "name"), &mut self.seen, &mut self.errs);
+            check_dns_label(&t.name, &child(&p, "name"), &mut self.errs);
             let paths = GroupPaths::under(&p);
             let view = PodFields::of_template(t).view();
             check_group_structure(&view, &paths, &mut self.errs);
             check_group_semantics(&view, &paths, &mut self.errs);
-            self.priorities.push(paths.entry(view.priority));
+            self.priorities.push(view.priority);
+            names.push(p);
         }
+        let keyed: Vec<(&str, &str)> = list
+            .iter()
+            .zip(&names)
+            .map(|(t, p)| (t.name.as_str(), p.as_str()))
+            .collect();
+        check_list_unique(&keyed, &mut self.errs);
     }
 
-    fn composite_templates(
-        &mut self,
-        list: &'a [v1beta1::CompositePodGroupTemplate],
-        path: &str,
-        depth: usize,
-    ) {
+    fn composite_templates(&mut self, list: &'a [v1beta1::CompositePodGroupTemplate], path: &str) {
         if list.is_empty() {
             return;
         }
         check_template_count(list.len(), path, &mut self.errs);
-        if !check_depth(depth, path, &mut self.errs) {
-            return;
-        }
+        let mut names = Vec::with_capacity(list.len());
         for (i, t) in list.iter().enumerate() {
             let p = index(path, i);
-            check_template_name(&t.name, &child(&p, "name"), &mut self.seen, &mut self.errs);
+            check_dns_label(&t.name, &child(&p, "name"), &mut self.errs);
             let paths = GroupPaths::under(&p);
             let view = composite_template_view(t);
             check_group_structure(&view, &paths, &mut self.errs);
             check_group_semantics(&view, &paths, &mut self.errs);
-            self.priorities.push(paths.entry(view.priority));
+            self.priorities.push(view.priority);
             let pods = t.pod_group_templates.as_deref().unwrap_or_default();
             let composites = t
                 .composite_pod_group_templates
                 .as_deref()
                 .unwrap_or_default();
             if pods.is_empty() && composites.is_empty() {
-                self.errs.push(FieldError::required(
+                self.errs.push(FieldError::invalid(
                     &p,
-                    "must specify at least one of: `podGroupTemplates`, `compositePodGroupTemplates`",
+                    t.name.as_str(),
+                    "must have at least one child PodGroupTemplate or CompositePodGroupTemplate",
                 ));
             }
             if !pods.is_empty() {
-                let pods_path = child(&p, "podGroupTemplates");
-                if check_depth(depth + 1, &pods_path, &mut self.errs) {
-                    self.pod_templates(pods, &pods_path);
-                }
+                self.pod_templates(pods, &child(&p, "podGroupTemplates"));
             }
-            self.composite_templates(
-                composites,
-                &child(&p, "compositePodGroupTemplates"),
-                depth + 1,
-            );
+            self.composite_templates(composites, &child(&p, "compositePodGroupTemplates"));
+            names.push(p);
         }
+        let keyed: Vec<(&str, &str)> = list
+            .iter()
+            .zip(&names)
+            .map(|(t, p)| (t.name.as_str(), p.as_str()))
+            .collect();
+        check_list_unique(&keyed, &mut self.errs);
     }
 }
 
@@ -694,7 +820,7 @@ fn immutable_pod_templates(
                 errs,
             ),
             None => errs.push(FieldError::forbidden(
-                child(&p, "name"),
+                &p,
                 format!(
                     "template {:?} cannot be added after the Workload is created",
                     n.name
@@ -727,7 +853,7 @@ fn immutable_composite_templates(
         let p = index(path, i);
         let Some(o) = old.iter().find(|o| o.name == n.name) else {
             errs.push(FieldError::forbidden(
-                child(&p, "name"),
+                &p,
                 format!(
                     "template {:?} cannot be added after the Workload is created",
                     n.name
@@ -736,7 +862,9 @@ fn immutable_composite_templates(
             continue;
         };
         let paths = GroupPaths::under(&p);
-        check_immutable(
+        check_composite_policy_update(
+            composite_template_view(n).policy,
+            composite_template_view(o).policy,
             &n.scheduling_policy,
             &o.scheduling_policy,
             &paths.policy,
@@ -797,6 +925,21 @@ fn immutable_composite_templates(
     }
 }
 
+/// A composite policy is immutable as a whole (`minGroupCount` included);
+/// a change of variant also names the variant fields.
+fn check_composite_policy_update<T: PartialEq + serde::Serialize>(
+    new_view: Option<PolicyView>,
+    old_view: Option<PolicyView>,
+    new: &T,
+    old: &T,
+    path: &str,
+    errs: &mut Errors,
+) {
+    if !check_policy_variant(new_view, old_view, path, errs) {
+        check_immutable(new, old, path, errs);
+    }
+}
+
 // === objects: PodGroup, CompositePodGroup ===
 
 /// Validates a PodGroup (`scheduling.k8s.io/v1beta1`), and with `old` the
@@ -814,7 +957,7 @@ pub fn validate_pod_group(
     check_group_structure(&view, &paths, &mut errs);
     check_group_semantics(&view, &paths, &mut errs);
     if let Some(r) = &spec.workload_ref {
-        rules::check_dns_label(&r.template_name, "spec.workloadRef.templateName", &mut errs);
+        check_dns_label(&r.template_name, "spec.workloadRef.templateName", &mut errs);
         rules::check_dns_subdomain(&r.workload_name, "spec.workloadRef.workloadName", &mut errs);
     }
     if let Some(parent) = &spec.parent_composite_pod_group_name {
@@ -834,6 +977,7 @@ pub fn validate_pod_group(
             "spec.parentCompositePodGroupName",
             &mut errs,
         );
+        drop_too_many_under_immutable(&mut errs);
     }
     errs
 }
@@ -851,22 +995,33 @@ pub fn validate_composite_pod_group(
     let view = composite_spec_view(spec);
     check_group_structure(&view, &paths, &mut errs);
     check_group_semantics(&view, &paths, &mut errs);
-    rules::check_dns_label(
-        &spec.workload_ref.template_name,
-        "spec.workloadRef.templateName",
-        &mut errs,
-    );
-    rules::check_dns_subdomain(
-        &spec.workload_ref.workload_name,
-        "spec.workloadRef.workloadName",
-        &mut errs,
-    );
+    let wref = &spec.workload_ref;
+    if wref.template_name.is_empty() && wref.workload_name.is_empty() {
+        // Absent (it decodes as empty): the reference itself is missing.
+        errs.push(FieldError::required(
+            "spec.workloadRef",
+            "a CompositePodGroup must name the Workload template it was created from",
+        ));
+    } else {
+        check_dns_label(
+            &wref.template_name,
+            "spec.workloadRef.templateName",
+            &mut errs,
+        );
+        rules::check_dns_subdomain(
+            &wref.workload_name,
+            "spec.workloadRef.workloadName",
+            &mut errs,
+        );
+    }
     if let Some(parent) = &spec.parent_composite_pod_group_name {
         rules::check_dns_subdomain(parent, "spec.parentCompositePodGroupName", &mut errs);
     }
     if let Some(old) = old {
         let o = &old.spec;
-        check_immutable(
+        check_composite_policy_update(
+            view.policy,
+            composite_spec_view(o).policy,
             &spec.scheduling_policy,
             &o.scheduling_policy,
             &paths.policy,
@@ -909,19 +1064,38 @@ pub fn validate_composite_pod_group(
             "spec.parentCompositePodGroupName",
             &mut errs,
         );
+        drop_too_many_under_immutable(&mut errs);
     }
     errs
 }
 
 // === PriorityClass references ===
 
-/// A PriorityClass an object names, and where.
+/// A PriorityClass an object names, and where; with the explicit
+/// `priority` set beside it, which must equal the class's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PriorityClassRef {
     /// Field path of the `priorityClassName`.
     pub path: String,
     /// The class name.
     pub name: String,
+    /// The explicit `priority` beside the class name, if any.
+    pub priority: Option<i32>,
+    /// Field path of that `priority`.
+    pub priority_path: String,
+}
+
+impl PriorityClassRef {
+    /// The reference of the group (or template) at `base` (`spec`,
+    /// `spec.podGroupTemplates[0]`, ...), if it names a class.
+    fn at(base: &str, class: Option<&String>, priority: Option<i32>) -> Option<Self> {
+        class.map(|name| Self {
+            path: child(base, "priorityClassName"),
+            name: name.clone(),
+            priority,
+            priority_path: child(base, "priority"),
+        })
+    }
 }
 
 /// The PriorityClasses a Workload names, in template order, for the
@@ -932,12 +1106,11 @@ pub fn workload_priority_classes(w: &v1beta1::Workload) -> Vec<PriorityClassRef>
         path: &str,
         out: &mut Vec<PriorityClassRef>,
     ) {
-        if let Some(name) = &t.priority_class_name {
-            out.push(PriorityClassRef {
-                path: child(path, "priorityClassName"),
-                name: name.clone(),
-            });
-        }
+        out.extend(PriorityClassRef::at(
+            path,
+            t.priority_class_name.as_ref(),
+            t.priority,
+        ));
         pods(
             t.pod_group_templates.as_deref().unwrap_or_default(),
             &child(path, "podGroupTemplates"),
@@ -953,12 +1126,11 @@ pub fn workload_priority_classes(w: &v1beta1::Workload) -> Vec<PriorityClassRef>
     }
     fn pods(list: &[v1beta1::PodGroupTemplate], path: &str, out: &mut Vec<PriorityClassRef>) {
         for (i, t) in list.iter().enumerate() {
-            if let Some(name) = &t.priority_class_name {
-                out.push(PriorityClassRef {
-                    path: child(&index(path, i), "priorityClassName"),
-                    name: name.clone(),
-                });
-            }
+            out.extend(PriorityClassRef::at(
+                &index(path, i),
+                t.priority_class_name.as_ref(),
+                t.priority,
+            ));
         }
     }
     let mut out = Vec::new();
@@ -981,26 +1153,24 @@ pub fn workload_priority_classes(w: &v1beta1::Workload) -> Vec<PriorityClassRef>
 
 /// The PriorityClass a PodGroup names, if any.
 pub fn pod_group_priority_classes(pg: &v1beta1::PodGroup) -> Vec<PriorityClassRef> {
-    pg.spec
-        .priority_class_name
-        .iter()
-        .map(|n| PriorityClassRef {
-            path: "spec.priorityClassName".to_owned(),
-            name: n.clone(),
-        })
-        .collect()
+    PriorityClassRef::at(
+        "spec",
+        pg.spec.priority_class_name.as_ref(),
+        pg.spec.priority,
+    )
+    .into_iter()
+    .collect()
 }
 
 /// The PriorityClass a CompositePodGroup names, if any.
 pub fn composite_pod_group_priority_classes(
     cpg: &v1alpha3::CompositePodGroup,
 ) -> Vec<PriorityClassRef> {
-    cpg.spec
-        .priority_class_name
-        .iter()
-        .map(|n| PriorityClassRef {
-            path: "spec.priorityClassName".to_owned(),
-            name: n.clone(),
-        })
-        .collect()
+    PriorityClassRef::at(
+        "spec",
+        cpg.spec.priority_class_name.as_ref(),
+        cpg.spec.priority,
+    )
+    .into_iter()
+    .collect()
 }

@@ -48,12 +48,13 @@
 //!   removal on shutdown because a rolling update or a crash would then
 //!   leave a window with no webhook, or a deleted webhook behind a live
 //!   replica.
-//! - **Metric:** `kruntimes_certificate_expiry_timestamp_seconds{certificate="serving"|"ca"}`.
+//! - **Metric:** `kruntimes_certificate_expiry_timestamp_seconds{certificate="Serving"|"Ca"}`.
 //!
 //! API calls (for RBAC): `get`, `create`, `update` on the Secret
 //! (namespace of the Service); `get` on the owner; `patch` on
 //! `validatingwebhookconfigurations` and `mutatingwebhookconfigurations`
-//! named `--webhook-config-name`.
+//! named `--webhook-config-name`, and `create` on them (an apply that
+//! creates the object is authorized as `create` too).
 
 pub mod config;
 pub mod material;
@@ -104,8 +105,11 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 pub struct ManageWebhookArgs {
     /// Cluster mode: keep a CA and serving certificate in a Secret, serve
     /// it, renew it, and register the webhook configurations with its CA.
+    /// Given twice, the last one counts (a kustomize patch can append
+    /// `--manage-webhooks=false`).
     #[arg(long, env = "KRS_MANAGE_WEBHOOKS", default_value = "false", num_args = 0..=1,
-        default_missing_value = "true", value_parser = parse_bool)]
+        default_missing_value = "true", value_parser = parse_bool,
+        overrides_with = "manage_webhooks")]
     pub manage_webhooks: bool,
     /// Service the API server calls the webhooks through.
     #[arg(
@@ -151,7 +155,8 @@ pub struct ManageWebhookArgs {
     /// Register the Pod rewrite webhook (`Ignore`, only in namespaces
     /// labelled `kruntimes.io/pod-node-name-rewrite=enabled`).
     #[arg(long, env = "KRS_WEBHOOK_MUTATE_PODS", default_value = "true", num_args = 0..=1,
-        default_missing_value = "true", value_parser = parse_bool)]
+        default_missing_value = "true", value_parser = parse_bool,
+        overrides_with = "webhook_mutate_pods")]
     pub webhook_mutate_pods: bool,
     /// Validity of a new serving certificate.
     #[arg(long, env = "KRS_CERT_VALIDITY", default_value = "365d", value_parser = parse_duration)]
@@ -677,6 +682,11 @@ mod tests {
     fn off_by_default_and_on_with_the_flag() {
         assert_eq!(parse(&[]), Ok(None));
         assert_eq!(parse(&["--manage-webhooks=false"]), Ok(None));
+        assert_eq!(
+            parse(&["--manage-webhooks=true", "--manage-webhooks=false"]),
+            Ok(None),
+            "the last one counts"
+        );
         let cfg = parse(&["--manage-webhooks", "--webhook-namespace", "ns"])
             .expect("valid")
             .expect("on");

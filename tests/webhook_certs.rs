@@ -101,29 +101,41 @@ fn secret_data(api: &FakeApi, key: &str) -> Vec<u8> {
         .expect("base64")
 }
 
-/// Every `caBundle` of both applied configurations (decoded PEM); all equal.
-fn registered_bundle(api: &FakeApi) -> Vec<u8> {
-    let mut bundles = Vec::new();
+/// The `caBundle` (decoded PEM) of each applied configuration, validating
+/// first; within one configuration every webhook has the same.
+fn registered_bundles(api: &FakeApi) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
     for res in [
         Res::ValidatingWebhookConfigurations,
         Res::MutatingWebhookConfigurations,
     ] {
         let cfg = api.get_cluster(res, NAME).expect("configuration applied");
-        for w in cfg["webhooks"].as_array().expect("webhooks") {
-            let b64 = w["clientConfig"]["caBundle"].as_str().expect("caBundle");
-            bundles.push(
+        let bundles: Vec<Vec<u8>> = cfg["webhooks"]
+            .as_array()
+            .expect("webhooks")
+            .iter()
+            .map(|w| {
+                let b64 = w["clientConfig"]["caBundle"].as_str().expect("caBundle");
                 base64::engine::general_purpose::STANDARD
                     .decode(b64)
-                    .expect("base64"),
-            );
-        }
+                    .expect("base64")
+            })
+            .collect();
+        assert!(!bundles.is_empty());
+        assert!(
+            bundles.windows(2).all(|w| w[0] == w[1]),
+            "one bundle in {res:?}"
+        );
+        out.push(bundles[0].clone());
     }
-    assert!(!bundles.is_empty());
-    assert!(
-        bundles.windows(2).all(|w| w[0] == w[1]),
-        "one bundle everywhere"
-    );
-    bundles.swap_remove(0)
+    out
+}
+
+/// The one `caBundle` of both configurations (when no apply is in flight).
+fn registered_bundle(api: &FakeApi) -> Vec<u8> {
+    let mut b = registered_bundles(api);
+    assert_eq!(b[0], b[1], "both configurations carry the same bundle");
+    b.swap_remove(0)
 }
 
 /// A TLS handshake trusting only `bundle`, with the Service name as SNI, then
@@ -322,14 +334,15 @@ async fn renewal_swaps_the_served_certificate_with_no_failed_handshake() {
     let deadline = Instant::now() + Duration::from_secs(9);
     while Instant::now() < deadline {
         for addr in [la.addr, lb.addr] {
-            // The bundle as the API server has it now.
-            let bundle = registered_bundle(&api);
-            let leaf = handshake(addr, &bundle)
-                .await
-                .unwrap_or_else(|e| panic!("handshake {handshakes} failed: {e:#}"));
-            handshakes += 1;
-            if !seen.contains(&leaf) {
-                seen.push(leaf);
+            // Each configuration's bundle as the API server has it now.
+            for bundle in registered_bundles(&api) {
+                let leaf = handshake(addr, &bundle)
+                    .await
+                    .unwrap_or_else(|e| panic!("handshake {handshakes} failed: {e:#}"));
+                handshakes += 1;
+                if !seen.contains(&leaf) {
+                    seen.push(leaf);
+                }
             }
         }
     }
@@ -354,6 +367,74 @@ async fn renewal_swaps_the_served_certificate_with_no_failed_handshake() {
     assert_eq!(b.serving_chain().into_bytes(), chain);
     // The CA did not change: one CA in the bundle.
     assert_eq!(pem_certs(&registered_bundle(&api)).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ca_rotation_trusts_old_and_new_ca_with_no_failed_handshake() {
+    let api = FakeApi::start().await;
+    api.add_cluster_role(NAME);
+    // A CA of 12s is replaced when less than 3s + 1.5s is left: at ~7.5s.
+    let cfg = config(
+        Lifetimes {
+            ca_validity: Duration::from_secs(12),
+            serving_validity: Duration::from_secs(3),
+            renew_before: Duration::from_millis(1500),
+        },
+        Duration::from_millis(200),
+    );
+    let a = webhooks::start(api.client(), cfg.clone(), Arc::new(Metrics::default()))
+        .await
+        .expect("a");
+    let b = webhooks::start(api.client(), cfg, Arc::new(Metrics::default()))
+        .await
+        .expect("b");
+    let first_ca = pem_certs(a.ca_bundle().as_bytes())[0].clone();
+    let (la, lb) = (listen(&a).await, listen(&b).await);
+    a.register().await.expect("register a");
+    b.register().await.expect("register b");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let run = |m: ManagedTls| {
+        let mut rx = stop_rx.clone();
+        tokio::spawn(m.run(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }))
+    };
+    let (ra, rb) = (run(a.clone()), run(b.clone()));
+    let mut overlap_seen = false;
+    let mut rotated = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && !(overlap_seen && rotated) {
+        for addr in [la.addr, lb.addr] {
+            for bundle in registered_bundles(&api) {
+                let cas = pem_certs(&bundle);
+                overlap_seen |= cas.len() == 2 && cas[1] == first_ca;
+                rotated |= cas[0] != first_ca;
+                handshake(addr, &bundle).await.unwrap_or_else(|e| {
+                    panic!("handshake failed (bundle of {}): {e:#}", cas.len())
+                });
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::join!(ra, rb);
+    assert!(rotated, "the CA was replaced");
+    assert!(overlap_seen, "old and new CA were registered together");
+    // Two more passes: both replicas serve a certificate of the new CA alone.
+    for _ in 0..2 {
+        a.check().await.expect("check a");
+        b.check().await.expect("check b");
+    }
+    let bundle = registered_bundle(&api);
+    let new_ca_only = pem_certs(&bundle)[0].clone();
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::engine::general_purpose::STANDARD.encode(new_ca_only.as_ref())
+    );
+    for addr in [la.addr, lb.addr] {
+        handshake(addr, pem.as_bytes())
+            .await
+            .expect("served by the new CA");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

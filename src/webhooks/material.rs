@@ -288,6 +288,15 @@ impl Material {
     pub fn ca_bundle(&self) -> &str {
         &self.ca_crt
     }
+
+    /// Whether the CA that signs this material's serving certificate (the
+    /// first of `ca.crt`) is in `other`'s bundle.
+    pub fn signer_trusted_by(&self, other: &Material) -> bool {
+        let Some(signer) = certs(&self.ca_crt).ok().and_then(|c| c.into_iter().next()) else {
+            return false;
+        };
+        certs(&other.ca_crt).is_ok_and(|b| b.contains(&signer))
+    }
 }
 
 fn to_pem(der: &CertificateDer<'_>) -> String {
@@ -522,6 +531,31 @@ mod tests {
         )
         .expect("rotate");
         assert_eq!(certs(&r.ca_crt).expect("bundle").len(), 1);
+    }
+
+    #[test]
+    fn a_new_ca_is_not_trusted_by_the_old_bundle_until_seen() {
+        let now = OffsetDateTime::now_utc();
+        let m = fresh(now);
+        let later = now + to_time(3300 * DAY);
+        let r = Material::renew(
+            Some(&m),
+            &m.assess(&names(), &lifetimes(), later),
+            &names(),
+            &lifetimes(),
+            later,
+        )
+        .expect("rotate");
+        assert!(m.signer_trusted_by(&m));
+        assert!(
+            m.signer_trusted_by(&r),
+            "the old CA stays in the new bundle"
+        );
+        assert!(
+            !r.signer_trusted_by(&m),
+            "the new CA is not in the old bundle"
+        );
+        assert!(r.signer_trusted_by(&r));
     }
 
     #[test]

@@ -30,9 +30,10 @@
 //!   that did not renew swaps to the new certificate within one interval.
 //!   The certificate sits behind [`crate::tls::CertResolver`]'s `ArcSwap`:
 //!   a handshake sees the old or the new certificate, never none. When the
-//!   CA changes, the configurations are applied before the served
-//!   certificate is swapped, so the API server trusts it the moment it is
-//!   served.
+//!   CA changes, a replica serves a certificate of the new CA only from the
+//!   pass after the one that first read it: by then every replica's passes
+//!   apply a bundle holding both CAs, so no late apply of the old bundle
+//!   can leave the API server without the new CA.
 //! - **Registration** is server-side apply under the field manager
 //!   `kruntimes-scheduler` with `force`, so a re-applied kustomization or a
 //!   hand edit cannot leave a blank `caBundle`: the next interval puts it
@@ -516,6 +517,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// What is served now.
     current: Mutex<Material>,
+    /// What the previous pass read from the Secret (and applied).
+    last_seen: Mutex<Material>,
     /// `register` succeeded: the renewal loop re-applies.
     registered: AtomicBool,
 }
@@ -557,7 +560,8 @@ pub async fn start(
             owner,
             tls,
             metrics,
-            current: Mutex::new(m),
+            current: Mutex::new(m.clone()),
+            last_seen: Mutex::new(m),
             registered: AtomicBool::new(false),
         }),
     })
@@ -623,8 +627,20 @@ impl ManagedTls {
             .certificate_expiry(CertificateKind::Serving, exp.serving.unix_timestamp());
         s.metrics
             .certificate_expiry(CertificateKind::Ca, exp.ca.unix_timestamp());
+        let previous = std::mem::replace(&mut *s.last_seen.lock(), m.clone());
         let mut current = s.current.lock();
         if *current == m {
+            return Ok(false);
+        }
+        if s.registered.load(Ordering::Acquire) && !m.signer_trusted_by(&previous) {
+            // A new CA: registered by this pass, but another replica's pass
+            // that read the Secret before the rotation may still apply the
+            // old bundle. Its certificates are served from the next pass,
+            // once every replica reads the new bundle; the current
+            // certificate is still valid for the renewal window.
+            tracing::info!(
+                "new webhook CA registered; its certificate is served from the next pass"
+            );
             return Ok(false);
         }
         if current.tls_crt != m.tls_crt || current.tls_key != m.tls_key {

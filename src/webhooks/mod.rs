@@ -51,6 +51,21 @@
 //!   replica.
 //! - **Metric:** `kruntimes_certificate_expiry_timestamp_seconds{certificate="Serving"|"Ca"}`.
 //!
+//! Wiring, in `serve` (cluster mode):
+//!
+//! ```text
+//! if let Some(cfg) = args.manage_webhooks.config().map_err(anyhow::Error::msg)? {
+//!     let managed = webhooks::start(client.clone(), cfg, metrics.clone()).await?;
+//!     let listener = TcpListener::bind(webhook_addr).await?;          // bound first
+//!     let server = tokio::spawn(tls::serve(listener, router, Some(managed.tls()), shutdown()));
+//!     managed.register().await?;                                      // then registered
+//!     tokio::spawn(managed.clone().run(shutdown()));                  // renewal + re-apply
+//! }
+//! ```
+//!
+//! A failed `start` or `register` should fail startup (the pod restarts and
+//! tries again); failures of later passes are logged and retried.
+//!
 //! API calls (for RBAC): `get`, `create`, `update` on the Secret
 //! (namespace of the Service); `get` on the owner; `patch` on
 //! `validatingwebhookconfigurations` and `mutatingwebhookconfigurations`

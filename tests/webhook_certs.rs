@@ -216,6 +216,54 @@ async fn two_racing_replicas_create_one_secret_and_serve_the_same_certificate() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_renewing_at_once_write_one_renewal() {
+    let api = FakeApi::start().await;
+    api.add_cluster_role(NAME);
+    webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
+        .await
+        .expect("first start");
+    let before = secret_data(&api, "tls.crt");
+    // Under these lifetimes the 1-year certificate is due (400 days before
+    // expiry); a fresh 800-day one is not.
+    let due = config(
+        Lifetimes {
+            ca_validity: 3650 * DAY,
+            serving_validity: 800 * DAY,
+            renew_before: 400 * DAY,
+        },
+        Duration::from_secs(60),
+    );
+    // Both updates wait until both replicas have read the same resourceVersion.
+    api.inner.lock().webhooks.update_gate = Some(Arc::new(tokio::sync::Barrier::new(2)));
+    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(api.client(), NS);
+    let now = time::OffsetDateTime::now_utc;
+    let (a, b) = tokio::join!(
+        webhooks::ensure_secret(&secrets, &due, now),
+        webhooks::ensure_secret(&secrets, &due, now),
+    );
+    let (a, b) = (a.expect("replica a"), b.expect("replica b"));
+    let mut outcomes = [a.2, b.2];
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(
+        outcomes,
+        [
+            webhooks::SecretOutcome::Read,
+            webhooks::SecretOutcome::Renewed
+        ],
+        "one renewed, the other read the renewal back"
+    );
+    assert_eq!(a.0, b.0, "both hold the same material");
+    {
+        let g = api.inner.lock();
+        assert_eq!(g.webhooks.secret_updates, 1);
+        assert_eq!(g.webhooks.secret_update_conflicts, 1, "the loser got 409");
+    }
+    let after = secret_data(&api, "tls.crt");
+    assert_ne!(after, before);
+    assert_eq!(after, a.0.tls_crt.into_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registered_ca_bundle_verifies_the_served_certificate() {
     let api = FakeApi::start().await;
     api.add_cluster_role(NAME);

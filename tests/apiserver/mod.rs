@@ -899,6 +899,9 @@ pub struct WebhookState {
     /// Each Secret POST waits on this barrier first, so racing creators
     /// all pass their GET before any create lands.
     pub create_gate: Option<Arc<tokio::sync::Barrier>>,
+    /// Each Secret PUT waits on this barrier first, so racing updaters all
+    /// send the same resourceVersion.
+    pub update_gate: Option<Arc<tokio::sync::Barrier>>,
     /// Every accepted apply: (kind, name, fieldManager, force).
     pub applies: Vec<(Res, String, String, bool)>,
     /// Field manager of each configuration (one manager owns all fields).
@@ -1054,6 +1057,10 @@ async fn put_secret(
     let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
         return status(400, "BadRequest", "invalid Secret");
     };
+    let gate = api.inner.lock().webhooks.update_gate.clone();
+    if let Some(gate) = gate {
+        gate.wait().await;
+    }
     {
         let mut g = api.inner.lock();
         let Some(cur) = g.objects.get(&(Res::Secrets, ns.clone(), name.clone())) else {

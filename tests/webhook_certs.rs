@@ -421,12 +421,14 @@ async fn renewal_swaps_the_served_certificate_with_no_failed_handshake() {
 async fn ca_rotation_trusts_old_and_new_ca_with_no_failed_handshake() {
     let api = FakeApi::start().await;
     api.add_cluster_role(NAME);
-    // A CA of 12s is replaced when less than 3s + 1.5s is left: at ~7.5s.
+    // A CA of 16s is replaced when less than 4s + 2.5s is left: at ~9.5s.
+    // (2.5s of margin: a pass delayed less than that never serves an
+    // expired certificate, even on a loaded machine.)
     let cfg = config(
         Lifetimes {
-            ca_validity: Duration::from_secs(12),
-            serving_validity: Duration::from_secs(3),
-            renew_before: Duration::from_millis(1500),
+            ca_validity: Duration::from_secs(16),
+            serving_validity: Duration::from_secs(4),
+            renew_before: Duration::from_millis(2500),
         },
         Duration::from_millis(200),
     );
@@ -450,7 +452,7 @@ async fn ca_rotation_trusts_old_and_new_ca_with_no_failed_handshake() {
     let (ra, rb) = (run(a.clone()), run(b.clone()));
     let mut overlap_seen = false;
     let mut rotated = false;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(14);
     while Instant::now() < deadline && !(overlap_seen && rotated) {
         for addr in [la.addr, lb.addr] {
             for bundle in registered_bundles(&api) {

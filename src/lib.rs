@@ -34,4 +34,5 @@ pub mod pods;
 pub mod runs;
 pub mod serve;
 pub mod tls;
+pub mod webhooks;
 pub mod workload;

@@ -118,6 +118,20 @@ pub struct AdmissionLabels {
     pub verdict: Verdict,
 }
 
+/// Which certificate an expiry belongs to.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum CertificateKind {
+    /// The webhook serving certificate.
+    Serving,
+    /// The CA that signs it (the `caBundle`).
+    Ca,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertificateLabels {
+    pub certificate: CertificateKind,
+}
+
 #[derive(Clone)]
 pub struct LatencyHistogram;
 
@@ -141,6 +155,8 @@ pub struct Metrics {
     pub assumed_reservations: Gauge,
     pub admission_verdicts: Family<AdmissionLabels, Counter>,
     pub gang_waits: Family<GangWaitLabels, Counter>,
+    /// `notAfter` of the self-managed webhook certificates (`--manage-webhooks`).
+    pub certificate_expiry: Family<CertificateLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -196,7 +212,14 @@ impl Default for Metrics {
             "Gang members whose bind waited for the group's quorum, by outcome",
             gang_waits.clone(),
         );
+        let certificate_expiry = Family::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "Expiry (Unix time) of the self-managed webhook serving certificate and its CA",
+            certificate_expiry.clone(),
+        );
         Metrics {
+            certificate_expiry,
             admission_verdicts,
             gang_waits,
             registry,
@@ -240,6 +263,13 @@ impl Metrics {
         self.status_writes
             .get_or_create(&WriteLabels { result })
             .inc();
+    }
+
+    /// Records the expiry (Unix seconds) of a managed certificate.
+    pub fn certificate_expiry(&self, certificate: CertificateKind, not_after: i64) {
+        self.certificate_expiry
+            .get_or_create(&CertificateLabels { certificate })
+            .set(not_after);
     }
 
     /// OpenMetrics text.

@@ -145,6 +145,8 @@ pub struct ServeArgs {
     pub gang_wait: Duration,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
+    #[command(flatten)]
+    pub webhooks: crate::webhooks::ManageWebhookArgs,
     /// Concurrent scheduling workers.
     #[arg(long, env = "KRS_WORKERS", default_value_t = 2)]
     pub workers: usize,
@@ -552,7 +554,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         };
         tracing::info!(lease = %cfg.lease_name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
         Some(tokio::spawn(lead(
-            client,
+            client.clone(),
             cfg,
             Arc::clone(&app.controller),
             args.workers,
@@ -565,9 +567,39 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         ))
     };
     let queue = Arc::clone(app.state.cache.queue());
-    let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
-    let result = listen_all(args, components, &app.state, tls, "cluster mode").await;
+    let managed = match args.webhooks.config().map_err(anyhow::Error::msg)? {
+        Some(cfg) => {
+            if !components.admission {
+                anyhow::bail!(
+                    "--manage-webhooks registers the admission webhooks, but --components does not include admission ({})",
+                    components.names()
+                );
+            }
+            if args.tls.tls_cert.is_some() {
+                anyhow::bail!(
+                    "--manage-webhooks serves its own certificate; do not also give --tls-cert/--tls-key"
+                );
+            }
+            Some(
+                crate::webhooks::start(client.clone(), cfg, Arc::clone(&app.state.metrics))
+                    .await
+                    .context("--manage-webhooks")?,
+            )
+        }
+        None => None,
+    };
+    let tls = match &managed {
+        Some(m) => Some(m.tls()),
+        None => args.tls.load().context("loading --tls-cert/--tls-key")?,
+    };
+    let listeners = bind_all(args, components, &app.state, tls).await?;
+    // The webhooks are registered only now that a listener can answer them.
+    let webhook_task = managed.map(|m| tokio::spawn(register_and_renew(m)));
+    let result = serve_all(listeners, "cluster mode").await;
     queue.shutdown();
+    if let Some(t) = webhook_task {
+        t.abort();
+    }
     if let Some(t) = loop_task {
         t.abort();
     }
@@ -575,6 +607,19 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         w.abort();
     }
     result
+}
+
+/// Registers the webhook configurations (retrying with backoff: the API
+/// server may refuse for a while, e.g. RBAC not yet applied), then renews
+/// the certificate and re-applies the configurations every interval.
+async fn register_and_renew(managed: crate::webhooks::ManagedTls) {
+    let mut backoff = Duration::from_secs(1);
+    while let Err(e) = managed.register().await {
+        tracing::error!(error = %format!("{e:#}"), "registering the webhook configurations failed; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+    managed.run(std::future::pending()).await;
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -36,6 +36,11 @@ use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
+/// What errors name for a certificate held in memory.
+const MEMORY_CERT: &str = "<in-memory certificate>";
+/// What errors name for a key held in memory.
+const MEMORY_KEY: &str = "<in-memory key>";
+
 /// How often the certificate files are checked for changes.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// A TLS handshake that takes longer than this is dropped.
@@ -149,8 +154,9 @@ pub struct TlsConfigHandle {
     config: Arc<ServerConfig>,
     /// The swappable certificate.
     resolver: Arc<CertResolver>,
-    /// The files and the bytes last seen in them.
-    files: Arc<CertFiles>,
+    /// The files and the bytes last seen in them; `None` for a certificate
+    /// held in memory and set by its owner (see [`TlsConfigHandle::from_pem`]).
+    files: Option<Arc<CertFiles>>,
 }
 
 #[derive(Debug)]
@@ -170,6 +176,43 @@ impl TlsConfigHandle {
     pub fn from_files(cert: &Path, key: &Path) -> Result<Self, TlsError> {
         let (cert_bytes, key_bytes) = read_pair(cert, key)?;
         let certified = parse_pair(cert, key, &cert_bytes, &key_bytes)?;
+        let files = CertFiles {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            seen: Mutex::new((cert_bytes, key_bytes)),
+        };
+        Self::build(certified, Some(Arc::new(files)), cert, key)
+    }
+
+    /// A configuration serving a PEM pair held in memory (chain leaf first,
+    /// key PKCS#8, PKCS#1 or SEC1). Nothing is watched: the owner swaps the
+    /// certificate with [`TlsConfigHandle::set_pem`].
+    pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, TlsError> {
+        let (cert, key) = (Path::new(MEMORY_CERT), Path::new(MEMORY_KEY));
+        let certified = parse_pair(cert, key, cert_pem, key_pem)?;
+        Self::build(certified, None, cert, key)
+    }
+
+    /// Serves a new in-memory PEM pair from the next handshake on. A pair that
+    /// does not parse, or whose key does not match, is refused and the
+    /// current certificate stays.
+    pub fn set_pem(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), TlsError> {
+        let certified = parse_pair(
+            Path::new(MEMORY_CERT),
+            Path::new(MEMORY_KEY),
+            cert_pem,
+            key_pem,
+        )?;
+        self.resolver.set(Arc::new(certified));
+        Ok(())
+    }
+
+    fn build(
+        certified: CertifiedKey,
+        files: Option<Arc<CertFiles>>,
+        cert: &Path,
+        key: &Path,
+    ) -> Result<Self, TlsError> {
         let resolver = Arc::new(CertResolver::new(Arc::new(certified)));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = ServerConfig::builder_with_provider(provider)
@@ -185,11 +228,7 @@ impl TlsConfigHandle {
         Ok(Self {
             config: Arc::new(config),
             resolver,
-            files: Arc::new(CertFiles {
-                cert: cert.to_owned(),
-                key: key.to_owned(),
-                seen: Mutex::new((cert_bytes, key_bytes)),
-            }),
+            files,
         })
     }
 
@@ -207,22 +246,30 @@ impl TlsConfigHandle {
     /// `Ok(false)` when the files did not change, `Err` when they changed
     /// but the new pair is unusable (the old certificate stays; the same
     /// bytes are not retried, a further change is).
+    /// A certificate held in memory has no files: `Ok(false)`.
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let (cert_bytes, key_bytes) = read_pair(&self.files.cert, &self.files.key)?;
+        let Some(files) = self.files.as_deref() else {
+            return Ok(false);
+        };
+        let (cert_bytes, key_bytes) = read_pair(&files.cert, &files.key)?;
         {
-            let mut seen = self.files.seen.lock();
+            let mut seen = files.seen.lock();
             if seen.0 == cert_bytes && seen.1 == key_bytes {
                 return Ok(false);
             }
             *seen = (cert_bytes.clone(), key_bytes.clone());
         }
-        let certified = parse_pair(&self.files.cert, &self.files.key, &cert_bytes, &key_bytes)?;
+        let certified = parse_pair(&files.cert, &files.key, &cert_bytes, &key_bytes)?;
         self.resolver.set(Arc::new(certified));
         Ok(true)
     }
 
     /// Polls the files every `interval` and reloads on change, forever.
+    /// Returns at once for a certificate held in memory.
     pub async fn watch(self, interval: Duration) {
+        let Some(files) = self.files.clone() else {
+            return;
+        };
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_read_error: Option<String> = None;
@@ -233,7 +280,7 @@ impl TlsConfigHandle {
             match outcome {
                 Ok(Ok(true)) => {
                     last_read_error = None;
-                    tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                    tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
                 }
                 Ok(Ok(false)) => last_read_error = None,
                 Ok(Err(e @ TlsError::Read { .. })) => {

@@ -945,6 +945,18 @@ fn container_of<'a>(objs: &'a [Value], deployment: &str, container: &str) -> (&'
 /// Grants no scenario exercises, each with why it is granted.
 const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
     (
+        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/validatingwebhookconfigurations create",
+        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
+    ),
+    (
+        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/mutatingwebhookconfigurations create",
+        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
+    ),
+    (
+        "Role/kruntimes-scheduler-webhook-certs /secrets update",
+        "renewal before expiry (tests/webhook_certs.rs renews on short-lived certificates)",
+    ),
+    (
         "Role/kruntimes-kube-scheduler-lease coordination.k8s.io/leases create",
         "kube-scheduler's own leader election: the other container of the pod, same ServiceAccount",
     ),
@@ -1076,6 +1088,305 @@ async fn the_extender_uses_only_what_its_rbac_grants() {
     );
     let rules = rules_of(objs, "kruntimes-system", &sa);
     let unused = check_rbac(&rules, &requests, "extender");
+    let unexplained: Vec<&String> = unused
+        .iter()
+        .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "grants no scenario used and none explains (remove them or list why in UNUSED_BUT_NEEDED):\n{unexplained:#?}"
+    );
+}
+
+// === (b) webhooks, and (d) for the Run scheduler and webhook Deployment ===
+
+/// The admission fixture kube-apiserver would send to a webhook path.
+fn review_for(path: &str) -> String {
+    let file = match path {
+        "/admission/mutate/runs" | "/admission/validate/runs" => "run-create.json",
+        "/admission/validate/podgroups" => "podgroup-create.json",
+        "/admission/validate/compositepodgroups" => "compositepodgroup-create.json",
+        "/admission/validate/workloads" => "workload-create.json",
+        "/admission/mutate/pods" => "pod-create.json",
+        other => panic!("no fixture for webhook path {other}"),
+    };
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/admission")
+            .join(file),
+    )
+    .unwrap()
+}
+
+/// Resolves a webhook's `clientConfig.service` as the API server's network
+/// would: the Service, its port, the targetPort, the containerPort of a pod
+/// it selects, and the container listener bound there. Returns the
+/// container and the local port to connect to.
+fn resolve_webhook_service(objs: &[Value], service: &Value) -> (Value, u16) {
+    let name = service["name"].as_str().unwrap();
+    let ns = service["namespace"].as_str().unwrap();
+    let port = service["port"].as_u64().unwrap_or(443);
+    let svc = kind_is(objs, "Service")
+        .find(|s| name_of(s) == name && ns_of(s) == ns)
+        .unwrap_or_else(|| panic!("webhook names Service {ns}/{name}, which the install lacks"));
+    let sp = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"].as_u64() == Some(port))
+        .unwrap_or_else(|| panic!("Service {name} has no port {port}"));
+    let selector = svc["spec"]["selector"].as_object().unwrap();
+    for (w, _, t) in workloads(objs) {
+        if ns_of(w) != ns
+            || !selector
+                .iter()
+                .all(|(k, v)| &t["metadata"]["labels"][k] == v)
+        {
+            continue;
+        }
+        for c in t["spec"]["containers"].as_array().unwrap() {
+            let Some(cp) =
+                c["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|p| match &sp["targetPort"] {
+                        Value::String(n) => p["name"] == *n,
+                        Value::Number(n) => p["containerPort"].as_u64() == n.as_u64(),
+                        _ => p["containerPort"].as_u64() == Some(port),
+                    })
+            else {
+                continue;
+            };
+            let cport = cp["containerPort"].as_u64().unwrap();
+            let (flag, addr) = listeners(c)
+                .into_iter()
+                .find(|(_, a)| u64::from(a.port()) == cport)
+                .unwrap_or_else(|| {
+                    panic!("containerPort {cport} of {} has no listener", c["name"])
+                });
+            assert_eq!(
+                flag, "--listen",
+                "the webhooks are served on the main listener"
+            );
+            assert!(
+                !addr.ip().is_loopback(),
+                "the API server reaches the webhook listener from outside the pod: {addr}"
+            );
+            return (c.clone(), addr.port());
+        }
+    }
+    panic!("Service {ns}/{name} port {port} reaches no container")
+}
+
+/// POSTs `body` over TLS to 127.0.0.1:`port`, verifying the server as the
+/// API server does: `caBundle` as the only root, the Service DNS name.
+async fn https_post(
+    port: u16,
+    ca_bundle: &[u8],
+    server_name: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_bundle) {
+        roots.add(c.expect("caBundle is PEM")).expect("CA added");
+    }
+    assert!(
+        !roots.is_empty(),
+        "the registered caBundle holds no certificate"
+    );
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the webhook listener");
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).unwrap();
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with the registered CA and the Service name");
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {server_name}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    // A TLS peer may close without close_notify; what was read counts.
+    let _ = tls.read_to_end(&mut buf).await;
+    parse_response(&buf).expect("an HTTP answer")
+}
+
+async fn wait_until(what: &str, proc: &Proc, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; log:\n{}",
+            proc.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only_its_rbac() {
+    let Some(objs) = rendered() else { return };
+    let (container, sa) = container_of(objs, "kruntimes-scheduler", "scheduler");
+    let _ports = PORTS.lock().await;
+    let api = FakeApi::start().await;
+    // The install's ClusterRole owns the webhook configurations.
+    let owner = kind_is(objs, "ClusterRole")
+        .find(|r| name_of(r) == "kruntimes-scheduler")
+        .expect("owner ClusterRole")
+        .clone();
+    api.put_cluster(Res::ClusterRoles, owner);
+    // A Runtime Pod with room for one Run, and two Runs: one is scheduled,
+    // the other stays Pending (status and an Event are written).
+    let now =
+        kruntimes_scheduler::cluster::standalone::kube_time(k8s_openapi::jiff::Timestamp::now());
+    api.put(
+        Res::Pods,
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "rp", "namespace": "ns", "labels": {"runtime": "py"},
+                "annotations": {"kruntimes.io/capacity.runs": "1"}},
+            "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": now}]}}),
+    );
+    for name in ["r1", "r2"] {
+        api.put(
+            Res::Runs,
+            json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+                "metadata": {"name": name, "namespace": "ns"}, "spec": {"runtime": "py"}}),
+        );
+    }
+    let dir = scratch("webhooks");
+    let kc = kubeconfig(&api, &dir);
+    let proc = start(
+        container,
+        &["--kubeconfig".into(), kc.display().to_string()],
+        &dir,
+    );
+    wait_ok(&health_url(container), &proc, Duration::from_secs(30)).await;
+
+    // (b) Both configurations are registered with a CA bundle; every
+    // webhook answers over TLS through its Service with that CA.
+    let mut configs = Vec::new();
+    for res in [
+        Res::ValidatingWebhookConfigurations,
+        Res::MutatingWebhookConfigurations,
+    ] {
+        wait_until("webhook configurations", &proc, || {
+            api.get_cluster(res, "kruntimes-scheduler").is_some()
+        })
+        .await;
+        configs.push(api.get_cluster(res, "kruntimes-scheduler").unwrap());
+    }
+    let mut called = 0;
+    for cfg in &configs {
+        assert_eq!(
+            cfg["metadata"]["ownerReferences"][0]["name"], "kruntimes-scheduler",
+            "owned by the install for uninstall"
+        );
+        for wh in cfg["webhooks"].as_array().unwrap() {
+            let cc = &wh["clientConfig"];
+            let bundle = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                cc["caBundle"].as_str().expect("caBundle set"),
+            )
+            .expect("caBundle is base64");
+            let svc = &cc["service"];
+            let (target, port) = resolve_webhook_service(objs, svc);
+            assert_eq!(target["name"], container["name"]);
+            let path = svc["path"].as_str().unwrap();
+            let host = format!(
+                "{}.{}.svc",
+                svc["name"].as_str().unwrap(),
+                svc["namespace"].as_str().unwrap()
+            );
+            let (status, body) = https_post(port, &bundle, &host, path, &review_for(path)).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["kind"], "AdmissionReview", "{path}: {body}");
+            assert!(v["response"]["allowed"].is_boolean(), "{path}: {body}");
+            // Kubernetes' own namespaces are never sent to a webhook that fails closed.
+            if wh["failurePolicy"] == "Fail" {
+                let excluded: Vec<&str> = wh["namespaceSelector"]["matchExpressions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| {
+                        e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn"
+                    })
+                    .flat_map(|e| {
+                        e["values"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter_map(Value::as_str)
+                    })
+                    .collect();
+                assert!(
+                    excluded.contains(&"kube-system") && excluded.contains(&"kruntimes-system"),
+                    "{}: {excluded:?}",
+                    wh["name"]
+                );
+            }
+            called += 1;
+        }
+    }
+    assert!(called >= 5, "every webhook was called: {called}");
+
+    // The Run loop (leader-elected) schedules one Run and leaves the other Pending.
+    wait_until("Run statuses", &proc, || {
+        let phases: Vec<String> = ["r1", "r2"]
+            .iter()
+            .filter_map(|n| api.get(Res::Runs, "ns", n))
+            .filter_map(|r| r["status"]["phase"].as_str().map(str::to_owned))
+            .collect();
+        phases.len() == 2
+            && phases.contains(&"Scheduled".to_owned())
+            && phases.contains(&"Pending".to_owned())
+    })
+    .await;
+    wait_until("a Pending event", &proc, || {
+        api.inner
+            .lock()
+            .requests
+            .iter()
+            .any(|r| r.resource == "events" && r.verb == "create")
+    })
+    .await;
+    // The Run API and /metrics with a bearer token.
+    {
+        let mut g = api.inner.lock();
+        g.tokens.insert("prom".into(), "prometheus".into());
+        g.grants.push(("prometheus".into(), "get /metrics".into()));
+    }
+    let metrics = health_url(container).replace("/readyz", "/metrics");
+    let (status, body) = http_with("GET", &metrics, "", &[("Authorization", "Bearer prom")])
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("kruntimes_certificate_expiry_timestamp_seconds"),
+        "{body}"
+    );
+    drop(proc);
+
+    // (d) Every request is allowed by the rendered RBAC of its ServiceAccount.
+    let requests = api.inner.lock().requests.clone();
+    let rules = rules_of(objs, "kruntimes-system", &sa);
+    let unused = check_rbac(&rules, &requests, "run scheduler and webhooks");
     let unexplained: Vec<&String> = unused
         .iter()
         .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))

@@ -37,6 +37,10 @@ pub enum Res {
     CompositePodGroups,
     PriorityClasses,
     ResourceSlices,
+    Secrets,
+    ValidatingWebhookConfigurations,
+    MutatingWebhookConfigurations,
+    ClusterRoles,
 }
 
 impl Res {
@@ -53,6 +57,10 @@ impl Res {
             Res::CompositePodGroups => "CompositePodGroup",
             Res::PriorityClasses => "PriorityClass",
             Res::ResourceSlices => "ResourceSlice",
+            Res::Secrets => "Secret",
+            Res::ValidatingWebhookConfigurations => "ValidatingWebhookConfiguration",
+            Res::MutatingWebhookConfigurations => "MutatingWebhookConfiguration",
+            Res::ClusterRoles => "ClusterRole",
         }
     }
 
@@ -67,6 +75,11 @@ impl Res {
             Res::CompositePodGroups => "scheduling.k8s.io/v1alpha3",
             Res::PriorityClasses => "scheduling.k8s.io/v1",
             Res::ResourceSlices => "resource.k8s.io/v1",
+            Res::Secrets => "v1",
+            Res::ValidatingWebhookConfigurations | Res::MutatingWebhookConfigurations => {
+                "admissionregistration.k8s.io/v1"
+            }
+            Res::ClusterRoles => "rbac.authorization.k8s.io/v1",
         }
     }
 }
@@ -110,6 +123,8 @@ pub struct Inner {
     pub tokens: HashMap<String, String>,
     /// SubjectAccessReview: (user, `"VERB RESOURCE.GROUP"` or `"VERB /path"`) allowed.
     pub grants: Vec<(String, String)>,
+    /// Secrets and webhook configurations (see that section).
+    pub webhooks: WebhookState,
 }
 
 #[derive(Clone)]
@@ -251,6 +266,7 @@ impl FakeApi {
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 axum::routing::post(create_binding),
             )
+            .merge(webhook_routes())
             .fallback(|| async {
                 status(
                     404,
@@ -1011,4 +1027,365 @@ async fn subject_access_review(State(api): State<FakeApi>, body: Bytes) -> Respo
     let allowed = api.inner.lock().grants.contains(&(user, what));
     review["status"] = json!({"allowed": allowed});
     (StatusCode::CREATED, axum::Json(review)).into_response()
+}
+
+// === Secrets, webhook configurations, ClusterRoles ===
+//
+// For self-managed webhook certificates: Secrets (get; create answering
+// 409 AlreadyExists; update with a resourceVersion precondition answering
+// 409 Conflict), Validating/MutatingWebhookConfigurations (server-side
+// apply PATCH with fieldManager and force, get, delete) and ClusterRoles
+// (get). No garbage collector: tests assert the ownerReference.
+
+/// Counters and fault injection of this section.
+#[derive(Default)]
+pub struct WebhookState {
+    /// Secrets created (201).
+    pub secret_creates: usize,
+    /// Secret creates refused with 409 AlreadyExists.
+    pub secret_create_conflicts: usize,
+    /// Secrets updated (200).
+    pub secret_updates: usize,
+    /// Secret updates refused with 409 Conflict.
+    pub secret_update_conflicts: usize,
+    /// Each Secret POST waits on this barrier first, so racing creators
+    /// all pass their GET before any create lands.
+    pub create_gate: Option<Arc<tokio::sync::Barrier>>,
+    /// Each Secret PUT waits on this barrier first, so racing updaters all
+    /// send the same resourceVersion.
+    pub update_gate: Option<Arc<tokio::sync::Barrier>>,
+    /// Every accepted apply: (kind, name, fieldManager, force).
+    pub applies: Vec<(Res, String, String, bool)>,
+    /// Field manager of each configuration (one manager owns all fields).
+    managers: HashMap<(Res, String), String>,
+}
+
+fn webhook_routes() -> Router<FakeApi> {
+    Router::new()
+        .route(
+            "/api/v1/namespaces/{ns}/secrets",
+            axum::routing::post(create_secret),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/secrets/{name}",
+            get(get_secret).put(put_secret),
+        )
+        .route(
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
+            get(get_validating)
+                .patch(apply_validating)
+                .delete(delete_validating),
+        )
+        .route(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}",
+            get(get_mutating)
+                .patch(apply_mutating)
+                .delete(delete_mutating),
+        )
+        .route(
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}",
+            get(get_cluster_role),
+        )
+}
+
+impl FakeApi {
+    /// Stores a cluster-scoped object (key namespace ""), assigning uid and
+    /// resourceVersion; keeps the uid and creationTimestamp of a previous version.
+    pub fn put_cluster(&self, res: Res, mut obj: Value) -> Value {
+        let mut g = self.inner.lock();
+        g.rv += 1;
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap()
+            .to_owned();
+        let key = (res, String::new(), name.clone());
+        let prev = g.objects.get(&key).cloned();
+        obj["apiVersion"] = json!(res.api_version());
+        obj["kind"] = json!(res.kind());
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        let uid = prev
+            .as_ref()
+            .and_then(|p| p.pointer("/metadata/uid").cloned())
+            .unwrap_or_else(|| json!(format!("uid-{}-{}-{}", res.kind(), name, g.rv)));
+        obj["metadata"]["uid"] = uid;
+        obj["metadata"]["creationTimestamp"] = prev
+            .as_ref()
+            .and_then(|p| p.pointer("/metadata/creationTimestamp").cloned())
+            .unwrap_or_else(|| json!("2026-01-01T00:00:00Z"));
+        obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+        g.objects.insert(key, obj.clone());
+        self.record(&mut g, res, false, prev, obj.clone());
+        obj
+    }
+
+    /// Adds a ClusterRole and returns its uid.
+    pub fn add_cluster_role(&self, name: &str) -> String {
+        let obj = self.put_cluster(
+            Res::ClusterRoles,
+            json!({"metadata": {"name": name}, "rules": []}),
+        );
+        obj["metadata"]["uid"].as_str().unwrap().to_owned()
+    }
+
+    /// A cluster-scoped object.
+    pub fn get_cluster(&self, res: Res, name: &str) -> Option<Value> {
+        self.get(res, "", name)
+    }
+}
+
+fn not_found(res: Res, name: &str) -> Response {
+    let plural = match res {
+        Res::Secrets => "secrets",
+        Res::ValidatingWebhookConfigurations => {
+            "validatingwebhookconfigurations.admissionregistration.k8s.io"
+        }
+        Res::MutatingWebhookConfigurations => {
+            "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+        }
+        Res::ClusterRoles => "clusterroles.rbac.authorization.k8s.io",
+        _ => "objects",
+    };
+    status(404, "NotFound", &format!("{plural} \"{name}\" not found"))
+}
+
+async fn get_secret(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.get(Res::Secrets, &ns, &name) {
+        Some(s) => axum::Json(s).into_response(),
+        None => not_found(Res::Secrets, &name),
+    }
+}
+
+/// `POST secrets`: 409 AlreadyExists when the name is taken.
+async fn create_secret(
+    State(api): State<FakeApi>,
+    Path(ns): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid Secret");
+    };
+    let Some(name) = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return status(422, "Invalid", "metadata.name: Required value");
+    };
+    let gate = api.inner.lock().webhooks.create_gate.clone();
+    if let Some(gate) = gate {
+        gate.wait().await;
+    }
+    {
+        let mut g = api.inner.lock();
+        if g.objects
+            .contains_key(&(Res::Secrets, ns.clone(), name.clone()))
+        {
+            g.webhooks.secret_create_conflicts += 1;
+            return status(
+                409,
+                "AlreadyExists",
+                &format!("secrets \"{name}\" already exists"),
+            );
+        }
+        g.webhooks.secret_creates += 1;
+    }
+    obj["metadata"]["namespace"] = json!(ns);
+    (StatusCode::CREATED, axum::Json(api.put(Res::Secrets, obj))).into_response()
+}
+
+/// `PUT secrets/{name}`: `metadata.resourceVersion` is a precondition (409);
+/// the type is immutable (422).
+async fn put_secret(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid Secret");
+    };
+    let gate = api.inner.lock().webhooks.update_gate.clone();
+    if let Some(gate) = gate {
+        gate.wait().await;
+    }
+    {
+        let mut g = api.inner.lock();
+        let Some(cur) = g.objects.get(&(Res::Secrets, ns.clone(), name.clone())) else {
+            return not_found(Res::Secrets, &name);
+        };
+        let cur_rv = cur.pointer("/metadata/resourceVersion").cloned();
+        let cur_type = cur.get("type").cloned();
+        if let Some(want) = obj.pointer("/metadata/resourceVersion")
+            && Some(want) != cur_rv.as_ref()
+        {
+            g.webhooks.secret_update_conflicts += 1;
+            return status(
+                409,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on secrets \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            );
+        }
+        if obj.get("type").is_some() && obj.get("type") != cur_type.as_ref() {
+            return status(422, "Invalid", "type: Invalid value: field is immutable");
+        }
+        g.webhooks.secret_updates += 1;
+    }
+    obj["metadata"]["namespace"] = json!(ns);
+    axum::Json(api.put(Res::Secrets, obj)).into_response()
+}
+
+async fn get_cluster_object(api: FakeApi, res: Res, name: String) -> Response {
+    match api.get_cluster(res, &name) {
+        Some(o) => axum::Json(o).into_response(),
+        None => not_found(res, &name),
+    }
+}
+
+async fn get_cluster_role(State(api): State<FakeApi>, Path(name): Path<String>) -> Response {
+    get_cluster_object(api, Res::ClusterRoles, name).await
+}
+
+async fn get_validating(State(api): State<FakeApi>, Path(name): Path<String>) -> Response {
+    get_cluster_object(api, Res::ValidatingWebhookConfigurations, name).await
+}
+
+async fn get_mutating(State(api): State<FakeApi>, Path(name): Path<String>) -> Response {
+    get_cluster_object(api, Res::MutatingWebhookConfigurations, name).await
+}
+
+async fn delete_cluster_object(api: FakeApi, res: Res, name: String) -> Response {
+    if api.get_cluster(res, &name).is_none() {
+        return not_found(res, &name);
+    }
+    api.delete(res, "", &name);
+    let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": {"name": name, "kind": res.kind()}});
+    axum::Json(ok).into_response()
+}
+
+async fn delete_validating(State(api): State<FakeApi>, Path(name): Path<String>) -> Response {
+    delete_cluster_object(api, Res::ValidatingWebhookConfigurations, name).await
+}
+
+async fn delete_mutating(State(api): State<FakeApi>, Path(name): Path<String>) -> Response {
+    delete_cluster_object(api, Res::MutatingWebhookConfigurations, name).await
+}
+
+async fn apply_validating(
+    State(api): State<FakeApi>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    apply_config(
+        api,
+        Res::ValidatingWebhookConfigurations,
+        name,
+        q,
+        headers,
+        body,
+    )
+}
+
+async fn apply_mutating(
+    State(api): State<FakeApi>,
+    Path(name): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    apply_config(
+        api,
+        Res::MutatingWebhookConfigurations,
+        name,
+        q,
+        headers,
+        body,
+    )
+}
+
+/// Server-side apply of a whole webhook configuration: only
+/// `application/apply-patch+yaml` (415 otherwise), `fieldManager` required
+/// (400), the body's kind and name must match (400). The applied fields
+/// (labels, ownerReferences, webhooks) replace those of the previous
+/// apply; another manager's object needs `force=true` (409 otherwise).
+fn apply_config(
+    api: FakeApi,
+    res: Res,
+    name: String,
+    q: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let apply = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/apply-patch+yaml"));
+    if !apply {
+        return status(
+            415,
+            "UnsupportedMediaType",
+            "only server-side apply is served here",
+        );
+    }
+    let Some(manager) = q.get("fieldManager").filter(|m| !m.is_empty()).cloned() else {
+        return status(
+            400,
+            "BadRequest",
+            "fieldManager is required for apply requests",
+        );
+    };
+    let force = q.get("force").is_some_and(|f| f == "true");
+    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid apply body");
+    };
+    if patch["kind"] != json!(res.kind())
+        || patch["apiVersion"] != json!(res.api_version())
+        || patch.pointer("/metadata/name") != Some(&json!(name))
+    {
+        return status(
+            400,
+            "BadRequest",
+            "apiVersion, kind and metadata.name must match the request",
+        );
+    }
+    {
+        let mut g = api.inner.lock();
+        let key = (res, name.clone());
+        if let Some(owner) = g.webhooks.managers.get(&key)
+            && *owner != manager
+            && !force
+        {
+            return status(
+                409,
+                "Conflict",
+                &format!("Apply failed with 1 conflict: conflict with \"{owner}\": .webhooks"),
+            );
+        }
+        g.webhooks.managers.insert(key, manager.clone());
+        g.webhooks.applies.push((res, name.clone(), manager, force));
+    }
+    let mut obj = api
+        .get_cluster(res, &name)
+        .unwrap_or_else(|| json!({"metadata": {"name": name}}));
+    for field in ["labels", "annotations", "ownerReferences"] {
+        match patch["metadata"].get(field) {
+            Some(v) => obj["metadata"][field] = v.clone(),
+            None => {
+                if let Some(m) = obj["metadata"].as_object_mut() {
+                    m.remove(field);
+                }
+            }
+        }
+    }
+    obj["webhooks"] = patch.get("webhooks").cloned().unwrap_or(json!([]));
+    axum::Json(api.put_cluster(res, obj)).into_response()
 }

@@ -25,17 +25,10 @@ const PER_CLIENT: usize = 4_000;
 const LOAD_DEADLINE: Duration = Duration::from_secs(20);
 
 fn start(rt: &tokio::runtime::Runtime) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("krs-agent-bench-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let agent = Agent::new(
-        AgentConfig {
-            pod: "rp-1".into(),
-            namespace: "default".into(),
-            default_runs_capacity: 2,
-            max_bypass: 4,
-        },
-        Duration::from_secs(1),
-    );
+    let dir = std::env::temp_dir().join(format!("krs-agent-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("agent.sock");
+    let agent = Agent::new(AgentConfig::new("rp-1", "default"), Duration::from_secs(1));
     let pod = Pod {
         metadata: ObjectMeta {
             name: Some("rp-1".into()),
@@ -64,7 +57,8 @@ fn start(rt: &tokio::runtime::Runtime) -> PathBuf {
         agent.apply_run_event(e);
     }
     let socket = rt.block_on(async { server::bind(&path) }).expect("bind");
-    rt.spawn(server::serve(socket, agent, std::future::pending()));
+    let policy = server::PeerPolicy::owner_only(&socket);
+    rt.spawn(server::serve(socket, agent, policy, std::future::pending()));
     path
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
-use kruntimes_scheduler::agent::server::{self, SocketError};
+use kruntimes_scheduler::agent::server::{self, PeerPolicy, SocketError};
 use kruntimes_scheduler::agent::source::AgentConfig;
 use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
 use kube::runtime::watcher::Event;
@@ -71,15 +71,21 @@ fn mk_run(name: &str, phase: &str, pod: Option<&str>, requests: &[(&str, &str)])
 
 fn config(max_bypass: u32) -> AgentConfig {
     AgentConfig {
-        pod: POD.into(),
-        namespace: NS.into(),
-        default_runs_capacity: 2,
         max_bypass,
+        ..AgentConfig::new(POD, NS)
     }
 }
 
+/// A fresh private directory for one test (the agent refuses a socket
+/// directory others can write, such as the temp dir itself).
+fn test_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("krs-agent-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 fn socket_path(test: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("krs-agent-{}-{test}.sock", std::process::id()))
+    test_dir(test).join("agent.sock")
 }
 
 /// An agent serving on a fresh socket; stops (and removes the socket) on drop.
@@ -112,9 +118,15 @@ impl Harness {
         let _ = std::fs::remove_file(&path);
         let socket = server::bind(&path).expect("bind");
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::serve(socket, Arc::clone(&agent), async move {
-            let _ = rx.await;
-        }));
+        let policy = PeerPolicy::owner_only(&socket);
+        let task = tokio::spawn(server::serve(
+            socket,
+            Arc::clone(&agent),
+            policy,
+            async move {
+                let _ = rx.await;
+            },
+        ));
         Harness {
             agent,
             path,
@@ -198,6 +210,24 @@ async fn call(path: &Path, method: Method, uri: &str, body: Option<String>) -> (
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, v)
+}
+
+/// Waits until `name` is in the queue (its caller's request has arrived).
+async fn until_queued(h: &Harness, name: &str) {
+    let uid = format!("uid-{name}");
+    for _ in 0..500 {
+        let st = h.status().await;
+        if st["queued"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|q| q["uid"] == uid.as_str())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name} never queued");
 }
 
 fn gpu(n: &str) -> Option<Value> {
@@ -465,7 +495,7 @@ async fn agent_watch_events_release() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("f", None, "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "f").await;
     h.agent
         .apply_run_event(Event::Delete(mk_run("f", "Scheduled", Some(POD), &[])));
     let (s, v) = waiter.await.expect("join");
@@ -478,7 +508,7 @@ async fn agent_watch_events_release() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("g", None, "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "g").await;
     let t0 = Instant::now();
     assert_eq!(h.release("g").await, StatusCode::NO_CONTENT);
     let (s, v) = waiter.await.expect("join");
@@ -497,9 +527,22 @@ async fn agent_explicit_release_is_not_undone_by_a_stale_running_event() {
         "stale-event",
         4,
         Some(mk_pod(&[("runs", "1")])),
-        vec![mk_run("a", "Running", Some(POD), &[])],
+        vec![
+            mk_run("a", "Scheduled", Some(POD), &[]),
+            mk_run("o", "Running", Some(POD), &[]),
+        ],
     )
     .await;
+    // A hold the watch adopted is the watch's: a caller cannot release it.
+    let (s, v) = h.call(Method::DELETE, "/v1/reservations/uid-o", None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("the watch")),
+        "{v}"
+    );
+    h.agent
+        .apply_run_event(Event::Apply(mk_run("o", "Succeeded", Some(POD), &[])));
+    assert_eq!(h.reserve("a", None, "").await.0, StatusCode::CREATED);
     assert_eq!(h.release("a").await, StatusCode::NO_CONTENT);
     h.agent
         .apply_run_event(Event::Apply(mk_run("a", "Running", Some(POD), &[])));
@@ -701,7 +744,28 @@ async fn agent_refuses_before_the_watches_sync() {
 #[tokio::test]
 async fn agent_socket_lifecycle() {
     let path = socket_path("lifecycle");
-    let _ = std::fs::remove_file(&path);
+    let dir = path.parent().expect("dir").to_owned();
+    // The directory is created private (0750)...
+    drop(server::bind(&path).expect("bind in a new directory"));
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o750);
+    // ...one of ours that others may write is tightened...
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    drop(server::bind(&path).expect("bind"));
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+    // ...and a shared sticky one (like /tmp) is refused, untouched.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    match server::bind(&path) {
+        Err(e @ SocketError::InsecureDir { .. }) => {
+            assert!(e.to_string().contains("writable by group or others"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("served from a world-writable directory"),
+    }
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o7777, 0o1777);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
     // A stale socket file (nobody listening) is replaced.
     drop(std::os::unix::net::UnixListener::bind(&path).expect("bind stale"));
     assert!(path.exists());
@@ -716,7 +780,8 @@ async fn agent_socket_lifecycle() {
         Ok(_) => panic!("stole a live socket"),
     }
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(socket, agent, async move {
+    let policy = PeerPolicy::owner_only(&socket);
+    let task = tokio::spawn(server::serve(socket, agent, policy, async move {
         let _ = rx.await;
     }));
     let (s, _) = call(&path, Method::GET, "/healthz", None).await;

@@ -3,7 +3,7 @@
 //! name is a label value only when the operator lists it
 //! (`--metrics-resource`), plus `runs`, which every pod has.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
 
 /// How a reservation request ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Outcome {
     /// Reserved by this call (201).
     Admitted,
@@ -32,13 +32,51 @@ pub enum Outcome {
     Unavailable,
 }
 
+/// Label values in snake case, from a fixed list.
+macro_rules! snake_labels {
+    ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+        }
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+snake_labels!(Outcome {
+    Admitted => "admitted",
+    Held => "held",
+    Queued => "queued",
+    Dropped => "dropped",
+    QueueFull => "queue_full",
+    NotYours => "not_yours",
+    Invalid => "invalid",
+    Unavailable => "unavailable",
+});
+
+snake_labels!(JournalError {
+    Write => "write",
+    Compact => "compact",
+    Corrupt => "corrupt",
+});
+
+snake_labels!(Refusal {
+    Peer => "peer",
+    NotYours => "not_yours",
+});
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub result: Outcome,
 }
 
 /// A journal failure.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum JournalError {
     /// Appending or syncing records failed.
     Write,
@@ -74,7 +112,7 @@ impl JournalStats {
 }
 
 /// Peer-credential refusals.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Refusal {
     /// The peer's uid and gid are not allowed on the socket.
     Peer,

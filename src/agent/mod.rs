@@ -21,6 +21,8 @@
 pub mod journal;
 pub mod ledger;
 pub mod metrics;
+#[cfg(test)]
+mod proptests;
 pub mod server;
 pub mod source;
 

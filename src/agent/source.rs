@@ -256,7 +256,9 @@ impl AgentState {
     /// has not shown here within `unseen_ttl`. Only once synced: before
     /// that the watch has not had its chance. Returns what it did.
     pub fn sweep(&mut self, now: Instant) -> Effects {
-        if !self.is_synced() {
+        // Not before the first sync, nor while a relist is under way: the
+        // list about to complete may show these Runs.
+        if !self.is_synced() || self.run_buffer.is_some() {
             return Effects::default();
         }
         let ttl = self.config.unseen_ttl;

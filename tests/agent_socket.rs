@@ -1303,3 +1303,41 @@ async fn agent_restart_after_sigkill_keeps_scheduled_admissions() {
     child.wait().await.expect("reaped");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn agent_sweeper_releases_holds_the_watch_never_shows() {
+    let cfg = AgentConfig {
+        unseen_ttl: Duration::from_millis(100),
+        ..config(4)
+    };
+    let agent = Agent::new(cfg, Duration::from_secs(1));
+    list(&agent, mk_pod(&[("runs", "2")]), &scheduled(&["seen"]));
+    let sweeper = tokio::spawn(Arc::clone(&agent).sweeper());
+    let h = Harness::serve("sweeper", agent).await;
+    assert_eq!(
+        h.reserve("ghost", runs("1"), "").await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(h.reserve("seen", None, "").await.0, StatusCode::CREATED);
+    let mut left = Vec::new();
+    for _ in 0..300 {
+        let st = h.status().await;
+        left = st["reservations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str().map(str::to_owned))
+            .collect();
+        if left == ["seen"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        left,
+        ["seen"],
+        "the ghost's hold was released, the seen Run's kept"
+    );
+    sweeper.abort();
+    h.stop().await;
+}

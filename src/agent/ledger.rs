@@ -704,4 +704,59 @@ mod tests {
         assert!(a.is_empty());
         assert_eq!(l.queue().count(), 0);
     }
+
+    #[test]
+    fn agent_ledger_owner_and_queue_bound() {
+        let mut l = Ledger::new(cap(&[("runs", 1)]), 4).with_max_queue(1);
+        assert!(matches!(
+            l.request(run("a"), req(&[]), Some(1)).0,
+            Decision::Admitted(_)
+        ));
+        // Another caller can neither ask for nor release a's hold.
+        assert_eq!(
+            l.request(run("a"), req(&[]), Some(2)).0,
+            Decision::NotYours(NotYours { creator: Some(1) })
+        );
+        assert_eq!(
+            l.check_owner("a", Some(2)),
+            Err(NotYours { creator: Some(1) })
+        );
+        assert!(matches!(
+            l.request(run("b"), req(&[]), Some(2)).0,
+            Decision::Queued(_)
+        ));
+        assert_eq!(
+            l.request(run("b"), req(&[]), Some(1)).0,
+            Decision::NotYours(NotYours { creator: Some(2) })
+        );
+        // The queue is full: a newcomer is refused and leaves no trace...
+        assert_eq!(
+            l.request(run("c"), req(&[]), Some(1)).0,
+            Decision::QueueFull { max: 1 }
+        );
+        assert!(!l.is_queued("c"));
+        assert_eq!(l.queue_len(), 1);
+        // ...while the queued one asking again keeps its place.
+        assert!(matches!(
+            l.request(run("b"), req(&[]), Some(2)).0,
+            Decision::Queued(QueuedInfo { position: 1, .. })
+        ));
+        // A newcomer that fits at once is admitted even with a full queue.
+        l.set_capacity(cap(&[("runs", 3)]));
+        assert!(l.hold("b").is_some());
+        assert!(matches!(
+            l.request(run("d"), req(&[]), Some(1)).0,
+            Decision::Admitted(_)
+        ));
+        assert_eq!(
+            l.take_changes(),
+            vec![
+                Change::Admitted("a".into()),
+                Change::Admitted("b".into()),
+                Change::Admitted("d".into())
+            ]
+        );
+        l.release("a");
+        assert_eq!(l.take_changes(), vec![Change::Released("a".into())]);
+    }
 }

@@ -15,8 +15,15 @@
 //! check-and-reserve of a Run's full effective request happens under one
 //! lock, so concurrent callers cannot both take the last unit. Runs already
 //! Running or Ready on the pod when the watch lists hold reservations from
-//! the start, and nothing is admitted before both watches have listed once,
-//! so a restarted agent never double-admits.
+//! the start; Runs admitted but still Scheduled come back from the
+//! [`journal`], written before each admission is answered; and nothing is
+//! admitted before both watches have listed once, so a restarted agent
+//! never double-admits.
+//!
+//! Callers are the peers of the socket, identified by `SO_PEERCRED`
+//! ([`server::PeerPolicy`]); a hold is released only by the caller that
+//! created it or by the watch ([`source::AgentState`]), and the queue is
+//! bounded ([`ledger`]).
 
 pub mod journal;
 pub mod ledger;

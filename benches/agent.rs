@@ -1,9 +1,13 @@
 //! Admit/release round trips over the agent's unix socket.
 //!
 //! `cargo bench --bench agent` runs a criterion measurement of one round trip
-//! (POST 201 + DELETE 204 on a kept-alive HTTP/1.1 connection), then a
+//! (POST 201 + DELETE 204 on a kept-alive HTTP/1.1 connection) with the
+//! journal on tmpfs (as in the example's in-memory `emptyDir`), then a
 //! bounded load loop (4 concurrent clients, 4 000 round trips each, at most
-//! 20 s) that prints admit latency p50/p99 and admissions per second.
+//! 20 s) for each journal setting — none, tmpfs (`/dev/shm`), and the temp
+//! directory's file system — printing admit and release latency p50/p99 and
+//! admissions per second. Every 201 waits for its journal record to be
+//! synced; concurrent admissions share one sync.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::{BodyExt as _, Full};
@@ -14,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
+use kruntimes_scheduler::agent::metrics::AgentMetrics;
 use kruntimes_scheduler::agent::server;
 use kruntimes_scheduler::agent::source::AgentConfig;
 use kube::runtime::watcher::Event;
@@ -24,18 +29,23 @@ const CLIENTS: usize = 4;
 const PER_CLIENT: usize = 4_000;
 const LOAD_DEADLINE: Duration = Duration::from_secs(20);
 
-fn start(rt: &tokio::runtime::Runtime) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("krs-agent-bench-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let agent = Agent::new(
-        AgentConfig {
-            pod: "rp-1".into(),
-            namespace: "default".into(),
-            default_runs_capacity: 2,
-            max_bypass: 4,
-        },
+fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("krs-agent-bench-{}-{label}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("agent.sock");
+    if let Some(j) = journal {
+        let _ = std::fs::remove_file(j);
+        if let Some(d) = j.parent() {
+            std::fs::create_dir_all(d).expect("journal dir");
+        }
+    }
+    let agent = Agent::open(
+        AgentConfig::new("rp-1", "default"),
         Duration::from_secs(1),
-    );
+        journal,
+        AgentMetrics::default(),
+    )
+    .expect("agent");
     let pod = Pod {
         metadata: ObjectMeta {
             name: Some("rp-1".into()),
@@ -64,7 +74,8 @@ fn start(rt: &tokio::runtime::Runtime) -> PathBuf {
         agent.apply_run_event(e);
     }
     let socket = rt.block_on(async { server::bind(&path) }).expect("bind");
-    rt.spawn(server::serve(socket, agent, std::future::pending()));
+    let policy = server::PeerPolicy::owner_only(&socket);
+    rt.spawn(server::serve(socket, agent, policy, std::future::pending()));
     path
 }
 
@@ -99,8 +110,8 @@ async fn send(
     status
 }
 
-/// One admit + release; returns the admit latency.
-async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> Duration {
+/// One admit + release; returns the admit and release latencies.
+async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> (Duration, Duration) {
     let body = format!(
         r#"{{"namespace":"default","name":"{uid}","uid":"{uid}","requests":{{"runs":"1","gpu":"1"}}}}"#
     );
@@ -108,6 +119,7 @@ async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> Duration {
     let st = send(s, Method::POST, "/v1/reservations", body).await;
     let admit = t0.elapsed();
     assert_eq!(st, StatusCode::CREATED);
+    let t1 = Instant::now();
     let st = send(
         s,
         Method::DELETE,
@@ -116,7 +128,7 @@ async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> Duration {
     )
     .await;
     assert_eq!(st, StatusCode::NO_CONTENT);
-    admit
+    (admit, t1.elapsed())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -127,8 +139,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn load_report(rt: &tokio::runtime::Runtime, path: &Path) {
-    let (mut lat, elapsed) = rt.block_on(async {
+fn load_report(rt: &tokio::runtime::Runtime, label: &str, path: &Path) {
+    let (lat, elapsed) = rt.block_on(async {
         let t0 = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..CLIENTS {
@@ -151,13 +163,17 @@ fn load_report(rt: &tokio::runtime::Runtime, path: &Path) {
         }
         (all, t0.elapsed())
     });
-    lat.sort();
-    let n = lat.len();
+    let (mut admit, mut release): (Vec<Duration>, Vec<Duration>) = lat.into_iter().unzip();
+    admit.sort();
+    release.sort();
+    let n = admit.len();
     println!(
-        "agent load: {CLIENTS} clients, {n} admit+release round trips in {:.2}s: admit p50 {:?}, p99 {:?}; {:.0} admissions/s",
+        "agent load, journal {label}: {CLIENTS} clients, {n} admit+release round trips in {:.2}s: admit p50 {:?}, p99 {:?}; release p50 {:?}, p99 {:?}; {:.0} admissions/s",
         elapsed.as_secs_f64(),
-        percentile(&lat, 0.50),
-        percentile(&lat, 0.99),
+        percentile(&admit, 0.50),
+        percentile(&admit, 0.99),
+        percentile(&release, 0.50),
+        percentile(&release, 0.99),
         n as f64 / elapsed.as_secs_f64()
     );
 }
@@ -168,23 +184,45 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let path = start(&rt);
+    let pid = std::process::id();
+    let shm = Path::new("/dev/shm")
+        .is_dir()
+        .then(|| PathBuf::from(format!("/dev/shm/krs-agent-bench-{pid}/agent.journal")));
+    let disk = std::env::temp_dir().join(format!("krs-agent-bench-{pid}-journal/agent.journal"));
+    let path = start(&rt, "tmpfs", shm.as_deref());
     let mut sender = rt.block_on(connect(&path));
     let mut n = 0u64;
-    c.bench_function("agent admit+release round trip (unix socket)", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let t0 = Instant::now();
-                for _ in 0..iters {
-                    n += 1;
-                    round_trip(&mut sender, &format!("crit-{n}")).await;
-                }
-                t0.elapsed()
+    c.bench_function(
+        "agent admit+release round trip (unix socket, journal on tmpfs)",
+        |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let t0 = Instant::now();
+                    for _ in 0..iters {
+                        n += 1;
+                        round_trip(&mut sender, &format!("crit-{n}")).await;
+                    }
+                    t0.elapsed()
+                })
             })
-        })
-    });
-    load_report(&rt, &path);
-    let _ = std::fs::remove_file(&path);
+        },
+    );
+    load_report(&rt, if shm.is_some() { "tmpfs" } else { "none" }, &path);
+    let path = start(&rt, "none", None);
+    load_report(&rt, "none", &path);
+    let path = start(&rt, "disk", Some(&disk));
+    load_report(&rt, "on the temp dir's file system", &path);
+    for d in [shm.as_deref().and_then(Path::parent), disk.parent()]
+        .into_iter()
+        .flatten()
+    {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    for label in ["tmpfs", "none", "disk"] {
+        let _ = std::fs::remove_dir_all(
+            std::env::temp_dir().join(format!("krs-agent-bench-{pid}-{label}")),
+        );
+    }
 }
 
 criterion_group!(benches, bench);

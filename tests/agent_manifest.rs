@@ -40,20 +40,90 @@ fn agent_sidecar_manifest_is_valid_kubernetes() {
     }
     let deploy: Deployment = serde_json::from_value(docs[3].clone()).expect("deployment");
     let spec = deploy.spec.template.spec.expect("pod spec");
+    // The agent is a native sidecar: an init container that keeps running,
+    // with a startup probe, so the socket answers before runtimed starts.
     let agent = spec
-        .containers
-        .iter()
-        .find(|c| c.name == "agent")
-        .expect("agent container");
-    let env: Vec<&str> = agent
-        .env
+        .init_containers
         .iter()
         .flatten()
-        .map(|e| e.name.as_str())
-        .collect();
+        .find(|c| c.name == "agent")
+        .expect("agent init container");
+    assert_eq!(agent.restart_policy.as_deref(), Some("Always"));
+    let probe = agent
+        .startup_probe
+        .as_ref()
+        .and_then(|p| p.exec.as_ref())
+        .and_then(|e| e.command.clone())
+        .expect("exec startup probe");
+    assert!(
+        probe.ends_with(&["agent".to_owned(), "--probe".to_owned()]),
+        "{probe:?}"
+    );
+    assert!(spec.containers.iter().all(|c| c.name != "agent"));
+    let env = |c: &k8s_openapi::api::core::v1::Container, var: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == var)
+            .map(|e| e.value.clone())
+    };
     for var in ["KRS_AGENT_SOCKET", "KRS_AGENT_POD", "KRS_AGENT_NAMESPACE"] {
-        assert!(env.contains(&var), "{var}");
+        assert!(env(agent, var).is_some(), "{var}");
     }
+    // Every agent variable is a flag of `agent` (KRS_LOG_FORMAT is global).
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: kruntimes_scheduler::agent::AgentArgs,
+    }
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let known: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect();
+    for e in agent.env.iter().flatten() {
+        if e.name.starts_with("KRS_") && e.name != "KRS_LOG_FORMAT" {
+            assert!(known.contains(&e.name), "{} is not a flag of agent", e.name);
+        }
+    }
+    // runtimed runs under its own uid, the one the agent allows.
+    let runtimed = spec
+        .containers
+        .iter()
+        .find(|c| c.name == "runtimed")
+        .expect("runtimed container");
+    let uid = |c: &k8s_openapi::api::core::v1::Container| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .expect("runAsUser")
+    };
+    assert_ne!(uid(agent), uid(runtimed));
+    assert_eq!(
+        env(agent, "KRS_AGENT_RUNTIMED_UID").flatten(),
+        Some(uid(runtimed).to_string())
+    );
+    // The socket sits in a directory the agent creates inside the shared
+    // volume (the volume's root is writable by everyone), and runtimed
+    // uses that path.
+    let socket = env(agent, "KRS_AGENT_SOCKET").flatten().expect("socket");
+    let mount = agent
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "agent-socket")
+        .expect("socket volume mounted");
+    let dir = Path::new(&socket).parent().expect("socket dir");
+    assert!(
+        dir.starts_with(&mount.mount_path) && dir != Path::new(&mount.mount_path),
+        "{socket} must be in a subdirectory of {}",
+        mount.mount_path
+    );
+    assert_eq!(
+        env(runtimed, "KRUNTIMES_AGENT_SOCKET").flatten(),
+        Some(socket.clone())
+    );
     let role: Role = serde_json::from_value(docs[1].clone()).expect("role");
     let rules = role.rules.unwrap_or_default();
     for (group, resource) in [("", "pods"), ("kruntimes.io", "runs")] {

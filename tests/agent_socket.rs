@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
-use kruntimes_scheduler::agent::server::{self, SocketError};
+use kruntimes_scheduler::agent::metrics::AgentMetrics;
+use kruntimes_scheduler::agent::server::{self, PeerPolicy, SocketError};
 use kruntimes_scheduler::agent::source::AgentConfig;
 use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
 use kube::runtime::watcher::Event;
@@ -71,15 +72,19 @@ fn mk_run(name: &str, phase: &str, pod: Option<&str>, requests: &[(&str, &str)])
 
 fn config(max_bypass: u32) -> AgentConfig {
     AgentConfig {
-        pod: POD.into(),
-        namespace: NS.into(),
-        default_runs_capacity: 2,
         max_bypass,
+        ..AgentConfig::new(POD, NS)
     }
 }
 
+/// A fresh private directory for one test (the agent refuses a socket
+/// directory others can write, such as the temp dir itself).
+fn test_dir(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("krs-agent-{}-{test}", std::process::id()))
+}
+
 fn socket_path(test: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("krs-agent-{}-{test}.sock", std::process::id()))
+    test_dir(test).join("agent.sock")
 }
 
 /// An agent serving on a fresh socket; stops (and removes the socket) on drop.
@@ -108,13 +113,30 @@ impl Harness {
     }
 
     async fn serve(test: &str, agent: Arc<Agent>) -> Self {
+        Self::serve_with(test, agent, |_| {}).await
+    }
+
+    /// Serves with the owner-only policy changed by `policy`.
+    async fn serve_with(
+        test: &str,
+        agent: Arc<Agent>,
+        policy: impl FnOnce(&mut PeerPolicy),
+    ) -> Self {
         let path = socket_path(test);
         let _ = std::fs::remove_file(&path);
         let socket = server::bind(&path).expect("bind");
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::serve(socket, Arc::clone(&agent), async move {
-            let _ = rx.await;
-        }));
+        let mut allowed = PeerPolicy::owner_only(&socket);
+        policy(&mut allowed);
+        let policy = allowed;
+        let task = tokio::spawn(server::serve(
+            socket,
+            Arc::clone(&agent),
+            policy,
+            async move {
+                let _ = rx.await;
+            },
+        ));
         Harness {
             agent,
             path,
@@ -198,6 +220,24 @@ async fn call(path: &Path, method: Method, uri: &str, body: Option<String>) -> (
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, v)
+}
+
+/// Waits until `name` is in the queue (its caller's request has arrived).
+async fn until_queued(h: &Harness, name: &str) {
+    let uid = format!("uid-{name}");
+    for _ in 0..500 {
+        let st = h.status().await;
+        if st["queued"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|q| q["uid"] == uid.as_str())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name} never queued");
 }
 
 fn gpu(n: &str) -> Option<Value> {
@@ -465,7 +505,7 @@ async fn agent_watch_events_release() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("f", None, "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "f").await;
     h.agent
         .apply_run_event(Event::Delete(mk_run("f", "Scheduled", Some(POD), &[])));
     let (s, v) = waiter.await.expect("join");
@@ -478,7 +518,7 @@ async fn agent_watch_events_release() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("g", None, "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "g").await;
     let t0 = Instant::now();
     assert_eq!(h.release("g").await, StatusCode::NO_CONTENT);
     let (s, v) = waiter.await.expect("join");
@@ -497,9 +537,22 @@ async fn agent_explicit_release_is_not_undone_by_a_stale_running_event() {
         "stale-event",
         4,
         Some(mk_pod(&[("runs", "1")])),
-        vec![mk_run("a", "Running", Some(POD), &[])],
+        vec![
+            mk_run("a", "Scheduled", Some(POD), &[]),
+            mk_run("o", "Running", Some(POD), &[]),
+        ],
     )
     .await;
+    // A hold the watch adopted is the watch's: a caller cannot release it.
+    let (s, v) = h.call(Method::DELETE, "/v1/reservations/uid-o", None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("the watch")),
+        "{v}"
+    );
+    h.agent
+        .apply_run_event(Event::Apply(mk_run("o", "Succeeded", Some(POD), &[])));
+    assert_eq!(h.reserve("a", None, "").await.0, StatusCode::CREATED);
     assert_eq!(h.release("a").await, StatusCode::NO_CONTENT);
     h.agent
         .apply_run_event(Event::Apply(mk_run("a", "Running", Some(POD), &[])));
@@ -701,7 +754,28 @@ async fn agent_refuses_before_the_watches_sync() {
 #[tokio::test]
 async fn agent_socket_lifecycle() {
     let path = socket_path("lifecycle");
-    let _ = std::fs::remove_file(&path);
+    let dir = path.parent().expect("dir").to_owned();
+    // The directory is created private (0750)...
+    drop(server::bind(&path).expect("bind in a new directory"));
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o750);
+    // ...one of ours that others may write is tightened...
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    drop(server::bind(&path).expect("bind"));
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+    // ...and a shared sticky one (like /tmp) is refused, untouched.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    match server::bind(&path) {
+        Err(e @ SocketError::InsecureDir { .. }) => {
+            assert!(e.to_string().contains("writable by group or others"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("served from a world-writable directory"),
+    }
+    let mode = std::fs::metadata(&dir).expect("dir").permissions().mode();
+    assert_eq!(mode & 0o7777, 0o1777);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
     // A stale socket file (nobody listening) is replaced.
     drop(std::os::unix::net::UnixListener::bind(&path).expect("bind stale"));
     assert!(path.exists());
@@ -716,7 +790,8 @@ async fn agent_socket_lifecycle() {
         Ok(_) => panic!("stole a live socket"),
     }
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(socket, agent, async move {
+    let policy = PeerPolicy::owner_only(&socket);
+    let task = tokio::spawn(server::serve(socket, agent, policy, async move {
         let _ = rx.await;
     }));
     let (s, _) = call(&path, Method::GET, "/healthz", None).await;
@@ -778,4 +853,491 @@ async fn agent_kube_client_builds_without_crypto_provider_panic() {
     let url = "https://127.0.0.1:9".parse().expect("url");
     let client = kube::Client::try_from(kube::Config::new(url));
     assert!(client.is_ok());
+}
+
+// === restarts, journal, peers, bounds ===
+
+/// Feeds a first list of the pod and the Runs.
+fn list(agent: &Agent, pod: Pod, runs: &[Run]) {
+    agent.apply_pod_event(Event::Init);
+    agent.apply_pod_event(Event::InitApply(pod));
+    agent.apply_pod_event(Event::InitDone);
+    agent.apply_run_event(Event::Init);
+    for r in runs {
+        agent.apply_run_event(Event::InitApply(r.clone()));
+    }
+    agent.apply_run_event(Event::InitDone);
+}
+
+fn scheduled(names: &[&str]) -> Vec<Run> {
+    names
+        .iter()
+        .map(|n| mk_run(n, "Scheduled", Some(POD), &[]))
+        .collect()
+}
+
+fn journaled(journal: &Path) -> Arc<Agent> {
+    let dir = journal.parent().expect("dir");
+    std::fs::create_dir_all(dir).expect("dir");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    Agent::open(
+        config(4),
+        Duration::from_secs(1),
+        Some(journal),
+        AgentMetrics::default(),
+    )
+    .expect("open with journal")
+}
+
+#[tokio::test]
+async fn agent_restart_after_abort_keeps_scheduled_admissions() {
+    let test = "restart-abort";
+    let journal = test_dir(test).join("agent.journal");
+    let runs = scheduled(&["r1", "r2", "r3", "r4"]);
+    let agent = journaled(&journal);
+    let h = Harness::serve(test, Arc::clone(&agent)).await;
+    list(&agent, mk_pod(&[("runs", "3")]), &runs);
+    for n in ["r1", "r2", "r3"] {
+        assert_eq!(h.reserve(n, None, "").await.0, StatusCode::CREATED, "{n}");
+    }
+    // Crash: the task serving the socket is aborted, nothing shuts down.
+    let mut h = h;
+    if let Some(t) = h.task.take() {
+        t.abort();
+        let _ = t.await;
+    }
+    drop(h);
+    drop(agent);
+    // Restart on the same directory; the Runs are all still Scheduled.
+    let agent = journaled(&journal);
+    list(&agent, mk_pod(&[("runs", "3")]), &runs);
+    let h = Harness::serve(test, agent).await;
+    let (s, v) = h.reserve("r4", None, "").await;
+    assert_eq!(s, StatusCode::CONFLICT, "r4 would overbook: {v}");
+    let st = h.status().await;
+    assert_eq!(st["reserved"]["runs"], "3");
+    let names: Vec<&str> = st["reservations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["r1", "r2", "r3"]);
+    // The creator keeps its holds across the restart.
+    assert_eq!(h.reserve("r1", None, "").await.0, StatusCode::OK);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn agent_restart_drops_journal_entries_the_watch_contradicts() {
+    let test = "restart-drop";
+    let journal = test_dir(test).join("agent.journal");
+    let agent = journaled(&journal);
+    let h = Harness::serve(test, Arc::clone(&agent)).await;
+    list(
+        &agent,
+        mk_pod(&[("runs", "4")]),
+        &scheduled(&["a", "b", "c", "d"]),
+    );
+    for n in ["a", "b", "c", "d"] {
+        assert_eq!(h.reserve(n, None, "").await.0, StatusCode::CREATED, "{n}");
+    }
+    h.stop().await;
+    drop(agent);
+    // Meanwhile: a finished, b deleted, c moved to another pod; d waits.
+    let agent = journaled(&journal);
+    assert_eq!(
+        agent.status().reservations.len(),
+        4,
+        "recovered before any list"
+    );
+    list(
+        &agent,
+        mk_pod(&[("runs", "4")]),
+        &[
+            mk_run("a", "Succeeded", Some(POD), &[]),
+            mk_run("c", "Scheduled", Some("rp-2"), &[]),
+            mk_run("d", "Scheduled", Some(POD), &[]),
+        ],
+    );
+    let st = agent.status();
+    let uids: Vec<&str> = st.reservations.iter().map(|r| r.uid.as_str()).collect();
+    assert_eq!(uids, ["uid-d"]);
+    drop(agent);
+    // ...and the journal forgot them too.
+    let agent = journaled(&journal);
+    assert_eq!(agent.status().reservations.len(), 1);
+}
+
+#[tokio::test]
+async fn agent_restart_with_a_journal_truncated_mid_record() {
+    let test = "restart-torn";
+    let journal = test_dir(test).join("agent.journal");
+    let runs = scheduled(&["r1", "r2", "r3", "r4"]);
+    let agent = journaled(&journal);
+    let h = Harness::serve(test, Arc::clone(&agent)).await;
+    list(&agent, mk_pod(&[("runs", "3")]), &runs);
+    for n in ["r1", "r2", "r3"] {
+        assert_eq!(h.reserve(n, None, "").await.0, StatusCode::CREATED, "{n}");
+    }
+    h.stop().await;
+    drop(agent);
+    // Torn write: the last record (r3's admission) loses its tail.
+    let len = std::fs::metadata(&journal).expect("journal").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .and_then(|f| f.set_len(len - 5))
+        .expect("truncate");
+    let agent = journaled(&journal);
+    list(&agent, mk_pod(&[("runs", "3")]), &runs);
+    let h = Harness::serve(test, agent).await;
+    let st = h.status().await;
+    assert_eq!(st["reserved"]["runs"], "2", "r1 and r2 recovered: {st}");
+    let (s, m) = h.call(Method::GET, "/metrics", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let _ = m;
+    let text = metrics_text(&h.path).await;
+    assert!(
+        text.contains(r#"kruntimes_agent_journal_errors_total{kind="corrupt"} 1"#),
+        "{text}"
+    );
+    assert_eq!(h.reserve("r4", None, "").await.0, StatusCode::CREATED);
+    assert_eq!(h.reserve("r3", None, "").await.0, StatusCode::CONFLICT);
+    h.stop().await;
+}
+
+/// `/metrics` as text.
+async fn metrics_text(path: &Path) -> String {
+    let stream = UnixStream::connect(path).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let req = Request::builder()
+        .uri("/metrics")
+        .header("host", "agent")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("send");
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[tokio::test]
+async fn agent_queue_is_bounded_and_metrics_report_it() {
+    let cfg = AgentConfig {
+        max_queue: 2,
+        ..config(4)
+    };
+    let agent = Agent::open(
+        cfg,
+        Duration::from_secs(1),
+        None,
+        AgentMetrics::new(["gpu".to_owned()]),
+    )
+    .expect("agent");
+    list(
+        &agent,
+        mk_pod(&[("runs", "1"), ("gpu", "1"), ("secret-thing", "7")]),
+        &[],
+    );
+    let h = Harness::serve("bounded", agent).await;
+    assert_eq!(h.reserve("a", runs("1"), "").await.0, StatusCode::CREATED);
+    assert_eq!(h.reserve("b", runs("1"), "").await.0, StatusCode::CONFLICT);
+    assert_eq!(h.reserve("c", runs("1"), "").await.0, StatusCode::CONFLICT);
+    let (s, v) = h.reserve("d", runs("1"), "").await;
+    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["queued"], false);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("queue is full")),
+        "{v}"
+    );
+    // Nothing of d was kept; a queued Run asking again keeps its place.
+    assert_eq!(h.status().await["queued"].as_array().map(Vec::len), Some(2));
+    assert_eq!(h.reserve("c", runs("1"), "").await.1["position"], 2);
+    let text = metrics_text(&h.path).await;
+    for line in [
+        r#"kruntimes_agent_admissions_total{result="admitted"} 1"#,
+        r#"kruntimes_agent_admissions_total{result="queued"} 3"#,
+        r#"kruntimes_agent_admissions_total{result="queue_full"} 1"#,
+        "kruntimes_agent_queue_length 2",
+        r#"kruntimes_agent_reserved{resource="runs"} 1"#,
+        r#"kruntimes_agent_free{resource="runs"} 0"#,
+        r#"kruntimes_agent_free{resource="gpu"} 1"#,
+        "kruntimes_agent_wait_seconds_count 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    assert!(
+        !text.contains("secret-thing"),
+        "resource names only when allowed"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn agent_refuses_releases_and_requests_of_another_caller() {
+    // The test is its own peer; holds made in-process by another uid stand
+    // for another caller's.
+    let agent = Agent::new(config(4), Duration::from_secs(1));
+    list(&agent, mk_pod(&[("runs", "2")]), &[]);
+    let req = |n: &str| {
+        serde_json::from_value::<kruntimes_scheduler::agent::ReserveRequest>(
+            json!({"namespace": NS, "name": n, "uid": format!("uid-{n}"), "requests": {"runs": "1"}}),
+        )
+        .expect("request")
+    };
+    let other = Some(424_242);
+    agent
+        .reserve(req("theirs"), None, other)
+        .await
+        .expect("admitted");
+    agent
+        .reserve(req("full"), None, other)
+        .await
+        .expect("admitted");
+    agent
+        .reserve(req("queued"), None, other)
+        .await
+        .expect("queued");
+    let h = Harness::serve("not-yours", agent).await;
+    for name in ["theirs", "queued"] {
+        let (s, v) = h
+            .call(
+                Method::DELETE,
+                &format!("/v1/reservations/uid-{name}"),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("uid 424242")),
+            "{v}"
+        );
+        let (s, _) = h.reserve(name, runs("1"), "").await;
+        assert_eq!(s, StatusCode::FORBIDDEN);
+    }
+    let st = h.status().await;
+    assert_eq!(st["reserved"]["runs"], "2");
+    assert_eq!(st["queued"].as_array().map(Vec::len), Some(1));
+    h.stop().await;
+}
+
+/// A second unix user for the peer-credential test: created when running
+/// as root (`useradd`), else `None`.
+fn second_user() -> Result<(u32, u32), String> {
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .map_err(|e| format!("cannot tell who runs the test: {e}"))?;
+    if me != 0 {
+        return Err(format!(
+            "running as uid {me}, not root: cannot create a second user or switch to one"
+        ));
+    }
+    let name = "krs-agent-peer";
+    let _ = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ])
+        .output();
+    let id = |flag: &str| -> Result<u32, String> {
+        let out = std::process::Command::new("id")
+            .args([flag, name])
+            .output()
+            .map_err(|e| format!("id: {e}"))?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| format!("user {name} could not be created (useradd missing or failed)"))
+    };
+    Ok((id("-u")?, id("-g")?))
+}
+
+#[tokio::test]
+async fn agent_peer_credentials_refuse_other_users() {
+    let (uid, gid) = match second_user() {
+        Ok(u) => u,
+        Err(why) => {
+            eprintln!("skipping agent_peer_credentials_refuse_other_users: {why}");
+            return;
+        }
+    };
+    let agent = Agent::new(config(4), Duration::from_secs(1));
+    list(&agent, mk_pod(&[("runs", "2")]), &[]);
+    // Owner-only policy. The file modes are opened up so that only the
+    // peer check stands between the other user and the agent.
+    let h = Harness::serve("peer", Arc::clone(&agent)).await;
+    let dir = h.path.parent().expect("dir").to_owned();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&h.path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    // The runtime serving the agent is this test's: the probe must not
+    // block it.
+    let probe = |path: &Path| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kruntimes-scheduler"))
+            .uid(uid)
+            .gid(gid)
+            .args([
+                "agent",
+                "--probe",
+                "--pod",
+                POD,
+                "--namespace",
+                NS,
+                "--socket",
+            ])
+            .arg(path)
+            .output()
+    };
+    let out = probe(&h.path)
+        .await
+        .expect("spawn the probe as the second user");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("403"), "refused by the peer check: {err}");
+    // The same user, once allowed, is served.
+    h.stop().await;
+    let h = Harness::serve_with("peer", agent, |p| {
+        p.uids.insert(uid);
+    })
+    .await;
+    let dir = h.path.parent().expect("dir").to_owned();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&h.path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let out = probe(&h.path)
+        .await
+        .expect("spawn the probe as the second user");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    h.stop().await;
+}
+
+/// The real binary in standalone mode, killed with SIGKILL and restarted on
+/// the same socket directory.
+#[tokio::test]
+async fn agent_restart_after_sigkill_keeps_scheduled_admissions() {
+    let dir = test_dir("sigkill");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    let state = dir.join("state.json");
+    let mut objects = vec![serde_json::to_value(mk_pod(&[("runs", "3")])).expect("pod")];
+    for n in ["r1", "r2", "r3", "r4"] {
+        let mut v = serde_json::to_value(mk_run(n, "Scheduled", Some(POD), &[])).expect("run");
+        v["apiVersion"] = json!("kruntimes.io/v1alpha1");
+        v["kind"] = json!("Run");
+        objects.push(v);
+    }
+    objects[0]["apiVersion"] = json!("v1");
+    objects[0]["kind"] = json!("Pod");
+    std::fs::write(
+        &state,
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
+            .expect("json"),
+    )
+    .expect("write state");
+    let sock = dir.join("agent.sock");
+    let spawn = || {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kruntimes-scheduler"))
+            .args(["agent", "--pod", POD, "--namespace", NS, "--socket"])
+            .arg(&sock)
+            .arg("--state")
+            .arg(&state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn agent");
+        let _ = &mut child;
+        child
+    };
+    async fn ready(sock: &Path) {
+        for _ in 0..500 {
+            if UnixStream::connect(sock).await.is_ok()
+                && call(sock, Method::GET, "/readyz", None).await.0 == StatusCode::OK
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the agent never became ready");
+    }
+    let reserve = |n: &'static str| {
+        let sock = sock.clone();
+        async move {
+            let body = json!({"namespace": NS, "name": n, "uid": format!("uid-{n}")});
+            call(
+                &sock,
+                Method::POST,
+                "/v1/reservations",
+                Some(body.to_string()),
+            )
+            .await
+        }
+    };
+    let mut child = spawn();
+    ready(&sock).await;
+    for n in ["r1", "r2", "r3"] {
+        let (s, v) = reserve(n).await;
+        assert_eq!(s, StatusCode::CREATED, "{n}: {v}");
+    }
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("reaped");
+    let mut child = spawn();
+    ready(&sock).await;
+    let (s, v) = reserve("r4").await;
+    assert_eq!(s, StatusCode::CONFLICT, "r4 would overbook: {v}");
+    let (_, st) = call(&sock, Method::GET, "/v1/reservations", None).await;
+    assert_eq!(st["reserved"]["runs"], "3", "{st}");
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("reaped");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn agent_sweeper_releases_holds_the_watch_never_shows() {
+    let cfg = AgentConfig {
+        unseen_ttl: Duration::from_millis(100),
+        ..config(4)
+    };
+    let agent = Agent::new(cfg, Duration::from_secs(1));
+    list(&agent, mk_pod(&[("runs", "2")]), &scheduled(&["seen"]));
+    let sweeper = tokio::spawn(Arc::clone(&agent).sweeper());
+    let h = Harness::serve("sweeper", agent).await;
+    assert_eq!(
+        h.reserve("ghost", runs("1"), "").await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(h.reserve("seen", None, "").await.0, StatusCode::CREATED);
+    let mut left = Vec::new();
+    for _ in 0..300 {
+        let st = h.status().await;
+        left = st["reservations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str().map(str::to_owned))
+            .collect();
+        if left == ["seen"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        left,
+        ["seen"],
+        "the ghost's hold was released, the seen Run's kept"
+    );
+    sweeper.abort();
+    h.stop().await;
 }

@@ -20,6 +20,19 @@
 //!
 //! New requests join the tail and go through the same walk, so a newcomer
 //! never jumps a Run whose bypass budget is spent.
+//!
+//! # Ownership and bounds
+//!
+//! Every request carries its caller (the peer uid on the socket). A hold or a
+//! queue entry belongs to the caller that created it: asking again or
+//! releasing it as someone else is refused ([`Decision::NotYours`],
+//! [`NotYours`]). Holds adopted from the watch belong to nobody: only the
+//! watch releases them. The queue holds at most `max_queue` Runs; a newcomer
+//! that would queue beyond it is refused ([`Decision::QueueFull`]) and leaves
+//! no trace.
+//!
+//! Every hold created or released by a request is recorded in
+//! [`Ledger::take_changes`], so the owner can journal admissions.
 
 use crate::model::resources::Requests;
 use std::collections::{HashMap, VecDeque};
@@ -51,6 +64,8 @@ pub struct Hold {
     pub run: RunRef,
     pub requests: Requests,
     pub origin: Origin,
+    /// The caller that asked for it; `None` for holds adopted from the watch.
+    pub creator: Option<u32>,
 }
 
 /// A Run waiting for capacity.
@@ -60,6 +75,24 @@ pub struct Waiting {
     pub requests: Requests,
     /// How many later Runs were admitted ahead of this one.
     pub bypassed: u32,
+    /// The caller that asked for it.
+    pub creator: Option<u32>,
+}
+
+/// A change to the set of admitted holds, for the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// An `Admitted` hold was created (by a request or by the queue walk).
+    Admitted(String),
+    /// An `Admitted` hold was released.
+    Released(String),
+}
+
+/// Refusal to act on a hold or queue entry created by another caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotYours {
+    /// Who created it (`None`: adopted from the watch).
+    pub creator: Option<u32>,
 }
 
 /// The answer to a reservation request.
@@ -71,6 +104,11 @@ pub enum Decision {
     Admitted(Hold),
     /// Does not fit (HTTP 409); the Run is queued.
     Queued(QueuedInfo),
+    /// Does not fit and the queue is full (HTTP 429); nothing changed.
+    QueueFull { max: usize },
+    /// The uid is held or queued by another caller (HTTP 403); nothing
+    /// changed.
+    NotYours(NotYours),
 }
 
 /// Where a queued Run stands and why it waits.
@@ -109,6 +147,10 @@ pub struct Ledger {
     queue: VecDeque<Waiting>,
     /// Bypasses a waiting Run tolerates before it blocks those behind it.
     max_bypass: u32,
+    /// Longest queue.
+    max_queue: usize,
+    /// Admitted holds created and released since the last `take_changes`.
+    changes: Vec<Change>,
 }
 
 impl Ledger {
@@ -119,6 +161,44 @@ impl Ledger {
             holds: HashMap::new(),
             queue: VecDeque::new(),
             max_bypass,
+            max_queue: usize::MAX,
+            changes: Vec::new(),
+        }
+    }
+
+    /// Bounds the queue (at least one entry).
+    pub fn with_max_queue(mut self, max_queue: usize) -> Self {
+        self.max_queue = max_queue.max(1);
+        self
+    }
+
+    pub fn max_queue(&self) -> usize {
+        self.max_queue
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Admitted holds created and released since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Who may act on the uid: `Err` when it is held or queued by another
+    /// caller than `caller`.
+    pub fn check_owner(&self, uid: &str, caller: Option<u32>) -> Result<(), NotYours> {
+        let creator = match self.holds.get(uid) {
+            Some(h) => Some(h.creator),
+            None => self
+                .queue
+                .iter()
+                .find(|w| w.run.uid == uid)
+                .map(|w| w.creator),
+        };
+        match creator {
+            Some(c) if c != caller => Err(NotYours { creator: c }),
+            _ => Ok(()),
         }
     }
 
@@ -214,19 +294,47 @@ impl Ledger {
     /// already queued keeps its place; a new uid joins the tail. Returns the
     /// decision and the uids the walk admitted (the requester's included
     /// when it got in).
-    pub fn request(&mut self, run: RunRef, requests: Requests) -> (Decision, Vec<String>) {
+    ///
+    /// `caller` must be the creator of an existing hold or queue entry
+    /// (holds adopted from the watch answer anyone: asking changes nothing);
+    /// otherwise the answer is [`Decision::NotYours`].
+    pub fn request(
+        &mut self,
+        run: RunRef,
+        requests: Requests,
+        caller: Option<u32>,
+    ) -> (Decision, Vec<String>) {
         if let Some(h) = self.holds.get(&run.uid) {
+            if h.creator.is_some() && h.creator != caller {
+                return (
+                    Decision::NotYours(NotYours { creator: h.creator }),
+                    Vec::new(),
+                );
+            }
             return (Decision::AlreadyHeld(h.clone()), Vec::new());
         }
+        if let Err(e) = self.check_owner(&run.uid, caller) {
+            return (Decision::NotYours(e), Vec::new());
+        }
         let uid = run.uid.clone();
-        if !self.is_queued(&uid) {
+        let newcomer = !self.is_queued(&uid);
+        if newcomer {
             self.queue.push_back(Waiting {
                 run,
                 requests,
                 bypassed: 0,
+                creator: caller,
             });
         }
         let admitted = self.pump();
+        if newcomer && self.queue.len() > self.max_queue && self.remove_queued(&uid) {
+            return (
+                Decision::QueueFull {
+                    max: self.max_queue,
+                },
+                admitted,
+            );
+        }
         let decision = match self.holds.get(&uid) {
             Some(h) => Decision::Admitted(h.clone()),
             None => match self.queued_info(&uid) {
@@ -288,12 +396,14 @@ impl Ledger {
                     }
                 }
                 admitted.push(w.run.uid.clone());
+                self.changes.push(Change::Admitted(w.run.uid.clone()));
                 self.holds.insert(
                     w.run.uid.clone(),
                     Hold {
                         run: w.run,
                         requests: w.requests,
                         origin: Origin::Admitted,
+                        creator: w.creator,
                     },
                 );
                 continue;
@@ -326,9 +436,30 @@ impl Ledger {
                 run,
                 requests,
                 origin: Origin::Observed,
+                creator: None,
             },
         );
         was_queued
+    }
+
+    /// Puts back an admitted hold recovered from the journal, whatever is
+    /// free (it was admitted before the restart). Not recorded as a change:
+    /// the journal has it already.
+    pub fn restore(&mut self, run: RunRef, requests: Requests, creator: Option<u32>) {
+        if self.holds.contains_key(&run.uid) {
+            return;
+        }
+        self.remove_queued(&run.uid);
+        self.add_reserved(&requests);
+        self.holds.insert(
+            run.uid.clone(),
+            Hold {
+                run,
+                requests,
+                origin: Origin::Admitted,
+                creator,
+            },
+        );
     }
 
     fn remove_queued(&mut self, uid: &str) -> bool {
@@ -346,6 +477,9 @@ impl Ledger {
         };
         if let Some(h) = self.holds.remove(uid) {
             self.sub_reserved(&h.requests);
+            if h.origin == Origin::Admitted {
+                self.changes.push(Change::Released(uid.to_owned()));
+            }
             r.held = true;
         }
         let admitted = if r.held || r.dequeued {
@@ -400,10 +534,10 @@ mod tests {
     #[test]
     fn agent_ledger_admits_until_full_then_queues_with_shortfall() {
         let mut l = Ledger::new(cap(&[("runs", 2), ("gpu", 1)]), 4);
-        let (d, a) = l.request(run("a"), req(&[("gpu", "1")]));
+        let (d, a) = l.request(run("a"), req(&[("gpu", "1")]), Some(1));
         assert!(matches!(d, Decision::Admitted(_)));
         assert_eq!(uids(&a), ["a"]);
-        let (d, _) = l.request(run("b"), req(&[("gpu", "1")]));
+        let (d, _) = l.request(run("b"), req(&[("gpu", "1")]), Some(1));
         let Decision::Queued(info) = d else {
             panic!("{d:?}")
         };
@@ -418,18 +552,18 @@ mod tests {
     fn agent_ledger_same_uid_is_idempotent() {
         let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
         assert!(matches!(
-            l.request(run("a"), req(&[])).0,
+            l.request(run("a"), req(&[]), Some(1)).0,
             Decision::Admitted(_)
         ));
         assert!(matches!(
-            l.request(run("a"), req(&[])).0,
+            l.request(run("a"), req(&[]), Some(1)).0,
             Decision::AlreadyHeld(_)
         ));
         assert_eq!(l.reserved().get("runs"), Some(&1));
         // A queued uid asking again keeps its place, no duplicate entry.
-        l.request(run("b"), req(&[]));
-        l.request(run("c"), req(&[]));
-        let (d, _) = l.request(run("b"), req(&[]));
+        l.request(run("b"), req(&[]), Some(1));
+        l.request(run("c"), req(&[]), Some(1));
+        let (d, _) = l.request(run("b"), req(&[]), Some(1));
         assert!(matches!(
             d,
             Decision::Queued(QueuedInfo { position: 1, .. })
@@ -440,9 +574,9 @@ mod tests {
     #[test]
     fn agent_ledger_release_admits_in_arrival_order() {
         let mut l = Ledger::new(cap(&[("runs", 1)]), 0);
-        l.request(run("a"), req(&[]));
+        l.request(run("a"), req(&[]), Some(1));
         for u in ["b", "c", "d"] {
-            l.request(run(u), req(&[]));
+            l.request(run(u), req(&[]), Some(1));
         }
         let (r, a) = l.release("a");
         assert!(r.held);
@@ -456,22 +590,22 @@ mod tests {
     fn agent_ledger_big_run_is_not_starved_by_small_ones() {
         // runs 4; "big" needs 3 while small ones keep two slots busy.
         let mut l = Ledger::new(cap(&[("runs", 4)]), 2);
-        l.request(run("s1"), req(&[]));
-        l.request(run("s2"), req(&[]));
-        let (d, _) = l.request(run("big"), req(&[("runs", "3")]));
+        l.request(run("s1"), req(&[]), Some(1));
+        l.request(run("s2"), req(&[]), Some(1));
+        let (d, _) = l.request(run("big"), req(&[("runs", "3")]), Some(1));
         assert!(matches!(d, Decision::Queued(_)));
         // Two small ones may overtake (budget 2)...
         assert!(matches!(
-            l.request(run("s3"), req(&[])).0,
+            l.request(run("s3"), req(&[]), Some(1)).0,
             Decision::Admitted(_)
         ));
         assert!(matches!(
-            l.request(run("s4"), req(&[])).0,
+            l.request(run("s4"), req(&[]), Some(1)).0,
             Decision::Admitted(_)
         ));
         // ...then small ones wait behind the big one even though they fit.
         l.release("s1");
-        let (d, _) = l.request(run("s5"), req(&[]));
+        let (d, _) = l.request(run("s5"), req(&[]), Some(1));
         let Decision::Queued(info) = d else {
             panic!("{d:?}")
         };
@@ -485,9 +619,9 @@ mod tests {
     #[test]
     fn agent_ledger_strict_fifo_with_zero_budget() {
         let mut l = Ledger::new(cap(&[("runs", 2)]), 0);
-        l.request(run("a"), req(&[]));
-        l.request(run("big"), req(&[("runs", "2")]));
-        let (d, _) = l.request(run("small"), req(&[]));
+        l.request(run("a"), req(&[]), Some(1));
+        l.request(run("big"), req(&[("runs", "2")]), Some(1));
+        let (d, _) = l.request(run("small"), req(&[]), Some(1));
         assert!(matches!(d, Decision::Queued(_)));
         assert_eq!(uids(&l.release("a").1), ["big"]);
     }
@@ -495,12 +629,12 @@ mod tests {
     #[test]
     fn agent_ledger_impossible_runs_never_block() {
         let mut l = Ledger::new(cap(&[("runs", 2)]), 0);
-        let (d, _) = l.request(run("huge"), req(&[("runs", "3")]));
+        let (d, _) = l.request(run("huge"), req(&[("runs", "3")]), Some(1));
         let Decision::Queued(info) = d else {
             panic!("{d:?}")
         };
         assert!(info.exceeds_capacity);
-        let (d, _) = l.request(run("gpu"), req(&[("gpu", "1")]));
+        let (d, _) = l.request(run("gpu"), req(&[("gpu", "1")]), Some(1));
         assert!(matches!(
             d,
             Decision::Queued(QueuedInfo {
@@ -509,7 +643,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            l.request(run("ok"), req(&[])).0,
+            l.request(run("ok"), req(&[]), Some(1)).0,
             Decision::Admitted(_)
         ));
         // Raising capacity lets the huge one in.
@@ -521,13 +655,13 @@ mod tests {
     fn agent_ledger_lowering_capacity_revokes_nothing() {
         let mut l = Ledger::new(cap(&[("runs", 3)]), 4);
         for u in ["a", "b", "c"] {
-            l.request(run(u), req(&[]));
+            l.request(run(u), req(&[]), Some(1));
         }
         assert!(l.set_capacity(cap(&[("runs", 1)])).is_empty());
         assert_eq!(l.holds().count(), 3);
         assert_eq!(l.free().get("runs"), Some(&0));
         assert!(matches!(
-            l.request(run("d"), req(&[])).0,
+            l.request(run("d"), req(&[]), Some(1)).0,
             Decision::Queued(_)
         ));
         l.release("a");
@@ -541,8 +675,8 @@ mod tests {
     #[test]
     fn agent_ledger_adopt_counts_even_over_capacity() {
         let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
-        l.request(run("q"), req(&[]));
-        l.request(run("x"), req(&[]));
+        l.request(run("q"), req(&[]), Some(1));
+        l.request(run("x"), req(&[]), Some(1));
         assert!(l.adopt(run("x"), req(&[])), "was queued");
         assert!(!l.adopt(run("y"), req(&[])));
         assert_eq!(l.reserved().get("runs"), Some(&3));
@@ -557,8 +691,8 @@ mod tests {
     #[test]
     fn agent_ledger_release_of_queued_uid_dequeues() {
         let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
-        l.request(run("a"), req(&[]));
-        l.request(run("b"), req(&[]));
+        l.request(run("a"), req(&[]), Some(1));
+        l.request(run("b"), req(&[]), Some(1));
         let (r, a) = l.release("b");
         assert_eq!(
             r,
@@ -569,5 +703,60 @@ mod tests {
         );
         assert!(a.is_empty());
         assert_eq!(l.queue().count(), 0);
+    }
+
+    #[test]
+    fn agent_ledger_owner_and_queue_bound() {
+        let mut l = Ledger::new(cap(&[("runs", 1)]), 4).with_max_queue(1);
+        assert!(matches!(
+            l.request(run("a"), req(&[]), Some(1)).0,
+            Decision::Admitted(_)
+        ));
+        // Another caller can neither ask for nor release a's hold.
+        assert_eq!(
+            l.request(run("a"), req(&[]), Some(2)).0,
+            Decision::NotYours(NotYours { creator: Some(1) })
+        );
+        assert_eq!(
+            l.check_owner("a", Some(2)),
+            Err(NotYours { creator: Some(1) })
+        );
+        assert!(matches!(
+            l.request(run("b"), req(&[]), Some(2)).0,
+            Decision::Queued(_)
+        ));
+        assert_eq!(
+            l.request(run("b"), req(&[]), Some(1)).0,
+            Decision::NotYours(NotYours { creator: Some(2) })
+        );
+        // The queue is full: a newcomer is refused and leaves no trace...
+        assert_eq!(
+            l.request(run("c"), req(&[]), Some(1)).0,
+            Decision::QueueFull { max: 1 }
+        );
+        assert!(!l.is_queued("c"));
+        assert_eq!(l.queue_len(), 1);
+        // ...while the queued one asking again keeps its place.
+        assert!(matches!(
+            l.request(run("b"), req(&[]), Some(2)).0,
+            Decision::Queued(QueuedInfo { position: 1, .. })
+        ));
+        // A newcomer that fits at once is admitted even with a full queue.
+        l.set_capacity(cap(&[("runs", 3)]));
+        assert!(l.hold("b").is_some());
+        assert!(matches!(
+            l.request(run("d"), req(&[]), Some(1)).0,
+            Decision::Admitted(_)
+        ));
+        assert_eq!(
+            l.take_changes(),
+            vec![
+                Change::Admitted("a".into()),
+                Change::Admitted("b".into()),
+                Change::Admitted("d".into())
+            ]
+        );
+        l.release("a");
+        assert_eq!(l.take_changes(), vec![Change::Released("a".into())]);
     }
 }

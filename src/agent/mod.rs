@@ -15,10 +15,21 @@
 //! check-and-reserve of a Run's full effective request happens under one
 //! lock, so concurrent callers cannot both take the last unit. Runs already
 //! Running or Ready on the pod when the watch lists hold reservations from
-//! the start, and nothing is admitted before both watches have listed once,
-//! so a restarted agent never double-admits.
+//! the start; Runs admitted but still Scheduled come back from the
+//! [`journal`], written before each admission is answered; and nothing is
+//! admitted before both watches have listed once, so a restarted agent
+//! never double-admits.
+//!
+//! Callers are the peers of the socket, identified by `SO_PEERCRED`
+//! ([`server::PeerPolicy`]); a hold is released only by the caller that
+//! created it or by the watch ([`source::AgentState`]), and the queue is
+//! bounded ([`ledger`]).
 
+pub mod journal;
 pub mod ledger;
+pub mod metrics;
+#[cfg(test)]
+mod proptests;
 pub mod server;
 pub mod source;
 
@@ -27,17 +38,19 @@ use crate::model::quantity::QuantityError;
 use crate::model::resources::{RequestError, Requests, effective_requests};
 use crate::serve::parse_duration;
 use anyhow::Context as _;
+use journal::{Durability, Journal, JournalHold};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::watcher::Event;
-use ledger::{Amounts, Decision, Hold, QueuedInfo, RunRef};
+use ledger::{Amounts, Change, Decision, Hold, NotYours, Origin, QueuedInfo, RunRef};
+use metrics::{AgentMetrics, Outcome, Refusal};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use source::{AgentConfig, AgentState, Effects, Gone};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
 use crate::crd::Run;
@@ -45,7 +58,9 @@ use crate::crd::Run;
 /// Flags of `agent`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
-    /// Unix socket to serve on (created with mode 0660).
+    /// Unix socket to serve on (created with mode 0660). Its directory is
+    /// created with mode 0750 when missing, and must not be writable by
+    /// group or others.
     #[arg(long, env = "KRS_AGENT_SOCKET")]
     pub socket: PathBuf,
     /// Name of the Runtime Pod this agent guards (its own pod).
@@ -68,6 +83,42 @@ pub struct AgentArgs {
     /// Longest `?wait=` honoured; longer waits are shortened to this.
     #[arg(long, env = "KRS_AGENT_MAX_WAIT", default_value = "5m", value_parser = parse_duration)]
     pub max_wait: Duration,
+    /// Longest queue; a Run that would queue beyond it gets 429.
+    #[arg(long, env = "KRS_AGENT_MAX_QUEUE", default_value_t = 1024)]
+    pub max_queue: usize,
+    /// How long a reservation made from the request body may wait, once the
+    /// watches have synced, for the watch to show its Run on this pod.
+    #[arg(long, env = "KRS_AGENT_UNSEEN_TTL", default_value = "2m", value_parser = parse_duration)]
+    pub unseen_ttl: Duration,
+    /// Journal of admitted reservations (default: `agent.journal` beside
+    /// the socket, in the pod's socket volume).
+    #[arg(long, env = "KRS_AGENT_JOURNAL")]
+    pub journal: Option<PathBuf>,
+    /// Keep no journal: admissions of Runs still `Scheduled` are forgotten
+    /// when the agent restarts.
+    #[arg(long, env = "KRS_AGENT_NO_JOURNAL", conflicts_with = "journal")]
+    pub no_journal: bool,
+    /// The uid runtimed runs as: allowed on the socket besides the agent's
+    /// own uid.
+    #[arg(long, env = "KRS_AGENT_RUNTIMED_UID")]
+    pub runtimed_uid: Option<u32>,
+    /// Further peer uids allowed on the socket (comma-separated).
+    #[arg(long, env = "KRS_AGENT_ALLOW_UID", value_delimiter = ',')]
+    pub allow_uid: Vec<u32>,
+    /// Peer gids allowed on the socket (comma-separated); none by default.
+    #[arg(long, env = "KRS_AGENT_ALLOW_GID", value_delimiter = ',')]
+    pub allow_gid: Vec<u32>,
+    /// Also serve `/metrics` on this TCP address (e.g. `0.0.0.0:9102`).
+    #[arg(long, env = "KRS_AGENT_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Resource names reported as metric labels besides `runs`
+    /// (comma-separated); others are not reported.
+    #[arg(long, env = "KRS_AGENT_METRICS_RESOURCE", value_delimiter = ',')]
+    pub metrics_resource: Vec<String>,
+    /// Probe mode: ask the agent on `--socket` whether it is ready, exit 0
+    /// when it is (for a startup probe), 1 otherwise.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 impl AgentArgs {
@@ -77,9 +128,28 @@ impl AgentArgs {
             namespace: self.namespace.clone(),
             default_runs_capacity: self.default_runs_capacity,
             max_bypass: self.max_bypass,
+            max_queue: self.max_queue.max(1),
+            unseen_ttl: self.unseen_ttl,
         }
     }
+
+    /// The journal's path, `None` with `--no-journal`.
+    pub fn journal_path(&self) -> Option<PathBuf> {
+        if self.no_journal {
+            return None;
+        }
+        Some(self.journal.clone().unwrap_or_else(|| {
+            self.socket
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .join("agent.journal")
+        }))
+    }
 }
+
+/// Who asks: the peer uid read from the socket; `None` for in-process
+/// callers (the agent itself).
+pub type Caller = Option<u32>;
 
 /// Body of `POST /v1/reservations`.
 #[derive(Debug, Clone, Deserialize)]
@@ -104,6 +174,8 @@ pub enum Reservation {
     Queued { run: RunRef, info: QueuedInfo },
     /// Left the queue while waiting, without admission (409, not queued).
     Dropped { run: RunRef, why: Gone },
+    /// Does not fit and the queue is full (429, not queued).
+    QueueFull { run: RunRef, max: usize },
 }
 
 /// Why a reservation request is refused outright.
@@ -134,6 +206,14 @@ pub enum ReserveError {
         actual: String,
     },
     #[error(
+        "uid: {uid:?} is {what} by another caller ({creator}); only it may ask again or release it"
+    )]
+    NotYours {
+        uid: String,
+        what: &'static str,
+        creator: String,
+    },
+    #[error(
         "Run {namespace}/{name} (uid {uid}) is not assigned to pod {pod} in this agent's watch yet; retry, or pass \"requests\""
     )]
     UnknownRun {
@@ -147,28 +227,76 @@ pub enum ReserveError {
 /// What a waiting caller hears.
 #[derive(Debug)]
 enum WaitOutcome {
-    Admitted(Hold),
+    /// Admitted; the answer waits for the journal up to this sequence.
+    Admitted(Hold, u64),
     Dropped(Gone),
 }
 
-/// Everything under the one lock: state and the callers waiting on it.
+/// Everything under the one lock: state, journal and the callers waiting.
 struct Inner {
     state: AgentState,
+    /// Appended under the lock, so its order is the ledger's.
+    journal: Option<Journal>,
     /// Callers of `?wait=` by uid.
     waiters: HashMap<String, Vec<oneshot::Sender<WaitOutcome>>>,
 }
 
 impl Inner {
-    /// Tells waiters what an update did. Called under the lock, so no
+    /// After every update: journals the admitted holds created and released,
+    /// compacts when due, and tells waiters. Called under the lock, so no
     /// admission can slip between a caller's check and its registration.
-    fn dispatch(&mut self, fx: Effects) {
+    /// Returns the journal sequence that makes the update durable.
+    fn settle(&mut self, fx: Effects, metrics: &AgentMetrics) -> u64 {
+        let changes = self.state.ledger.take_changes();
+        if !changes.is_empty() {
+            let now = Instant::now();
+            for c in changes {
+                match c {
+                    Change::Admitted(uid) => {
+                        if let Some(at) = self.state.requested_at(&uid) {
+                            metrics
+                                .wait_seconds
+                                .observe(now.saturating_duration_since(at).as_secs_f64());
+                        }
+                        if let (Some(j), Some(h)) =
+                            (self.journal.as_mut(), self.state.ledger.hold(&uid))
+                        {
+                            j.admit(h);
+                        }
+                    }
+                    Change::Released(uid) => {
+                        if let Some(j) = self.journal.as_mut() {
+                            j.release(&uid);
+                        }
+                    }
+                }
+            }
+            if let Some(j) = self.journal.as_mut() {
+                let live: Vec<JournalHold> = self
+                    .state
+                    .ledger
+                    .holds()
+                    .filter(|h| h.origin == Origin::Admitted)
+                    .map(JournalHold::from)
+                    .collect();
+                if j.wants_compaction(live.len()) {
+                    j.compact(&live);
+                }
+            }
+        }
+        let seq = self.journal.as_ref().map_or(0, Journal::last);
+        self.dispatch(fx, seq);
+        seq
+    }
+
+    fn dispatch(&mut self, fx: Effects, seq: u64) {
         for uid in fx.admitted {
             let Some(ws) = self.waiters.remove(&uid) else {
                 continue;
             };
             if let Some(h) = self.state.ledger.hold(&uid) {
                 for w in ws {
-                    let _ = w.send(WaitOutcome::Admitted(h.clone()));
+                    let _ = w.send(WaitOutcome::Admitted(h.clone(), seq));
                 }
             }
         }
@@ -186,6 +314,8 @@ pub struct Agent {
     inner: Mutex<Inner>,
     max_wait: Duration,
     closing: watch::Sender<bool>,
+    durability: Option<Durability>,
+    metrics: AgentMetrics,
 }
 
 /// Quantities as integer strings, by resource name.
@@ -249,18 +379,110 @@ pub struct StatusView {
 }
 
 impl Agent {
-    /// An agent that knows nothing yet (no capacity, not synced): feed it
-    /// events before it admits anything.
+    /// An agent that knows nothing yet (no capacity, not synced) and keeps
+    /// no journal: feed it events before it admits anything.
     pub fn new(config: AgentConfig, max_wait: Duration) -> Arc<Self> {
+        Self::build(config, max_wait, None, AgentMetrics::default())
+    }
+
+    /// An agent with a journal at `journal` (when given): the holds it
+    /// recovers are reserved at once, before any watch event, and the first
+    /// Run list drops those whose Run is terminal, deleted or assigned
+    /// elsewhere. Fails only when the journal cannot be written.
+    pub fn open(
+        config: AgentConfig,
+        max_wait: Duration,
+        journal: Option<&std::path::Path>,
+        metrics: AgentMetrics,
+    ) -> std::io::Result<Arc<Self>> {
+        let Some(path) = journal else {
+            return Ok(Self::build(config, max_wait, None, metrics));
+        };
+        let (journal, recovered) = Journal::open(path, metrics.journal.clone())?;
+        tracing::info!(
+            path = %path.display(),
+            holds = recovered.holds.len(),
+            records = recovered.records,
+            "journal opened"
+        );
+        let agent = Self::build(config, max_wait, Some(journal), metrics);
+        agent
+            .inner
+            .lock()
+            .state
+            .recover(recovered.holds, Instant::now());
+        Ok(agent)
+    }
+
+    fn build(
+        config: AgentConfig,
+        max_wait: Duration,
+        journal: Option<Journal>,
+        metrics: AgentMetrics,
+    ) -> Arc<Self> {
         Arc::new(Agent {
+            durability: journal.as_ref().map(Journal::durability),
             inner: Mutex::new(Inner {
                 state: AgentState::new(config.clone()),
+                journal,
                 waiters: HashMap::new(),
             }),
             config,
             max_wait,
             closing: watch::Sender::new(false),
+            metrics,
         })
+    }
+
+    pub fn metrics(&self) -> &AgentMetrics {
+        &self.metrics
+    }
+
+    /// The metrics as OpenMetrics text, gauges read now.
+    pub fn metrics_text(&self) -> String {
+        {
+            let g = self.inner.lock();
+            let l = &g.state.ledger;
+            self.metrics
+                .queue_length
+                .set(i64::try_from(l.queue_len()).unwrap_or(i64::MAX));
+            self.metrics
+                .set_amounts(l.capacity(), l.reserved(), &l.free());
+        }
+        self.metrics.encode()
+    }
+
+    /// Waits until the journal holds every record up to `seq`.
+    async fn durable(&self, seq: u64) {
+        if let Some(d) = &self.durability {
+            d.wait(seq).await;
+        }
+    }
+
+    /// Releases what was made from the request body for Runs the watch has
+    /// not shown here within the bound. Returns when the next check is due.
+    pub fn sweep(&self) -> Option<Instant> {
+        let mut g = self.inner.lock();
+        let fx = g.state.sweep(Instant::now());
+        g.settle(fx, &self.metrics);
+        g.state.next_sweep()
+    }
+
+    /// Runs [`Self::sweep`] whenever it is due, forever.
+    pub async fn sweeper(self: Arc<Self>) {
+        let ttl = self.config.unseen_ttl;
+        loop {
+            let synced = self.is_synced();
+            let next = self.sweep();
+            let now = Instant::now();
+            let at = if synced {
+                next.unwrap_or(now + ttl).min(now + ttl)
+            } else {
+                now + Duration::from_secs(1)
+            };
+            let at = at.max(now + Duration::from_millis(10));
+            tokio::time::sleep_until(at.into()).await;
+        }
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -280,22 +502,37 @@ impl Agent {
     pub fn apply_pod_event(&self, event: Event<Pod>) {
         let mut g = self.inner.lock();
         let fx = g.state.apply_pod_event(event);
-        g.dispatch(fx);
+        g.settle(fx, &self.metrics);
     }
 
     /// Feeds one event of the watch on the Runs of the namespace.
     pub fn apply_run_event(&self, event: Event<Run>) {
-        let mut g = self.inner.lock();
-        let fx = g.state.apply_run_event(event);
-        g.dispatch(fx);
+        self.apply_facts_event(source::facts_event(event));
     }
 
-    /// Releases a reservation, or takes the uid out of the queue. Unknown
-    /// uids are fine (idempotent).
-    pub fn release(&self, uid: &str) {
+    /// Feeds one Run event already stripped to its facts.
+    pub fn apply_facts_event(&self, event: Event<Option<source::RunFacts>>) {
         let mut g = self.inner.lock();
-        let fx = g.state.release(uid);
-        g.dispatch(fx);
+        let fx = g.state.apply_facts_event(event);
+        g.settle(fx, &self.metrics);
+    }
+
+    /// Releases a reservation, or takes the uid out of the queue, for
+    /// `caller`: refused when another caller created it (or the watch did).
+    /// Unknown uids are fine (idempotent).
+    pub fn release(&self, uid: &str, caller: Caller) -> Result<(), ReserveError> {
+        let mut g = self.inner.lock();
+        match g.state.release_by(uid, caller) {
+            Ok(fx) => {
+                g.settle(fx, &self.metrics);
+                self.metrics.releases.inc();
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.refused(Refusal::NotYours);
+                Err(not_yours(uid, &g.state, e))
+            }
+        }
     }
 
     /// Wakes every waiting caller (they answer "still queued") and refuses
@@ -343,11 +580,33 @@ impl Agent {
     }
 
     /// `POST /v1/reservations`: checks and reserves atomically; with `wait`,
-    /// holds the call until the Run is admitted or the wait ends.
+    /// holds the call until the Run is admitted or the wait ends. An
+    /// admission is answered once the journal holds it.
     pub async fn reserve(
         &self,
         req: ReserveRequest,
         wait: Option<Duration>,
+        caller: Caller,
+    ) -> Result<Reservation, ReserveError> {
+        let r = self.reserve_inner(req, wait, caller).await;
+        self.metrics.outcome(match &r {
+            Ok(Reservation::Admitted(_)) => Outcome::Admitted,
+            Ok(Reservation::Held(_)) => Outcome::Held,
+            Ok(Reservation::Queued { .. }) => Outcome::Queued,
+            Ok(Reservation::Dropped { .. }) => Outcome::Dropped,
+            Ok(Reservation::QueueFull { .. }) => Outcome::QueueFull,
+            Err(ReserveError::NotYours { .. }) => Outcome::NotYours,
+            Err(ReserveError::NotSynced) => Outcome::Unavailable,
+            Err(_) => Outcome::Invalid,
+        });
+        r
+    }
+
+    async fn reserve_inner(
+        &self,
+        req: ReserveRequest,
+        wait: Option<Duration>,
+        caller: Caller,
     ) -> Result<Reservation, ReserveError> {
         for (field, v) in [
             ("namespace", &req.namespace),
@@ -377,48 +636,69 @@ impl Agent {
                 return Err(ReserveError::NotSynced);
             }
             let requests = self.resolve(&g.state, &req)?;
-            let (decision, admitted) = g.state.ledger.request(run.clone(), requests);
-            g.dispatch(Effects {
-                admitted,
-                dropped: Vec::new(),
-            });
+            let (decision, fx) = g
+                .state
+                .request(run.clone(), requests, caller, Instant::now());
+            let seq = g.settle(fx, &self.metrics);
             match decision {
-                Decision::AlreadyHeld(h) => return Ok(Reservation::Held(h)),
-                Decision::Admitted(h) => return Ok(Reservation::Admitted(h)),
+                Decision::AlreadyHeld(h) => Err((Reservation::Held(h), seq)),
+                Decision::Admitted(h) => Err((Reservation::Admitted(h), seq)),
+                Decision::QueueFull { max } => return Ok(Reservation::QueueFull { run, max }),
+                Decision::NotYours(e) => return Err(not_yours(&run.uid, &g.state, e)),
                 Decision::Queued(info) => {
                     if wait.is_none() || *closing.borrow_and_update() {
                         return Ok(Reservation::Queued { run, info });
                     }
+                    let (tx, rx) = oneshot::channel();
+                    let ws = g.waiters.entry(run.uid.clone()).or_default();
+                    ws.retain(|w| !w.is_closed());
+                    ws.push(tx);
+                    Ok(rx)
                 }
             }
-            let (tx, rx) = oneshot::channel();
-            let ws = g.waiters.entry(run.uid.clone()).or_default();
-            ws.retain(|w| !w.is_closed());
-            ws.push(tx);
-            rx
+        };
+        // Held or admitted now: answered once durable.
+        let rx = match rx {
+            Ok(rx) => rx,
+            Err((answer, seq)) => {
+                self.durable(seq).await;
+                return Ok(answer);
+            }
         };
         let wait = wait.unwrap_or_default();
-        tokio::select! {
-            r = rx => match r {
-                Ok(WaitOutcome::Admitted(h)) => return Ok(Reservation::Admitted(h)),
-                Ok(WaitOutcome::Dropped(why)) => return Ok(Reservation::Dropped { run, why }),
-                Err(_) => {}
-            },
-            _ = tokio::time::sleep(wait) => {}
-            _ = closing.wait_for(|c| *c) => {}
+        let heard = tokio::select! {
+            r = rx => r.ok(),
+            _ = tokio::time::sleep(wait) => None,
+            _ = async { let _ = closing.wait_for(|c| *c).await; } => None,
+        };
+        match heard {
+            Some(WaitOutcome::Admitted(h, seq)) => {
+                self.durable(seq).await;
+                return Ok(Reservation::Admitted(h));
+            }
+            Some(WaitOutcome::Dropped(why)) => return Ok(Reservation::Dropped { run, why }),
+            None => {}
         }
         // Timed out (or shutting down): answer from the ledger as it is now.
-        let g = self.inner.lock();
-        if let Some(h) = g.state.ledger.hold(&run.uid) {
-            return Ok(Reservation::Admitted(h.clone()));
-        }
-        match g.state.ledger.queued_info(&run.uid) {
-            Some(info) => Ok(Reservation::Queued { run, info }),
-            None => Ok(Reservation::Dropped {
-                run,
-                why: Gone::Withdrawn,
-            }),
-        }
+        let (answer, seq) = {
+            let g = self.inner.lock();
+            let seq = g.journal.as_ref().map_or(0, Journal::last);
+            if let Some(h) = g.state.ledger.hold(&run.uid) {
+                (Reservation::Admitted(h.clone()), seq)
+            } else {
+                match g.state.ledger.queued_info(&run.uid) {
+                    Some(info) => return Ok(Reservation::Queued { run, info }),
+                    None => {
+                        return Ok(Reservation::Dropped {
+                            run,
+                            why: Gone::Withdrawn,
+                        });
+                    }
+                }
+            }
+        };
+        self.durable(seq).await;
+        Ok(answer)
     }
 
     /// `GET /v1/reservations`: one consistent snapshot.
@@ -455,6 +735,21 @@ impl Agent {
     }
 }
 
+fn not_yours(uid: &str, state: &AgentState, e: NotYours) -> ReserveError {
+    ReserveError::NotYours {
+        uid: uid.to_owned(),
+        what: if state.ledger.hold(uid).is_some() {
+            "held"
+        } else {
+            "queued"
+        },
+        creator: match e.creator {
+            Some(u) => format!("uid {u}"),
+            None => "the watch, which alone releases it".to_owned(),
+        },
+    }
+}
+
 /// Request values from JSON: strings as quantities, numbers by their text;
 /// anything else is malformed.
 fn to_quantities(
@@ -475,10 +770,40 @@ fn to_quantities(
 
 /// Runs `agent` until SIGINT/SIGTERM.
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let agent = Agent::new(args.config(), args.max_wait);
+    if args.probe {
+        return server::probe(&args.socket).await;
+    }
     // Bind first: a live agent on the socket stops this one before it does
-    // anything else.
+    // anything else (the journal included).
     let socket = server::bind(&args.socket)?;
+    let journal = args.journal_path();
+    let metrics = AgentMetrics::new(args.metrics_resource.iter().cloned());
+    let agent = Agent::open(args.config(), args.max_wait, journal.as_deref(), metrics)
+        .with_context(|| match &journal {
+            Some(p) => format!("opening the journal {}", p.display()),
+            None => "starting the agent".to_owned(),
+        })?;
+    let mut policy = server::PeerPolicy::owner_only(&socket);
+    policy.uids.extend(args.runtimed_uid);
+    policy.uids.extend(args.allow_uid.iter().copied());
+    policy.gids.extend(args.allow_gid.iter().copied());
+    tracing::info!(uids = ?policy.uids, gids = ?policy.gids, "peers allowed on the socket");
+    let sweeper = tokio::spawn(Arc::clone(&agent).sweeper());
+    let metrics_task = match args.metrics_addr {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics-addr {addr}"))?;
+            let app = server::metrics_router(Arc::clone(&agent));
+            tracing::info!(%addr, "serving agent metrics");
+            Some(tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::warn!(error = %e, "metrics listener stopped");
+                }
+            }))
+        }
+        None => None,
+    };
     let watch_task = match &args.state {
         Some(path) => {
             let objects =
@@ -501,9 +826,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
     };
     tracing::info!(socket = %args.socket.display(), pod = %args.pod, namespace = %args.namespace, "agent listening");
-    let result = server::serve(socket, Arc::clone(&agent), crate::serve::shutdown_signal()).await;
-    if let Some(t) = watch_task {
+    let result = server::serve(
+        socket,
+        Arc::clone(&agent),
+        policy,
+        crate::serve::shutdown_signal(),
+    )
+    .await;
+    for t in watch_task.into_iter().chain(metrics_task) {
         t.abort();
     }
+    sweeper.abort();
     result.context("serving the agent socket")
 }

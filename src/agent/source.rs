@@ -5,7 +5,7 @@
 //! it events directly. The cluster wiring ([`watch`]) and the standalone
 //! loader ([`standalone_events`]) only produce events.
 
-use super::ledger::{Ledger, RunRef};
+use super::ledger::{Decision, Ledger, NotYours, RunRef};
 use crate::crd::{Run, phase};
 use crate::model::pod::capacity_from_annotations;
 use crate::model::resources::{RequestError, Requests, accounted_requests, effective_requests};
@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 /// Which pod the agent guards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,70 @@ pub struct AgentConfig {
     pub default_runs_capacity: u64,
     /// Bypasses a queued Run tolerates (see [`super::ledger`]).
     pub max_bypass: u32,
+    /// Longest queue; a newcomer beyond it is refused (429).
+    pub max_queue: usize,
+    /// How long a hold or queue entry made from the request body may wait
+    /// for the watch to show its Run here, once the watches have synced.
+    pub unseen_ttl: Duration,
+}
+
+impl AgentConfig {
+    /// A config with the default bounds (`max_queue` 1024, `unseen_ttl` 2m).
+    pub fn new(pod: impl Into<String>, namespace: impl Into<String>) -> Self {
+        AgentConfig {
+            pod: pod.into(),
+            namespace: namespace.into(),
+            default_runs_capacity: 2,
+            max_bypass: 4,
+            max_queue: 1024,
+            unseen_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the agent keeps of a Run: stripped at the watch, so the cache never
+/// holds whole objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFacts {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub phase: Option<String>,
+    pub assigned_pod: Option<String>,
+    /// Effective request, or why `spec.resources.requests` is invalid.
+    pub requests: Result<Requests, RequestError>,
+    /// The request used to account it if it is already executing.
+    pub accounted: Requests,
+}
+
+impl RunFacts {
+    /// The facts of a Run; `None` without `metadata.uid`.
+    pub fn of(run: &Run) -> Option<Self> {
+        let status = run.status.as_ref();
+        Some(RunFacts {
+            uid: run.metadata.uid.clone()?,
+            namespace: run
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+            name: run.metadata.name.clone().unwrap_or_default(),
+            phase: status.and_then(|s| s.phase.clone()),
+            assigned_pod: status.and_then(|s| s.assigned_pod.clone()),
+            requests: effective_requests(run.requests()),
+            accounted: accounted_requests(run.requests()),
+        })
+    }
+}
+
+/// A request made through the API (held or queued): when, and before which
+/// relist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Requested {
+    at: Instant,
+    /// The Run-list epoch when it was made: a relist that started later and
+    /// does not show the Run here releases it.
+    epoch: u64,
 }
 
 /// A Run assigned to this pod, as last seen by the watch.
@@ -47,6 +112,9 @@ pub enum Gone {
     Reassigned,
     /// Taken out of the queue by `DELETE /v1/reservations/{uid}`.
     Withdrawn,
+    /// Made from the request body, and the watch never showed the Run here
+    /// within the bound.
+    Unseen,
 }
 
 impl Gone {
@@ -56,6 +124,7 @@ impl Gone {
             Gone::Deleted => "the Run was deleted",
             Gone::Reassigned => "the Run is assigned to another pod",
             Gone::Withdrawn => "its reservation request was withdrawn",
+            Gone::Unseen => "the watch never showed the Run on this pod",
         }
     }
 }
@@ -96,8 +165,12 @@ pub struct AgentState {
     /// Uids released by an explicit DELETE: not adopted again while the
     /// watch still shows them Running.
     released: HashSet<String>,
+    /// Holds and queue entries made through the API, by uid.
+    requested: HashMap<String, Requested>,
+    /// Incremented at every `Init` of the Run watch.
+    list_epoch: u64,
     /// Runs listed since the last `Init`, until `InitDone`.
-    run_buffer: Option<Vec<Run>>,
+    run_buffer: Option<Vec<RunFacts>>,
     /// The pod listed since the last `Init`, until `InitDone`.
     pod_buffer: Option<Option<Pod>>,
     /// The first Pod list has completed.
@@ -109,12 +182,14 @@ pub struct AgentState {
 impl AgentState {
     /// A state that knows nothing yet: no capacity, not synced.
     pub fn new(config: AgentConfig) -> Self {
-        let ledger = Ledger::new(Vec::new(), config.max_bypass);
+        let ledger = Ledger::new(Vec::new(), config.max_bypass).with_max_queue(config.max_queue);
         AgentState {
             config,
             ledger,
             runs: HashMap::new(),
             released: HashSet::new(),
+            requested: HashMap::new(),
+            list_epoch: 0,
             run_buffer: None,
             pod_buffer: None,
             pod_synced: false,
@@ -133,8 +208,89 @@ impl AgentState {
         self.runs.get(uid)
     }
 
+    /// Asks the ledger for a reservation on behalf of `caller`, and
+    /// remembers when, for the bounds on Runs the watch does not show.
+    pub fn request(
+        &mut self,
+        run: RunRef,
+        requests: Requests,
+        caller: Option<u32>,
+        now: Instant,
+    ) -> (Decision, Effects) {
+        let uid = run.uid.clone();
+        let (decision, admitted) = self.ledger.request(run, requests, caller);
+        if matches!(decision, Decision::Admitted(_) | Decision::Queued(_)) {
+            self.requested.entry(uid).or_insert(Requested {
+                at: now,
+                epoch: self.list_epoch,
+            });
+        }
+        (decision, Effects::admitted(admitted))
+    }
+
+    /// When the uid was first asked for through the API, if it is held or
+    /// queued from such a request.
+    pub fn requested_at(&self, uid: &str) -> Option<Instant> {
+        self.requested.get(uid).map(|r| r.at)
+    }
+
+    /// Puts back holds recovered from the journal. They count as requests
+    /// made before any list, so the first list drops those whose Run is
+    /// terminal, deleted or assigned elsewhere.
+    pub fn recover(&mut self, holds: Vec<super::journal::JournalHold>, now: Instant) {
+        for h in holds {
+            let uid = h.run.uid.clone();
+            self.ledger.restore(h.run, h.requests, h.creator);
+            self.requested.insert(uid, Requested { at: now, epoch: 0 });
+        }
+    }
+
+    /// An explicit release by `caller`: refused when another caller created
+    /// the hold or queue entry (or the watch did).
+    pub fn release_by(&mut self, uid: &str, caller: Option<u32>) -> Result<Effects, NotYours> {
+        self.ledger.check_owner(uid, caller)?;
+        Ok(self.release(uid))
+    }
+
+    /// Releases what was made from the request body for a Run the watch
+    /// has not shown here within `unseen_ttl`. Only once synced: before
+    /// that the watch has not had its chance. Returns what it did.
+    pub fn sweep(&mut self, now: Instant) -> Effects {
+        // Not before the first sync, nor while a relist is under way: the
+        // list about to complete may show these Runs.
+        if !self.is_synced() || self.run_buffer.is_some() {
+            return Effects::default();
+        }
+        let ttl = self.config.unseen_ttl;
+        let stale: Vec<String> = self
+            .requested
+            .iter()
+            .filter(|(uid, r)| {
+                !self.runs.contains_key(uid.as_str()) && now.saturating_duration_since(r.at) >= ttl
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let mut fx = Effects::default();
+        for uid in stale {
+            tracing::info!(%uid, ttl = ?ttl, "releasing a reservation whose Run the watch never showed on this pod");
+            fx.merge(self.forget(&uid, Gone::Unseen));
+        }
+        fx
+    }
+
+    /// When the oldest pending unseen request reaches the bound (for the
+    /// sweeper's timer).
+    pub fn next_sweep(&self) -> Option<Instant> {
+        self.requested
+            .iter()
+            .filter(|(uid, _)| !self.runs.contains_key(uid.as_str()))
+            .map(|(_, r)| r.at + self.config.unseen_ttl)
+            .min()
+    }
+
     /// Remembers an explicit release (so the Run is not adopted again).
     pub fn release(&mut self, uid: &str) -> Effects {
+        self.requested.remove(uid);
         let (r, admitted) = self.ledger.release(uid);
         if r.held || r.dequeued || self.runs.contains_key(uid) {
             self.released.insert(uid.to_owned());
@@ -204,17 +360,21 @@ impl AgentState {
 
     /// Applies one event of the watch on the Runs of the namespace.
     pub fn apply_run_event(&mut self, event: Event<Run>) -> Effects {
+        self.apply_facts_event(facts_event(event))
+    }
+
+    /// [`Self::apply_run_event`] on facts already stripped from the Run.
+    pub fn apply_facts_event(&mut self, event: Event<Option<RunFacts>>) -> Effects {
         match event {
-            Event::Apply(run) => self.apply_run(&run, false),
-            Event::Delete(run) => match run.metadata.uid.as_deref() {
-                Some(uid) => self.forget(uid, Gone::Deleted),
-                None => Effects::default(),
-            },
+            Event::Apply(Some(run)) => self.apply_run(&run, false),
+            Event::Delete(Some(run)) => self.forget(&run.uid, Gone::Deleted),
+            Event::Apply(None) | Event::Delete(None) | Event::InitApply(None) => Effects::default(),
             Event::Init => {
+                self.list_epoch += 1;
                 self.run_buffer = Some(Vec::new());
                 Effects::default()
             }
-            Event::InitApply(run) => {
+            Event::InitApply(Some(run)) => {
                 self.run_buffer.get_or_insert_with(Vec::new).push(run);
                 Effects::default()
             }
@@ -227,12 +387,12 @@ impl AgentState {
     }
 
     /// A relist: Runs known before and absent now were deleted; every listed
-    /// Run is applied, adopting those already executing here.
-    fn reset_runs(&mut self, listed: &[Run]) -> Effects {
-        let present: HashSet<&str> = listed
-            .iter()
-            .filter_map(|r| r.metadata.uid.as_deref())
-            .collect();
+    /// Run is applied, adopting those already executing here. A request
+    /// made before this list started whose Run the list does not show here
+    /// (missing, unassigned, or on another pod) is released too, whatever
+    /// made it: the list is newer than the request.
+    fn reset_runs(&mut self, listed: &[RunFacts]) -> Effects {
+        let present: HashSet<&str> = listed.iter().map(|r| r.uid.as_str()).collect();
         let vanished: Vec<String> = self
             .runs
             .keys()
@@ -246,20 +406,32 @@ impl AgentState {
         for run in listed {
             fx.merge(self.apply_run(run, true));
         }
+        let here: HashMap<&str, &RunFacts> = listed.iter().map(|r| (r.uid.as_str(), r)).collect();
+        let epoch = self.list_epoch;
+        let stale: Vec<(String, Gone)> = self
+            .requested
+            .iter()
+            .filter(|(_, r)| r.epoch < epoch)
+            .filter_map(|(uid, _)| match here.get(uid.as_str()) {
+                None => Some((uid.clone(), Gone::Deleted)),
+                Some(r) if !self.assigned_here(r) => Some((uid.clone(), Gone::Reassigned)),
+                Some(_) => None,
+            })
+            .collect();
+        for (uid, why) in stale {
+            fx.merge(self.forget(&uid, why));
+        }
         fx
     }
 
-    fn assigned_here(&self, run: &Run) -> bool {
-        run.metadata.namespace.as_deref().unwrap_or("default") == self.config.namespace
-            && run.status.as_ref().and_then(|s| s.assigned_pod.as_deref())
-                == Some(self.config.pod.as_str())
+    fn assigned_here(&self, run: &RunFacts) -> bool {
+        run.namespace == self.config.namespace
+            && run.assigned_pod.as_deref() == Some(self.config.pod.as_str())
     }
 
-    fn apply_run(&mut self, run: &Run, relist: bool) -> Effects {
-        let Some(uid) = run.metadata.uid.clone() else {
-            return Effects::default();
-        };
-        let phase = run.status.as_ref().and_then(|s| s.phase.clone());
+    fn apply_run(&mut self, run: &RunFacts, relist: bool) -> Effects {
+        let uid = run.uid.clone();
+        let phase = run.phase.clone();
         if phase::is_terminal(phase.as_deref()) {
             return self.forget(&uid, Gone::Terminal);
         }
@@ -276,12 +448,12 @@ impl AgentState {
         let known = KnownRun {
             run: RunRef {
                 namespace: self.config.namespace.clone(),
-                name: run.metadata.name.clone().unwrap_or_default(),
+                name: run.name.clone(),
                 uid: uid.clone(),
             },
             phase: phase.clone(),
-            requests: effective_requests(run.requests()),
-            accounted: accounted_requests(run.requests()),
+            requests: run.requests.clone(),
+            accounted: run.accounted.clone(),
         };
         let executing = matches!(phase.as_deref(), Some(phase::RUNNING | phase::READY));
         let mut fx = Effects::default();
@@ -305,12 +477,24 @@ impl AgentState {
     fn forget(&mut self, uid: &str, why: Gone) -> Effects {
         self.runs.remove(uid);
         self.released.remove(uid);
+        self.requested.remove(uid);
         let (r, admitted) = self.ledger.release(uid);
         let mut fx = Effects::admitted(admitted);
         if r.dequeued {
             fx.dropped.push((uid.to_owned(), why));
         }
         fx
+    }
+}
+
+/// A Run event stripped to the facts the agent keeps.
+pub fn facts_event(event: Event<Run>) -> Event<Option<RunFacts>> {
+    match event {
+        Event::Apply(r) => Event::Apply(RunFacts::of(&r)),
+        Event::Delete(r) => Event::Delete(RunFacts::of(&r)),
+        Event::Init => Event::Init,
+        Event::InitApply(r) => Event::InitApply(RunFacts::of(&r)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -368,6 +552,15 @@ pub struct InitialList {
 /// Cluster mode: watches the agent's own Pod (field selector on its name)
 /// and the Runs of its namespace, feeding every event to `agent` until the
 /// streams end. Watch errors are logged and retried with backoff.
+///
+/// Each Run is stripped to its [`RunFacts`] as it arrives: no store of
+/// objects is kept, so memory grows with the number of Runs, not their
+/// size. The Run watch cannot be narrowed by the server: Runs carry no
+/// label naming their pod, and a field selector on `status.assignedPod`
+/// needs the CRD to declare it in `selectableFields`, which the installed
+/// CRD does not (and a selector the server rejects would stop the watch).
+/// Lists are quorum reads (`ListSemantic::MostRecent`, the default), so a
+/// relist is never older than the requests it releases.
 pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
@@ -386,10 +579,11 @@ pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
         }
     };
     let run_task = async move {
-        let mut s = std::pin::pin!(watcher(runs, watcher::Config::default()).default_backoff());
+        let cfg = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+        let mut s = std::pin::pin!(watcher(runs, cfg).default_backoff());
         while let Some(ev) = s.next().await {
             match ev {
-                Ok(ev) => agent.apply_run_event(ev),
+                Ok(ev) => agent.apply_facts_event(facts_event(ev)),
                 Err(e) => tracing::warn!(error = %e, "run watch failed; retrying"),
             }
         }
@@ -405,12 +599,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn state() -> AgentState {
-        let mut s = AgentState::new(AgentConfig {
-            pod: "rp-1".into(),
-            namespace: "default".into(),
-            default_runs_capacity: 2,
-            max_bypass: 4,
-        });
+        let mut s = AgentState::new(AgentConfig::new("rp-1", "default"));
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some("rp-1".into()),
@@ -452,7 +641,7 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
         };
-        s.ledger.request(run, Requests::runs_only());
+        s.request(run, Requests::runs_only(), Some(1000), Instant::now());
     }
 
     #[test]
@@ -463,11 +652,17 @@ mod tests {
         // Older events of the same Run: unassigned, then another pod.
         s.apply_run_event(Event::Apply(mk_run("a", Some("Pending"), None)));
         s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
-        // A relist that does not show it here yet.
-        for e in [Event::Init, Event::InitDone] {
-            s.apply_run_event(e);
-        }
-        assert!(s.ledger.hold("uid-a").is_some());
+        // A relist that started before the request and does not show it
+        // here yet keeps it (the list may predate the assignment)...
+        s.apply_run_event(Event::Init);
+        reserve(&mut s, "late");
+        s.apply_run_event(Event::InitDone);
+        assert!(s.ledger.hold("uid-late").is_some());
+        assert!(
+            s.ledger.hold("uid-a").is_none(),
+            "...one that started after it releases it"
+        );
+        reserve(&mut s, "a");
         // Once the watch has shown it here, moving away releases it.
         s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-1"))));
         s.apply_run_event(Event::Apply(mk_run("a", Some("Scheduled"), Some("rp-2"))));
@@ -476,6 +671,75 @@ mod tests {
         reserve(&mut s, "b");
         s.apply_run_event(Event::Apply(mk_run("b", Some("Failed"), Some("rp-1"))));
         assert!(s.ledger.hold("uid-b").is_none());
+    }
+
+    #[test]
+    fn agent_unseen_holds_are_released_after_the_bound_once_synced() {
+        let t0 = Instant::now();
+        let mut s = AgentState::new(AgentConfig::new("rp-1", "default"));
+        let ttl = s.config.unseen_ttl;
+        let run = |n: &str| RunRef {
+            namespace: "default".into(),
+            name: n.into(),
+            uid: format!("uid-{n}"),
+        };
+        // Recovered before any list: the bound waits for the sync.
+        s.recover(
+            vec![crate::agent::journal::JournalHold {
+                run: run("j"),
+                requests: Requests::runs_only(),
+                creator: Some(7),
+            }],
+            t0,
+        );
+        assert!(s.sweep(t0 + ttl * 3).admitted.is_empty());
+        assert!(s.ledger.hold("uid-j").is_some(), "not synced: kept");
+        let s2 = state();
+        s = AgentState {
+            ledger: s.ledger,
+            requested: s.requested,
+            ..s2
+        };
+        s.ledger.set_capacity([("runs".to_owned(), 2)]);
+        reserve(&mut s, "seen");
+        reserve(&mut s, "ghost");
+        s.apply_run_event(Event::Apply(mk_run(
+            "seen",
+            Some("Scheduled"),
+            Some("rp-1"),
+        )));
+        let now = Instant::now();
+        assert_eq!(s.next_sweep().map(|t| t >= t0 + ttl), Some(true));
+        s.sweep(now + ttl / 2);
+        // runs 2: j and seen hold, ghost waits in the queue.
+        assert!(s.ledger.is_queued("uid-ghost"), "within the bound");
+        s.sweep(now + ttl + Duration::from_millis(1));
+        assert!(s.ledger.hold("uid-ghost").is_none() && !s.ledger.is_queued("uid-ghost"));
+        assert!(s.ledger.hold("uid-j").is_none());
+        assert!(s.ledger.hold("uid-seen").is_some(), "the watch shows it");
+        assert_eq!(s.next_sweep(), None);
+    }
+
+    #[test]
+    fn agent_only_the_creator_or_the_watch_releases() {
+        let mut s = state();
+        reserve(&mut s, "a");
+        assert_eq!(
+            s.release_by("uid-a", Some(1001)),
+            Err(NotYours {
+                creator: Some(1000)
+            })
+        );
+        assert!(s.ledger.hold("uid-a").is_some());
+        s.apply_run_event(Event::Apply(mk_run("o", Some("Running"), Some("rp-1"))));
+        assert_eq!(
+            s.release_by("uid-o", Some(1000)),
+            Err(NotYours { creator: None })
+        );
+        assert!(s.release_by("uid-a", Some(1000)).is_ok());
+        assert!(s.ledger.hold("uid-a").is_none());
+        s.apply_run_event(Event::Delete(mk_run("o", Some("Running"), Some("rp-1"))));
+        assert!(s.ledger.hold("uid-o").is_none());
     }
 
     #[test]

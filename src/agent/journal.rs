@@ -1,0 +1,678 @@
+//! The journal of admitted reservations: what the agent promised, kept in
+//! the pod's socket volume so that a restarted agent keeps its promises.
+//!
+//! # Format
+//!
+//! An 8-byte header (`KRSAGJ1\n`), then records: a little-endian `u32`
+//! payload length, a little-endian `u32` CRC-32 (IEEE) of the payload, and
+//! the payload, one JSON object (`{"op":"admit",...}` or
+//! `{"op":"release","uid":...}`).
+//!
+//! # Writing
+//!
+//! The agent appends under its lock, so the journal's order is the ledger's
+//! order. Appends only fill a buffer; one writer thread writes whatever has
+//! gathered and makes it durable with one `fdatasync` (group commit), then
+//! publishes the last sequence number written. An admission is answered
+//! only once its record is durable; a release is not waited for (losing it
+//! in a crash only keeps a hold a little longer, until the watch or the
+//! unseen bound releases it).
+//!
+//! # Compaction and recovery
+//!
+//! When the records written since the last compaction outnumber four times
+//! the live holds (and at least [`COMPACT_MIN_RECORDS`]), the agent asks for
+//! a snapshot: the live holds are written to a new file, synced and renamed
+//! over the journal. Opening reads the journal up to the last whole, valid
+//! record (a torn or corrupt tail is dropped with a warning, never an error)
+//! and rewrites it compacted.
+
+use super::ledger::{Hold, Origin, RunRef};
+use crate::model::resources::{Requests, effective_requests};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+const MAGIC: &[u8; 8] = b"KRSAGJ1\n";
+/// A record longer than this is corruption, not a hold.
+const MAX_RECORD: u32 = 1 << 20;
+/// Compaction waits for at least this many records.
+pub const COMPACT_MIN_RECORDS: u64 = 1024;
+
+/// A hold as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalHold {
+    pub run: RunRef,
+    pub requests: Requests,
+    pub creator: Option<u32>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Record {
+    Admit {
+        uid: String,
+        namespace: String,
+        name: String,
+        requests: BTreeMap<String, u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        creator: Option<u32>,
+    },
+    Release {
+        uid: String,
+    },
+}
+
+/// CRC-32 (IEEE 802.3, reflected), table-driven.
+fn crc32(data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    let mut c = !0u32;
+    for &b in data {
+        c = TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+fn encode(rec: &Record, out: &mut Vec<u8>) {
+    // Serializing plain strings and integers cannot fail.
+    let payload = serde_json::to_vec(rec).unwrap_or_default();
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+}
+
+fn admit_record(h: &JournalHold) -> Record {
+    Record::Admit {
+        uid: h.run.uid.clone(),
+        namespace: h.run.namespace.clone(),
+        name: h.run.name.clone(),
+        requests: h.requests.iter().map(|(n, a)| (n.to_owned(), a)).collect(),
+        creator: h.creator,
+    }
+}
+
+impl From<&Hold> for JournalHold {
+    fn from(h: &Hold) -> Self {
+        JournalHold {
+            run: h.run.clone(),
+            requests: h.requests.clone(),
+            creator: h.creator,
+        }
+    }
+}
+
+/// What reading a journal found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// Live holds: admitted and not released, in admission order.
+    pub holds: Vec<JournalHold>,
+    /// Whole records read.
+    pub records: u64,
+    /// Bytes dropped after the last whole record (torn or corrupt tail).
+    pub dropped_bytes: u64,
+    /// Why the tail was dropped, when it was.
+    pub problem: Option<String>,
+}
+
+/// Reads journal bytes up to the last whole, valid record. Never fails: a
+/// bad header or record ends the read and is reported in `problem`.
+pub fn decode(bytes: &[u8]) -> Recovered {
+    let mut live: Vec<Option<JournalHold>> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut records = 0;
+    let mut problem = None;
+    let mut pos = 0usize;
+    if bytes.is_empty() {
+        return Recovered {
+            holds: Vec::new(),
+            records: 0,
+            dropped_bytes: 0,
+            problem: None,
+        };
+    }
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Recovered {
+            holds: Vec::new(),
+            records: 0,
+            dropped_bytes: bytes.len() as u64,
+            problem: Some("not a journal (bad header)".into()),
+        };
+    }
+    pos += MAGIC.len();
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        if rest.len() < 8 {
+            problem = Some(format!("truncated record header at byte {pos}"));
+            break;
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        if len > MAX_RECORD {
+            problem = Some(format!("record length {len} at byte {pos} is implausible"));
+            break;
+        }
+        let Some(payload) = rest.get(8..8 + len as usize) else {
+            problem = Some(format!("truncated record at byte {pos}"));
+            break;
+        };
+        if crc32(payload) != crc {
+            problem = Some(format!("checksum mismatch at byte {pos}"));
+            break;
+        }
+        let rec: Record = match serde_json::from_slice(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                problem = Some(format!("undecodable record at byte {pos}: {e}"));
+                break;
+            }
+        };
+        let hold = match rec {
+            Record::Admit {
+                uid,
+                namespace,
+                name,
+                requests,
+                creator,
+            } => {
+                let q: BTreeMap<String, Quantity> = requests
+                    .into_iter()
+                    .map(|(n, a)| (n, Quantity(a.to_string())))
+                    .collect();
+                match effective_requests(Some(&q)) {
+                    Ok(requests) => Some(JournalHold {
+                        run: RunRef {
+                            namespace,
+                            name,
+                            uid,
+                        },
+                        requests,
+                        creator,
+                    }),
+                    Err(e) => {
+                        problem = Some(format!("invalid requests at byte {pos}: {e}"));
+                        break;
+                    }
+                }
+            }
+            Record::Release { uid } => {
+                if let Some(i) = index.remove(&uid) {
+                    live[i] = None;
+                }
+                None
+            }
+        };
+        if let Some(h) = hold
+            && !index.contains_key(&h.run.uid)
+        {
+            index.insert(h.run.uid.clone(), live.len());
+            live.push(Some(h));
+        }
+        records += 1;
+        pos += 8 + len as usize;
+    }
+    Recovered {
+        holds: live.into_iter().flatten().collect(),
+        records,
+        dropped_bytes: (bytes.len() - pos) as u64,
+        problem,
+    }
+}
+
+use super::metrics::JournalError;
+pub use super::metrics::JournalStats;
+
+enum Op {
+    Append(Vec<u8>),
+    Compact(Vec<u8>),
+}
+
+#[derive(Default)]
+struct Pending {
+    ops: Vec<Op>,
+    /// Sequence number of the last op queued.
+    seq: u64,
+    closed: bool,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    cv: Condvar,
+}
+
+/// An open journal. Appends are made by the agent under its lock; a
+/// writer thread makes them durable.
+pub struct Journal {
+    path: PathBuf,
+    shared: Arc<Shared>,
+    durable: watch::Sender<u64>,
+    /// Records appended since the last compaction (the file's length in
+    /// records, roughly).
+    since_compact: u64,
+    /// Sequence number of the last op pushed.
+    last: u64,
+    stats: JournalStats,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+fn write_snapshot(path: &Path, holds: &[JournalHold]) -> std::io::Result<Vec<u8>> {
+    let mut buf = MAGIC.to_vec();
+    for h in holds {
+        encode(&admit_record(h), &mut buf);
+    }
+    replace_file(path, &buf)?;
+    Ok(buf)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, renames it
+/// over `path` and syncs the directory.
+fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = tmp_path(path);
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().append(true).mode(0o600).open(path)
+}
+
+impl Journal {
+    /// Opens (or creates) the journal at `path`: recovers what it holds up
+    /// to the last whole record, rewrites it compacted, and starts the
+    /// writer. Only I/O errors on the compacted rewrite fail; a corrupt or
+    /// truncated journal is recovered with a warning.
+    pub fn open(path: &Path, stats: JournalStats) -> std::io::Result<(Journal, Recovered)> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let recovered = decode(&bytes);
+        if let Some(problem) = &recovered.problem {
+            tracing::warn!(
+                path = %path.display(),
+                problem = %problem,
+                records = recovered.records,
+                dropped_bytes = recovered.dropped_bytes,
+                "journal recovered up to its last whole record"
+            );
+            stats.error(JournalError::Corrupt);
+        }
+        write_snapshot(path, &recovered.holds)?;
+        let file = open_append(path)?;
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            cv: Condvar::new(),
+        });
+        let durable = watch::Sender::new(0u64);
+        let writer = {
+            let shared = Arc::clone(&shared);
+            let durable = durable.clone();
+            let stats = stats.clone();
+            let path = path.to_owned();
+            std::thread::Builder::new()
+                .name("agent-journal".into())
+                .spawn(move || writer_loop(path, file, shared, durable, stats))?
+        };
+        Ok((
+            Journal {
+                path: path.to_owned(),
+                shared,
+                durable,
+                since_compact: recovered.holds.len() as u64,
+                last: 0,
+                stats,
+                writer: Some(writer),
+            },
+            recovered,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stats(&self) -> &JournalStats {
+        &self.stats
+    }
+
+    /// A handle to wait for durability without the journal.
+    pub fn durability(&self) -> Durability {
+        Durability(self.durable.clone())
+    }
+
+    fn push(&mut self, op: Op) -> u64 {
+        let mut p = self.shared.pending.lock();
+        p.ops.push(op);
+        p.seq += 1;
+        let seq = p.seq;
+        drop(p);
+        self.shared.cv.notify_one();
+        self.last = seq;
+        seq
+    }
+
+    /// The sequence number of the last record appended.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Records an admission; returns its sequence number.
+    pub fn admit(&mut self, hold: &Hold) -> u64 {
+        debug_assert_eq!(hold.origin, Origin::Admitted);
+        let mut buf = Vec::with_capacity(160);
+        encode(&admit_record(&JournalHold::from(hold)), &mut buf);
+        self.since_compact += 1;
+        self.push(Op::Append(buf))
+    }
+
+    /// Records a release; returns its sequence number.
+    pub fn release(&mut self, uid: &str) -> u64 {
+        let mut buf = Vec::with_capacity(48);
+        encode(
+            &Record::Release {
+                uid: uid.to_owned(),
+            },
+            &mut buf,
+        );
+        self.since_compact += 1;
+        self.push(Op::Append(buf))
+    }
+
+    /// Whether the file has grown enough, for `live` holds, to compact.
+    pub fn wants_compaction(&self, live: usize) -> bool {
+        self.since_compact >= COMPACT_MIN_RECORDS.max(4 * live as u64)
+    }
+
+    /// Replaces the journal by a snapshot of the live holds, in order with
+    /// the appends before and after it. Returns its sequence number.
+    pub fn compact(&mut self, holds: &[JournalHold]) -> u64 {
+        let mut buf = MAGIC.to_vec();
+        for h in holds {
+            encode(&admit_record(h), &mut buf);
+        }
+        self.since_compact = holds.len() as u64;
+        self.push(Op::Compact(buf))
+    }
+
+    /// Waits until every record up to `seq` is durable (or has failed to be
+    /// written, which is counted and logged).
+    pub fn durable(&self, seq: u64) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.durability().wait(seq)
+    }
+
+    /// Writes what is pending and stops the writer.
+    pub fn close(&mut self) {
+        self.shared.pending.lock().closed = true;
+        self.shared.cv.notify_one();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Waits for records to be durable.
+#[derive(Debug, Clone)]
+pub struct Durability(watch::Sender<u64>);
+
+impl Durability {
+    /// Completes once every record up to `seq` has been written and synced
+    /// (or has failed to be, which is counted and logged).
+    pub fn wait(&self, seq: u64) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut rx = self.0.subscribe();
+        async move {
+            if *rx.borrow() >= seq {
+                return;
+            }
+            let _ = rx.wait_for(|d| *d >= seq).await;
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn writer_loop(
+    path: PathBuf,
+    mut file: File,
+    shared: Arc<Shared>,
+    durable: watch::Sender<u64>,
+    stats: JournalStats,
+) {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let (ops, seq, closed) = {
+            let mut p = shared.pending.lock();
+            while p.ops.is_empty() && !p.closed {
+                shared.cv.wait(&mut p);
+            }
+            (std::mem::take(&mut p.ops), p.seq, p.closed)
+        };
+        if ops.is_empty() && closed {
+            return;
+        }
+        buf.clear();
+        for op in ops {
+            match op {
+                Op::Append(b) => buf.extend_from_slice(&b),
+                Op::Compact(snapshot) => {
+                    // The snapshot supersedes everything before it.
+                    buf.clear();
+                    match replace_file(&path, &snapshot).and_then(|()| open_append(&path)) {
+                        Ok(f) => {
+                            file = f;
+                            stats.compactions.inc();
+                        }
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), error = %e, "journal compaction failed");
+                            stats.error(JournalError::Compact);
+                        }
+                    }
+                }
+            }
+        }
+        if !buf.is_empty() {
+            let before = file.metadata().map(|m| m.len()).ok();
+            if let Err(e) = file.write_all(&buf).and_then(|()| file.sync_data()) {
+                tracing::warn!(path = %path.display(), error = %e, "journal write failed");
+                stats.error(JournalError::Write);
+                // Cut a partial record so later appends stay readable.
+                if let Some(len) = before {
+                    let _ = file.set_len(len);
+                }
+            }
+        }
+        durable.send_replace(seq);
+        if closed {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(uid: &str, runs: u64) -> Hold {
+        let q: BTreeMap<String, Quantity> =
+            [("runs".to_owned(), Quantity(runs.to_string()))].into();
+        Hold {
+            run: RunRef {
+                namespace: "default".into(),
+                name: format!("run-{uid}"),
+                uid: uid.into(),
+            },
+            requests: effective_requests(Some(&q)).expect("valid"),
+            origin: Origin::Admitted,
+            creator: Some(1000),
+        }
+    }
+
+    fn dir(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("krs-journal-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        d
+    }
+
+    #[test]
+    fn agent_journal_crc32_matches_the_standard_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[tokio::test]
+    async fn agent_journal_round_trip_release_and_reopen() {
+        let d = dir("roundtrip");
+        let path = d.join("agent.journal");
+        let (mut j, rec) = Journal::open(&path, JournalStats::default()).expect("open");
+        assert!(rec.holds.is_empty());
+        j.admit(&hold("a", 1));
+        j.admit(&hold("b", 2));
+        j.admit(&hold("c", 1));
+        let seq = j.release("b");
+        j.durable(seq).await;
+        drop(j);
+        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
+        assert_eq!(rec.problem, None);
+        let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
+        assert_eq!(uids, ["a", "c"]);
+        assert_eq!(rec.holds[0], JournalHold::from(&hold("a", 1)));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn agent_journal_truncated_or_corrupt_tail_is_dropped() {
+        let mut bytes = MAGIC.to_vec();
+        for u in ["a", "b", "c"] {
+            encode(&admit_record(&JournalHold::from(&hold(u, 1))), &mut bytes);
+        }
+        let whole = decode(&bytes);
+        assert_eq!(whole.holds.len(), 3);
+        // Cut anywhere inside the last record: the first two survive.
+        let mut two = MAGIC.to_vec();
+        for u in ["a", "b"] {
+            encode(&admit_record(&JournalHold::from(&hold(u, 1))), &mut two);
+        }
+        for cut in two.len() + 1..bytes.len() {
+            let r = decode(&bytes[..cut]);
+            assert_eq!(r.holds.len(), 2, "cut at {cut}");
+            assert_eq!(r.dropped_bytes, (cut - two.len()) as u64);
+            assert!(r.problem.is_some());
+        }
+        // A flipped byte in the second record stops the read there.
+        let mut bad = bytes.clone();
+        let at = MAGIC.len() + (two.len() - MAGIC.len()) / 2 + 12;
+        bad[at] ^= 0x40;
+        let r = decode(&bad);
+        assert_eq!(r.holds.len(), 1);
+        assert!(r.problem.as_deref().is_some_and(|p| p.contains("checksum")));
+        // Garbage is not a journal: nothing recovered, no panic.
+        let r = decode(b"hello world, not a journal");
+        assert!(r.holds.is_empty() && r.problem.is_some());
+        // A huge length is refused without allocating it.
+        let mut huge = MAGIC.to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&[0; 4]);
+        assert!(decode(&huge).problem.is_some());
+    }
+
+    #[tokio::test]
+    async fn agent_journal_open_recovers_a_torn_file_and_appends_after_it() {
+        let d = dir("torn");
+        let path = d.join("agent.journal");
+        let (mut j, _) = Journal::open(&path, JournalStats::default()).expect("open");
+        j.admit(&hold("a", 1));
+        let seq = j.admit(&hold("b", 1));
+        j.durable(seq).await;
+        drop(j);
+        let len = std::fs::metadata(&path).expect("meta").len();
+        let f = OpenOptions::new().write(true).open(&path).expect("open");
+        f.set_len(len - 3).expect("truncate");
+        drop(f);
+        let (mut j, rec) = Journal::open(&path, JournalStats::default()).expect("recover");
+        assert_eq!(rec.holds.len(), 1);
+        assert!(rec.problem.is_some());
+        let seq = j.admit(&hold("c", 1));
+        j.durable(seq).await;
+        drop(j);
+        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
+        assert_eq!(rec.problem, None, "the torn tail was cut before appending");
+        assert_eq!(rec.holds.len(), 2);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[tokio::test]
+    async fn agent_journal_compaction_keeps_only_live_holds() {
+        let d = dir("compact");
+        let path = d.join("agent.journal");
+        let (mut j, _) = Journal::open(&path, JournalStats::default()).expect("open");
+        for i in 0..50 {
+            j.admit(&hold(&format!("u{i}"), 1));
+            j.release(&format!("u{i}"));
+        }
+        j.admit(&hold("keep", 1));
+        let live = [JournalHold::from(&hold("keep", 1))];
+        j.compact(&live);
+        let seq = j.admit(&hold("after", 1));
+        j.durable(seq).await;
+        let size = std::fs::metadata(&path).expect("meta").len();
+        assert!(size < 400, "compacted file is small: {size}");
+        assert_eq!(j.stats().compactions.get(), 1);
+        drop(j);
+        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
+        let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
+        assert_eq!(uids, ["keep", "after"]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -715,17 +715,21 @@ mod differential {
         r
     }
 
-    /// The reference: every Runtime Pod of the runtime in name order, its
-    /// own ledger evaluated, the first strictly less loaded one kept.
-    fn reference(
-        c: &Cache,
-        request: &Requests,
-    ) -> (
+    /// The best pod, the counts, the feasible pods best first and the
+    /// rejected ones in name order with their descriptions.
+    type Reference = (
         Option<String>,
         RejectionCounts,
         Vec<(String, Score)>,
         Vec<(String, String)>,
-    ) {
+    );
+
+    /// Pods, Runs placed on them, and requests to decide.
+    type Case = (Vec<PodSpec>, Vec<RunSpecT>, Vec<([u64; 3], bool)>);
+
+    /// The reference: every Runtime Pod of the runtime in name order, its
+    /// own ledger evaluated, the first strictly less loaded one kept.
+    fn reference(c: &Cache, request: &Requests) -> Reference {
         let st = c.state.read();
         let (req, unknown) = request.resolve(&st.names);
         let window = Freshness::new(now(), c.config.heartbeat_stale_after);
@@ -760,7 +764,7 @@ mod differential {
         (best, counts, feasible, rejected)
     }
 
-    fn spec() -> impl Strategy<Value = (Vec<PodSpec>, Vec<RunSpecT>, Vec<([u64; 3], bool)>)> {
+    fn spec() -> impl Strategy<Value = Case> {
         let pod = (
             0u8..12,
             prop::bool::weighted(0.15),

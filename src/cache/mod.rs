@@ -20,6 +20,7 @@ use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
 use crate::model::pod::{PodFacts, Unavailable};
 use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
+use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub use runs::{Decision, PlanOutcome, PlanResult};
+pub use runs::{DEFAULT_PLAN_LIMIT, Decision, PlanOutcome, PlanResult};
 
 /// Settings that change how objects are read.
 #[derive(Debug, Clone)]
@@ -91,6 +92,38 @@ struct NsState {
     assumed: HashMap<String, Assumption>,
     /// Unscheduled Runs by runtime, for wakeups.
     pending: HashMap<String, BTreeSet<String>>,
+    /// The Runtime Pods of each runtime (by interned id) as columns: what
+    /// a decision scans. A copy of the slots' numbers, kept in step.
+    columns: HashMap<u32, Columns>,
+}
+
+impl NsState {
+    /// Copies a pod's capacity and usage to its columns (after any change
+    /// to `slot.res`).
+    fn sync_res(&mut self, pod: &str) {
+        if let Some(slot) = self.pods.get(pod)
+            && let Some(rp) = &slot.pod
+            && let Some(cols) = self.columns.get_mut(&rp.runtime_id)
+        {
+            cols.set_res(rp.index, &slot.res);
+        }
+    }
+
+    /// Removes position `index` from a runtime's columns (its pod already
+    /// left), and tells the pod moved into that position.
+    fn detach(&mut self, runtime_id: u32, index: u32) {
+        let Some(cols) = self.columns.get_mut(&runtime_id) else {
+            return;
+        };
+        if let Some(moved) = cols.swap_remove(index)
+            && let Some(rp) = self.pods.get_mut(&moved).and_then(|s| s.pod.as_mut())
+        {
+            rp.index = index;
+        }
+        if cols.is_empty() {
+            self.columns.remove(&runtime_id);
+        }
+    }
 }
 
 /// A Runtime Pod and the usage counted on it.
@@ -114,6 +147,8 @@ impl PodSlot {
 struct RuntimePod {
     /// Interned runtime label value.
     runtime_id: u32,
+    /// Position in the runtime's [`Columns`].
+    index: u32,
     /// The candidate rules that do not depend on the clock hold.
     base_ok: bool,
     /// The runtimed heartbeat.
@@ -234,6 +269,7 @@ impl Cache {
             let base = facts.static_availability();
             let pod = RuntimePod {
                 runtime_id,
+                index: 0,
                 base_ok: base.is_ok(),
                 heartbeat: facts.heartbeat,
                 cold: Box::new(ColdPod { facts, base }),
@@ -264,19 +300,42 @@ impl Cache {
             }
         }
         match new {
-            Some((n, capacity)) => {
-                let slot = nss.pods.entry(Arc::from(name)).or_default();
+            Some((mut n, capacity)) => {
+                let key: Arc<str> = nss
+                    .pods
+                    .get_key_value(name)
+                    .map(|(k, _)| Arc::clone(k))
+                    .unwrap_or_else(|| Arc::from(name));
+                let slot = nss.pods.entry(Arc::clone(&key)).or_default();
                 if capacity != old_capacity {
                     slot.res.set_capacity(&capacity);
+                }
+                let old = slot.pod.take();
+                let same_runtime = old.as_ref().is_some_and(|o| o.runtime_id == n.runtime_id);
+                if let Some(o) = old.as_ref().filter(|_| !same_runtime) {
+                    nss.detach(o.runtime_id, o.index);
+                }
+                let slot = nss.pods.get_mut(&key).expect("inserted above");
+                let cols = nss.columns.entry(n.runtime_id).or_default();
+                match old.filter(|_| same_runtime) {
+                    Some(o) => {
+                        n.index = o.index;
+                        cols.set_availability(n.index, n.base_ok, n.heartbeat);
+                        cols.set_res(n.index, &slot.res);
+                    }
+                    None => n.index = cols.push(key, &slot.res, n.base_ok, n.heartbeat),
                 }
                 slot.pod = Some(n);
             }
             None => {
                 if let Some(slot) = nss.pods.get_mut(name) {
-                    slot.pod = None;
+                    let old = slot.pod.take();
                     slot.res.set_capacity(&ResourceVec::new());
                     if slot.is_empty() {
                         nss.pods.remove(name);
+                    }
+                    if let Some(o) = old {
+                        nss.detach(o.runtime_id, o.index);
                     }
                 }
             }
@@ -306,11 +365,15 @@ impl Cache {
         let Some(slot) = nss.pods.get_mut(name) else {
             return;
         };
-        let runtime = slot.pod.take().and_then(|p| p.cold.facts.runtime);
+        let old = slot.pod.take();
         slot.res.set_capacity(&ResourceVec::new());
         if slot.is_empty() {
             nss.pods.remove(name);
         }
+        if let Some(o) = &old {
+            nss.detach(o.runtime_id, o.index);
+        }
+        let runtime = old.and_then(|p| p.cold.facts.runtime);
         if let Some(rt) = runtime {
             self.wake_runtime(nss, namespace, &rt, WakeCause::PodCapacity);
         }
@@ -349,6 +412,28 @@ impl Cache {
         }
         for p in pods {
             self.apply_pod(p, now);
+        }
+    }
+
+    /// Deletes every Runtime Pod `keep` says no to (the end of a relist
+    /// applied pod by pod).
+    pub fn retain_pods(&self, keep: impl Fn(&str, &str) -> bool) {
+        let gone: Vec<(String, String)> = {
+            let st = self.state.read();
+            st.namespaces
+                .iter()
+                .flat_map(|(ns, nss)| {
+                    nss.pods
+                        .iter()
+                        .filter(|(_, s)| s.pod.is_some())
+                        .map(move |(n, _)| (ns, n))
+                })
+                .filter(|(ns, n)| !keep(ns, n))
+                .map(|(ns, n)| (ns.clone(), n.to_string()))
+                .collect()
+        };
+        for (ns, name) in gone {
+            self.delete_pod(&ns, &name);
         }
     }
 

@@ -76,6 +76,47 @@ pub struct NodeSlot {
     pub pods: BTreeSet<Key>,
     /// Everything counted here, interned (see [`NodeState::used`] by name).
     pub used: ResourceVec,
+    /// What the counted pods without ResourceClaims take (requests and one
+    /// pod slot each), summed wide so removing a pod undoes it exactly:
+    /// applying or deleting such a pod never rescans the node.
+    plain: PlainLoad,
+    /// Counted pods with ResourceClaims, recounted with their claims.
+    claimed: BTreeSet<Key>,
+}
+
+/// One pod's plain load: its requests and one pod slot, interned.
+type Load = smallvec::SmallVec<[(ResId, u64); 4]>;
+
+/// A sum of [`Load`]s per resource id, sorted by id.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct PlainLoad(smallvec::SmallVec<[(ResId, u128); 4]>);
+
+impl PlainLoad {
+    fn add(&mut self, load: &Load) {
+        for &(id, a) in load {
+            match self.0.binary_search_by_key(&id, |e| e.0) {
+                Ok(pos) => self.0[pos].1 += u128::from(a),
+                Err(pos) => self.0.insert(pos, (id, u128::from(a))),
+            }
+        }
+    }
+
+    fn sub(&mut self, load: &Load) {
+        for &(id, a) in load {
+            if let Ok(pos) = self.0.binary_search_by_key(&id, |e| e.0) {
+                self.0[pos].1 = self.0[pos].1.saturating_sub(u128::from(a));
+                if self.0[pos].1 == 0 {
+                    self.0.remove(pos);
+                }
+            }
+        }
+    }
+}
+
+/// Where a pod is counted and, without claims, what it adds there.
+struct Counted {
+    node: String,
+    plain: Option<Load>,
 }
 
 /// Sentinel slot index of a name the cache does not know.
@@ -767,19 +808,63 @@ impl NodeState {
         self.counted(k).and_then(|p| p.node.clone())
     }
 
+    /// Where a pod counts and its plain load (`None` with claims).
+    fn counted_load(&mut self, k: &Key) -> Option<Counted> {
+        let p = self
+            .assumed
+            .get(k)
+            .or_else(|| self.pods.get(k))
+            .filter(|p| !p.terminal && p.node.is_some())?;
+        let plain = p.claims.is_empty().then(|| {
+            let mut load: Load = p
+                .requests
+                .iter()
+                .flatten()
+                .filter(|(_, a)| **a > 0)
+                .map(|(n, a)| (self.names.intern(n), *a))
+                .collect();
+            load.push((self.names.intern(fit::PODS), 1));
+            load
+        });
+        Some(Counted {
+            node: p.node.clone()?,
+            plain,
+        })
+    }
+
     /// Moves a pod's index entry from `before` to where it counts now, and
-    /// recomputes both nodes.
-    fn reindex(&mut self, k: &Key, before: Option<String>) {
-        let after = self.counted_node(k);
+    /// recomputes both nodes: plain pods by their own load alone, so the
+    /// cost does not grow with the pods already on the node.
+    fn reindex(&mut self, k: &Key, before: Option<Counted>) {
+        let after = self.counted_load(k);
         if let Some(b) = &before
-            && let Some(slot) = self.nodes.get_mut(b)
+            && let Some(slot) = self.nodes.get_mut(&b.node)
         {
             slot.pods.remove(k);
+            match &b.plain {
+                Some(load) => slot.plain.sub(load),
+                None => {
+                    slot.claimed.remove(k);
+                }
+            }
         }
         if let Some(a) = &after {
-            self.nodes.entry(a).pods.insert(k.clone());
+            let slot = self.nodes.entry(&a.node);
+            slot.pods.insert(k.clone());
+            match &a.plain {
+                Some(load) => slot.plain.add(load),
+                None => {
+                    slot.claimed.insert(k.clone());
+                }
+            }
         }
-        for n in before.iter().chain(after.iter()).collect::<BTreeSet<_>>() {
+        let mut nodes: Vec<&str> = before
+            .iter()
+            .chain(after.iter())
+            .map(|c| c.node.as_str())
+            .collect();
+        nodes.dedup();
+        for n in nodes {
             self.recompute(n);
         }
         self.refresh_member(k);
@@ -804,7 +889,15 @@ impl NodeState {
         let Some(slot) = self.nodes.get(node) else {
             return;
         };
-        let entries: Vec<&PodEntry> = slot.pods.iter().filter_map(|k| self.counted(k)).collect();
+        let mut vec = ResourceVec::new();
+        for &(id, a) in &slot.plain.0 {
+            vec.add_one(id, u64::try_from(a).unwrap_or(u64::MAX));
+        }
+        let entries: Vec<&PodEntry> = slot
+            .claimed
+            .iter()
+            .filter_map(|k| self.counted(k))
+            .collect();
         let empty = Amounts::new();
         let loads: Vec<PodLoad<'_>> = entries
             .iter()
@@ -817,7 +910,6 @@ impl NodeState {
         for e in errors {
             tracing::warn!(node, error = %e, "DRA node-allocatable quantity ignored");
         }
-        let mut vec = ResourceVec::new();
         for (n, a) in &used {
             vec.add_one(self.names.intern(n), *a);
         }
@@ -1022,7 +1114,7 @@ impl NodeState {
     }
 
     fn put_pod(&mut self, k: Key, entry: PodEntry) {
-        let before = self.counted_node(&k);
+        let before = self.counted_load(&k);
         if let Some(old) = self.pods.remove(&k) {
             self.index_pod(&k, &old, false);
         }
@@ -1039,7 +1131,7 @@ impl NodeState {
     }
 
     fn remove_pod(&mut self, k: &Key) {
-        let before = self.counted_node(k);
+        let before = self.counted_load(k);
         if let Some(old) = self.pods.remove(k) {
             self.index_pod(k, &old, false);
         }
@@ -1193,6 +1285,19 @@ impl NodeCache {
             .write()
             .remove_pod(&(namespace.to_owned(), name.to_owned()));
     }
+    /// Deletes every pod not in `keep` (the end of a relist applied pod by pod).
+    pub fn retain_pods(&self, keep: &HashSet<Key>) {
+        let mut s = self.state.write();
+        let gone: Vec<Key> = s
+            .pods
+            .keys()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            s.remove_pod(&k);
+        }
+    }
     pub fn reset_pods(&self, pods: Vec<(Key, PodEntry)>) {
         let mut s = self.state.write();
         let keep: HashSet<&Key> = pods.iter().map(|(k, _)| k).collect();
@@ -1221,7 +1326,7 @@ impl NodeCache {
         if !uid.is_empty() && e.uid != uid {
             return false;
         }
-        let before = s.counted_node(&k);
+        let before = s.counted_load(&k);
         e.node = Some(node.to_owned());
         s.assumed.insert(k.clone(), e);
         s.reindex(&k, before);
@@ -1232,7 +1337,7 @@ impl NodeCache {
     pub fn forget(&self, namespace: &str, name: &str) {
         let mut s = self.state.write();
         let k = (namespace.to_owned(), name.to_owned());
-        let before = s.counted_node(&k);
+        let before = s.counted_load(&k);
         if s.assumed.remove(&k).is_some() {
             s.reindex(&k, before);
         }
@@ -1378,6 +1483,27 @@ impl NodeState {
             assert_eq!(&*t.slots[i as usize].name, &**name);
         }
         for (i, slot) in t.slots.iter().enumerate() {
+            let mut plain = PlainLoad::default();
+            let mut claimed = BTreeSet::new();
+            for k in &slot.pods {
+                let p = self.counted(k).expect("indexed pods are counted");
+                assert_eq!(p.node.as_deref(), Some(&*slot.name), "{k:?}");
+                if p.claims.is_empty() {
+                    let mut load: Load = p
+                        .requests
+                        .iter()
+                        .flatten()
+                        .filter(|(_, a)| **a > 0)
+                        .map(|(n, a)| (self.names.lookup(n).expect("interned"), *a))
+                        .collect();
+                    load.push((self.names.lookup(fit::PODS).expect("interned"), 1));
+                    plain.add(&load);
+                } else {
+                    claimed.insert(k.clone());
+                }
+            }
+            assert_eq!(slot.plain, plain, "plain load of slot {i}");
+            assert_eq!(slot.claimed, claimed, "claimed pods of slot {i}");
             let live = !slot.name.is_empty();
             assert_eq!(live, t.find(&slot.name) == Some(i as u32) && live);
             assert_eq!(live, !t.free.contains(&(i as u32)), "slot {i}");

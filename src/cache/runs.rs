@@ -1,18 +1,22 @@
 //! Run entries, the usage index, reservations and placement over the cache.
 
-use super::{Assumption, Cache, NsState, PodSlot, RunEntry, State, ns_of};
+use super::{Assumption, Cache, NsState, RunEntry, State, ns_of};
 use crate::crd::{Run, RunStatus, phase};
 use crate::metrics::WakeCause;
 use crate::model::pod::Freshness;
 use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
-use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score, evaluate};
+use crate::runs::columns::Verdict;
+use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::HashMap;
 use std::sync::Arc;
+
+/// Entries of each list `POST /v1/runs/plan` returns unless the request
+/// names its own `limit`.
+pub const DEFAULT_PLAN_LIMIT: usize = 20;
 
 /// The outcome of one scheduling cycle's decision, taken under the write
 /// lock. `Reserved` has already reserved capacity; the caller must write the
@@ -94,67 +98,6 @@ impl PlanResult {
     }
 }
 
-/// One placement question: which pod of `runtime` takes `request` now.
-struct Query<'a> {
-    runtime: &'a str,
-    request: &'a ResourceVec,
-    /// The request names a resource no pod declares.
-    has_unknown: bool,
-    window: Freshness,
-}
-
-/// Walks the Runtime Pods of the query's runtime in name order, evaluating each.
-fn for_each_pod<'a>(
-    runtime_ids: &HashMap<String, u32>,
-    nss: &'a NsState,
-    q: &Query<'_>,
-    mut f: impl FnMut(&'a Arc<str>, &'a PodSlot, Result<Score, Rejection>),
-) {
-    let (window, request, has_unknown) = (&q.window, q.request, q.has_unknown);
-    let Some(&runtime_id) = runtime_ids.get(q.runtime) else {
-        return;
-    };
-    for (name, slot) in &nss.pods {
-        let Some(pod) = &slot.pod else { continue };
-        if pod.runtime_id != runtime_id {
-            continue;
-        }
-        let available = if pod.base_ok {
-            window.check(pod.heartbeat)
-        } else {
-            pod.cold.base.clone()
-        };
-        let result = match available {
-            Err(u) => Err(Rejection::Unavailable(u)),
-            Ok(()) => evaluate(&slot.res, request, has_unknown),
-        };
-        f(name, slot, result);
-    }
-}
-
-/// Best pod (lowest load, then name) and rejection counts.
-fn best_in<'a>(
-    runtime_ids: &HashMap<String, u32>,
-    nss: &'a NsState,
-    q: &Query<'_>,
-) -> (Option<(&'a Arc<str>, Score)>, RejectionCounts) {
-    let mut counts = RejectionCounts::default();
-    let mut best: Option<(&Arc<str>, Score)> = None;
-    for_each_pod(runtime_ids, nss, q, |name, _, r| {
-        counts.total_pods += 1;
-        match r {
-            Ok(score) => {
-                // Name order: a later pod wins only when strictly less loaded.
-                if best.as_ref().is_none_or(|(_, b)| score.cmp_load(b).is_lt()) {
-                    best = Some((name, score));
-                }
-            }
-            Err(rej) => counts.record(&rej),
-        }
-    });
-    (best, counts)
-}
-
 // === impl Cache (Runs) ===
 
 impl Cache {
@@ -198,6 +141,7 @@ impl Cache {
                     .or_default()
                     .res
                     .add_actual(&amounts);
+                nss.sync_res(&key);
                 released_on.retain(|p| **p != *pod);
                 Some((key, amounts))
             }
@@ -288,6 +232,7 @@ impl Cache {
         if let Some(slot) = nss.pods.get_mut(&a.pod) {
             slot.res.sub_assumed(&a.amounts);
         }
+        nss.sync_res(&a.pod);
         self.metrics.assumed_reservations.dec();
         Some(a.pod)
     }
@@ -349,14 +294,14 @@ impl Cache {
         };
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
-        let q = Query {
-            runtime: &runtime,
-            request: &request,
-            has_unknown: !unknown.is_empty(),
-            window: Freshness::new(now, stale),
+        let window = Freshness::new(now, stale);
+        let (best, counts) = match runtime_ids.get(&runtime).and_then(|id| nss.columns.get(id)) {
+            Some(cols) => {
+                let (best, counts) = cols.best(&request, !unknown.is_empty(), &window);
+                (best.map(|i| Arc::clone(cols.name(i))), counts)
+            }
+            None => (None, RejectionCounts::default()),
         };
-        let (best, counts) = best_in(runtime_ids, nss, &q);
-        let best = best.map(|(n, _)| Arc::clone(n));
         let entry = nss.runs.get(&key.name).expect("present above");
 
         self.metrics
@@ -375,6 +320,8 @@ impl Cache {
                     .map(|p| p.cold.facts.uid.clone())
                     .unwrap_or_default();
                 slot.res.add_assumed(&request);
+                nss.sync_res(&pod);
+                let entry = nss.runs.get(&key.name).expect("present above");
                 let status =
                     status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);
                 let uid = entry.uid.clone();
@@ -445,7 +392,7 @@ impl Cache {
     }
 
     /// Dry-run placement of a request against the current snapshot, with
-    /// owned results.
+    /// owned results and every pod listed.
     pub fn plan(
         &self,
         namespace: &str,
@@ -453,7 +400,21 @@ impl Cache {
         requests: &Requests,
         now: Timestamp,
     ) -> PlanResult {
-        self.plan_with(namespace, runtime, requests, now, |o| PlanResult {
+        self.plan_top(namespace, runtime, requests, now, 0)
+    }
+
+    /// Dry-run placement listing at most `limit` feasible pods (the best)
+    /// and `limit` rejected pods (the first by name); 0 lists all. The
+    /// selection, the reason and the counts always cover every pod.
+    pub fn plan_top(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        requests: &Requests,
+        now: Timestamp,
+        limit: usize,
+    ) -> PlanResult {
+        self.plan_with_limit(namespace, runtime, requests, now, limit, |o| PlanResult {
             feasible: o
                 .feasible
                 .iter()
@@ -469,13 +430,26 @@ impl Cache {
     }
 
     /// Dry-run placement; `f` reads the outcome while the snapshot is held,
-    /// so pod names are borrowed, not copied.
+    /// so pod names are borrowed, not copied. Every pod is listed.
     pub fn plan_with<R>(
         &self,
         namespace: &str,
         runtime: &str,
         requests: &Requests,
         now: Timestamp,
+        f: impl FnOnce(&PlanOutcome<'_>) -> R,
+    ) -> R {
+        self.plan_with_limit(namespace, runtime, requests, now, 0, f)
+    }
+
+    /// [`plan_with`](Self::plan_with) with the lists cut to `limit` (0: all).
+    pub fn plan_with_limit<R>(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        requests: &Requests,
+        now: Timestamp,
+        limit: usize,
         f: impl FnOnce(&PlanOutcome<'_>) -> R,
     ) -> R {
         let stale = self.config.heartbeat_stale_after;
@@ -488,27 +462,42 @@ impl Cache {
             names: &st.names,
             unknown,
         };
-        if let Some(nss) = st.namespaces.get(namespace) {
+        if let Some(nss) = st.namespaces.get(namespace)
+            && let Some(cols) = st
+                .runtime_ids
+                .get(runtime)
+                .and_then(|id| nss.columns.get(id))
+        {
             let has_unknown = !outcome.unknown.is_empty();
-            let q = Query {
-                runtime,
-                request: &request,
-                has_unknown,
-                window: Freshness::new(now, stale),
-            };
-            for_each_pod(&st.runtime_ids, nss, &q, |name, _, r| {
-                outcome.counts.total_pods += 1;
-                match r {
-                    Ok(score) => outcome.feasible.push((&**name, score)),
-                    Err(rej) => {
-                        outcome.counts.record(&rej);
-                        outcome.rejected.push((&**name, rej));
-                    }
-                }
-            });
+            let window = Freshness::new(now, stale);
+            let p = cols.plan(&request, has_unknown, &window, limit);
+            outcome.counts = p.counts;
+            outcome.feasible = p.feasible.into_iter().map(|(n, s)| (&**n, s)).collect();
+            outcome.rejected = p
+                .rejected
+                .into_iter()
+                .map(|(n, v)| {
+                    let r = match v {
+                        Verdict::Rejected(r) => r,
+                        // The clock-free rules failed: their reason is in the facts.
+                        Verdict::Base | Verdict::Fits => {
+                            let base = nss
+                                .pods
+                                .get(n)
+                                .and_then(|s| s.pod.as_ref())
+                                .map(|p| p.cold.base.clone());
+                            match base {
+                                Some(Err(u)) => Rejection::Unavailable(u),
+                                _ => {
+                                    Rejection::Unavailable(crate::model::pod::Unavailable::NotReady)
+                                }
+                            }
+                        }
+                    };
+                    (&**n, r)
+                })
+                .collect();
         }
-        // Stable sort keeps name order among equal loads.
-        outcome.feasible.sort_by(|a, b| a.1.cmp_load(&b.1));
         f(&outcome)
     }
 
@@ -568,6 +557,21 @@ impl Cache {
             if let Some((p, _)) = actual.into_iter().find(|(_, v)| !v.is_empty()) {
                 return Err(format!("{ns}/{p}: usage counted on a pod without a slot"));
             }
+            let mut members = 0;
+            for (name, slot) in &nss.pods {
+                let Some(p) = &slot.pod else { continue };
+                members += 1;
+                let cols = nss
+                    .columns
+                    .get(&p.runtime_id)
+                    .ok_or_else(|| format!("{ns}/{name}: no columns for its runtime"))?;
+                cols.check(p.index, name, &slot.res, p.base_ok, p.heartbeat)
+                    .map_err(|e| format!("{ns}/{e}"))?;
+            }
+            let held: usize = nss.columns.values().map(|c| c.len()).sum();
+            if held != members {
+                return Err(format!("{ns}: columns hold {held} pods, slots {members}"));
+            }
         }
         Ok(())
     }
@@ -579,12 +583,271 @@ fn unindex(nss: &mut NsState, name: &str, old: &RunEntry, released_on: &mut Vec<
         if let Some(slot) = nss.pods.get_mut(pod) {
             slot.res.sub_actual(amounts);
         }
+        nss.sync_res(pod);
         released_on.push(Arc::clone(pod));
     }
     if let Some(set) = nss.pending.get_mut(&old.runtime) {
         set.remove(name);
         if set.is_empty() {
             nss.pending.remove(&old.runtime);
+        }
+    }
+}
+
+/// The columnar decision against a straightforward reference: every pod's
+/// own ledger through [`evaluate`](crate::runs::placement::evaluate), in
+/// name order, best by load then name.
+#[cfg(test)]
+mod differential {
+    use super::*;
+    use crate::cache::CacheConfig;
+    use crate::crd::{RunResources, RunSpec};
+    use crate::metrics::Metrics;
+    use crate::runs::placement::evaluate;
+    use crate::runs::queue::WorkQueue;
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use proptest::prelude::*;
+
+    fn now() -> Timestamp {
+        "2026-03-01T12:00:00Z".parse().unwrap()
+    }
+
+    /// Capacities that make ties common, plus a few whose common
+    /// denominator does not fit 128 bits (the exact fallback).
+    const CAPS: [u64; 8] = [0, 1, 2, 3, 4, 6, 1 << 62, (1 << 62) - 57];
+
+    #[derive(Debug, Clone)]
+    struct PodSpec {
+        name: u8,
+        other_runtime: bool,
+        /// 0 fresh, 1 stale, 2 none, 3 not ready.
+        health: u8,
+        caps: [usize; 3],
+    }
+
+    #[derive(Debug, Clone)]
+    struct RunSpecT {
+        pod: u8,
+        amounts: [u64; 3],
+    }
+
+    const RES: [&str; 3] = ["runs", "gpu", "mem"];
+
+    fn pod(p: &PodSpec) -> Pod {
+        let name = format!("rp-{:02}", p.name);
+        let caps = RES
+            .iter()
+            .zip(p.caps)
+            .filter(|(_, c)| CAPS[*c] > 0)
+            .map(|(r, c)| (format!("kruntimes.io/capacity.{r}"), CAPS[c].to_string()))
+            .collect();
+        let stamp = match p.health {
+            1 => "2026-03-01T11:00:00Z".parse().unwrap(),
+            _ => now(),
+        };
+        let mut conditions = vec![PodCondition {
+            type_: "Ready".into(),
+            status: if p.health == 3 { "False" } else { "True" }.into(),
+            ..Default::default()
+        }];
+        if p.health != 2 {
+            conditions.push(PodCondition {
+                type_: "kruntimes.io/RuntimedReady".into(),
+                status: "True".into(),
+                last_probe_time: Some(Time(stamp)),
+                ..Default::default()
+            });
+        }
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(
+                    [(
+                        "runtime".to_string(),
+                        if p.other_runtime { "go" } else { "py" }.to_string(),
+                    )]
+                    .into(),
+                ),
+                annotations: Some(caps),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(conditions),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn run(name: &str, amounts: &[u64; 3], extra: bool, assigned: Option<String>) -> Run {
+        let mut reqs: std::collections::BTreeMap<String, Quantity> = RES
+            .iter()
+            .zip(amounts)
+            .map(|(r, a)| (r.to_string(), Quantity(a.to_string())))
+            .collect();
+        if extra {
+            reqs.insert("fpga".into(), Quantity("1".into()));
+        }
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                runtime: "py".into(),
+                resources: Some(RunResources {
+                    requests: Some(reqs),
+                }),
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.uid = Some(format!("uid-{name}"));
+        r.metadata.resource_version = Some("1".into());
+        if let Some(p) = assigned {
+            r.status = Some(RunStatus {
+                phase: Some("Running".into()),
+                assigned_pod: Some(p),
+                ..Default::default()
+            });
+        }
+        r
+    }
+
+    /// The best pod, the counts, the feasible pods best first and the
+    /// rejected ones in name order with their descriptions.
+    type Reference = (
+        Option<String>,
+        RejectionCounts,
+        Vec<(String, Score)>,
+        Vec<(String, String)>,
+    );
+
+    /// Pods, Runs placed on them, and requests to decide.
+    type Case = (Vec<PodSpec>, Vec<RunSpecT>, Vec<([u64; 3], bool)>);
+
+    /// The reference: every Runtime Pod of the runtime in name order, its
+    /// own ledger evaluated, the first strictly less loaded one kept.
+    fn reference(c: &Cache, request: &Requests) -> Reference {
+        let st = c.state.read();
+        let (req, unknown) = request.resolve(&st.names);
+        let window = Freshness::new(now(), c.config.heartbeat_stale_after);
+        let mut counts = RejectionCounts::default();
+        let mut feasible: Vec<(String, Score)> = Vec::new();
+        let mut rejected = Vec::new();
+        let Some(nss) = st.namespaces.get("ns") else {
+            return (None, counts, feasible, rejected);
+        };
+        let runtime_id = st.runtime_ids.get("py").copied();
+        for (name, slot) in &nss.pods {
+            let Some(p) = &slot.pod else { continue };
+            if Some(p.runtime_id) != runtime_id {
+                continue;
+            }
+            counts.total_pods += 1;
+            let available = p.cold.base.clone().and_then(|()| window.check(p.heartbeat));
+            let r = match available {
+                Err(u) => Err(Rejection::Unavailable(u)),
+                Ok(()) => evaluate(&slot.res, &req, !unknown.is_empty()),
+            };
+            match r {
+                Ok(s) => feasible.push((name.to_string(), s)),
+                Err(e) => {
+                    counts.record(&e);
+                    rejected.push((name.to_string(), e.describe(&st.names, &unknown)));
+                }
+            }
+        }
+        feasible.sort_by(|a, b| a.1.cmp_load(&b.1));
+        let best = feasible.first().map(|(n, _)| n.clone());
+        (best, counts, feasible, rejected)
+    }
+
+    fn spec() -> impl Strategy<Value = Case> {
+        let pod = (
+            0u8..12,
+            prop::bool::weighted(0.15),
+            0u8..6,
+            [0usize..8, 0usize..8, 0usize..8],
+        )
+            .prop_map(|(name, other_runtime, health, caps)| PodSpec {
+                name,
+                other_runtime,
+                health: health.saturating_sub(2),
+                caps,
+            });
+        let run = (0u8..12, [0u64..3, 0u64..3, 0u64..3])
+            .prop_map(|(pod, amounts)| RunSpecT { pod, amounts });
+        let req = ([0u64..3, 0u64..3, 0u64..3], prop::bool::weighted(0.1));
+        (
+            prop::collection::vec(pod, 0..14),
+            prop::collection::vec(run, 0..24),
+            prop::collection::vec(req, 1..8),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Random pods (some re-applied with other capacities or another
+        /// runtime, some unavailable), random usage and reservations, and
+        /// random requests: the columnar decision and plan equal the
+        /// reference, ties included, and cut lists are prefixes.
+        #[test]
+        fn columnar_equals_reference((pods, runs, reqs) in spec()) {
+            let c = Cache::new(
+                CacheConfig::default(),
+                Arc::new(WorkQueue::default()),
+                Arc::new(Metrics::default()),
+            );
+            for p in &pods {
+                c.apply_pod(&pod(p), now());
+            }
+            for (i, r) in runs.iter().enumerate() {
+                let target = format!("rp-{:02}", r.pod);
+                c.apply_run(&run(&format!("busy-{i}"), &r.amounts, false, Some(target)));
+            }
+            for (i, (amounts, extra)) in reqs.iter().enumerate() {
+                let name = format!("r-{i}");
+                let r = run(&name, amounts, *extra, None);
+                let request = effective_requests(r.requests()).unwrap();
+                let (best, counts, feasible, rejected) = reference(&c, &request);
+                let plan = c.plan("ns", "py", &request, now());
+                prop_assert_eq!(&plan.counts, &counts);
+                prop_assert_eq!(plan.selected().map(str::to_owned), best.clone());
+                prop_assert_eq!(
+                    plan.feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>(),
+                    feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>()
+                );
+                prop_assert_eq!(&plan.rejected, &rejected);
+                for limit in [1usize, 2, 5] {
+                    let cut = c.plan_top("ns", "py", &request, now(), limit);
+                    prop_assert_eq!(&cut.counts, &counts);
+                    prop_assert_eq!(cut.selected(), plan.selected());
+                    let want: Vec<&String> = plan.feasible.iter().take(limit).map(|(n, _)| n).collect();
+                    prop_assert_eq!(cut.feasible.iter().map(|(n, _)| n).collect::<Vec<_>>(), want);
+                    prop_assert_eq!(&cut.rejected[..], &plan.rejected[..plan.rejected.len().min(limit)]);
+                }
+                // The decision itself; keep the reservation so later
+                // requests see assumed usage.
+                c.apply_run(&r);
+                match c.schedule_one(&RunKey::new("ns", name.as_str()), now()) {
+                    Decision::Reserved { pod, .. } => prop_assert_eq!(Some(pod), best),
+                    Decision::Pending { .. } => prop_assert_eq!(None, best),
+                    other => prop_assert!(false, "unexpected {:?}", other),
+                }
+                prop_assert_eq!(c.check_invariants(), Ok(()));
+            }
+            // Pods leave: what is left still matches.
+            for p in pods.iter().step_by(2) {
+                c.delete_pod("ns", &format!("rp-{:02}", p.name));
+            }
+            let request = effective_requests(run("last", &[1, 0, 0], false, None).requests()).unwrap();
+            let (best, counts, _, _) = reference(&c, &request);
+            let plan = c.plan("ns", "py", &request, now());
+            prop_assert_eq!(&plan.counts, &counts);
+            prop_assert_eq!(plan.selected().map(str::to_owned), best);
         }
     }
 }

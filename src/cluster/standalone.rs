@@ -19,9 +19,10 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// Kinds the standalone store accepts.
@@ -103,11 +104,36 @@ pub enum StoreError {
 
 type Key = (Kind, String, String);
 
+/// A stored object as its JSON text: what `GET /v1/objects` echoes back,
+/// at the cost of its bytes (a `Value` tree of the same object costs
+/// several times more). The caches hold the facts they read.
+struct Stored(Box<str>);
+
+impl Stored {
+    fn new(v: &Value) -> Stored {
+        Stored(v.to_string().into_boxed_str())
+    }
+
+    /// The object as a tree, to read or change it.
+    fn value(&self) -> Value {
+        // Written by `new` from a `Value`: always parses.
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Stored>,
     resource_version: u64,
+    /// Keys a batched upsert has checked but not written yet: other
+    /// writers get a conflict on them until it has.
+    held: HashSet<Key>,
 }
+
+/// Objects an upsert writes per hold of the store lock: a big `List` is
+/// checked whole, then written in batches so the scheduler's own writes
+/// and readers get the lock in between.
+pub const UPSERT_BATCH: usize = 256;
 
 /// The store. Share it behind an `Arc`.
 pub struct StandaloneStore {
@@ -115,6 +141,9 @@ pub struct StandaloneStore {
     /// The extender's cluster model, fed like the Run cache.
     nodes: Arc<NodeCache>,
     inner: Mutex<Inner>,
+    /// Serializes the object API's writers (upsert, delete, heartbeat), so
+    /// a batched upsert is never interleaved with another one.
+    writes: Mutex<()>,
 }
 
 /// An object checked and ready to store.
@@ -235,6 +264,7 @@ impl StandaloneStore {
             cache,
             nodes,
             inner: Mutex::new(Inner::default()),
+            writes: Mutex::new(()),
         }
     }
 
@@ -248,18 +278,23 @@ impl StandaloneStore {
 
     /// Upserts objects all-or-nothing: every object is checked before any is
     /// stored. Returns the stored objects (with uid and resourceVersion).
+    ///
+    /// The objects are written (and fed to the caches) in store order, in
+    /// batches of [`UPSERT_BATCH`]; between batches the lock is free, and
+    /// the keys still to be written refuse other writers with a conflict.
     pub fn upsert(&self, objects: Vec<Value>) -> Result<Vec<Value>, StoreError> {
         let prepared = objects
             .into_iter()
             .enumerate()
             .map(|(i, v)| prepare(v, i))
             .collect::<Result<Vec<_>, _>>()?;
+        let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
         // Preconditions first, so a conflict changes nothing.
         for p in &prepared {
             let key = (p.kind, p.namespace.clone(), p.name.clone());
             if let (Some(cur), Some(want)) = (
-                inner.objects.get(&key),
+                inner.objects.get(&key).map(Stored::value),
                 p.value
                     .pointer("/metadata/resourceVersion")
                     .and_then(Value::as_str),
@@ -276,50 +311,75 @@ impl StandaloneStore {
                 )));
             }
         }
-        let now = Timestamp::now();
+        let batched = prepared.len() > UPSERT_BATCH;
+        if batched {
+            inner.held = prepared
+                .iter()
+                .map(|p| (p.kind, p.namespace.clone(), p.name.clone()))
+                .collect();
+        }
         let mut out = Vec::with_capacity(prepared.len());
-        for mut p in prepared {
-            let key = (p.kind, p.namespace.clone(), p.name.clone());
-            inner.resource_version += 1;
-            let rv = inner.resource_version.to_string();
-            let existing = inner.objects.get(&key);
-            let existing_uid = existing
-                .and_then(|e| e.pointer("/metadata/uid"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let existing_created = existing
-                .and_then(|e| e.pointer("/metadata/creationTimestamp"))
-                .cloned();
-            let meta = p.value["metadata"]
-                .as_object_mut()
-                .expect("checked in prepare");
-            let uid = match meta.get("uid").and_then(Value::as_str) {
-                Some(u) if !u.is_empty() => u.to_owned(),
-                _ => existing_uid
-                    .clone()
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-            };
-            let same_object = existing_uid.as_deref() == Some(uid.as_str());
-            if !same_object && existing.is_some() {
-                // Same name, new uid: the old object is deleted first.
-                self.forget(&key);
+        let mut prepared = prepared.into_iter().peekable();
+        while prepared.peek().is_some() {
+            let now = Timestamp::now();
+            for p in prepared.by_ref().take(UPSERT_BATCH) {
+                out.push(self.write_one(&mut inner, p, now));
             }
-            meta.insert("uid".into(), json!(uid));
-            meta.insert("resourceVersion".into(), json!(rv));
-            if !meta.contains_key("creationTimestamp") {
-                let created = existing_created
-                    .filter(|_| same_object)
-                    .unwrap_or_else(|| json!(kube_time(now)));
-                meta.insert("creationTimestamp".into(), created);
+            if prepared.peek().is_some() {
+                drop(inner);
+                std::thread::yield_now();
+                inner = self.inner.lock();
             }
-            if p.kind != Kind::Pod && !meta.contains_key("generation") {
-                meta.insert("generation".into(), json!(1));
-            }
-            inner.objects.insert(key, p.value.clone());
-            self.observe(p.kind, &p.value, now);
-            out.push(p.value);
+        }
+        if batched {
+            inner.held = HashSet::new();
         }
         Ok(out)
+    }
+
+    /// Stores one checked object and feeds it to the caches.
+    fn write_one(&self, inner: &mut Inner, mut p: Prepared, now: Timestamp) -> Value {
+        let key = (p.kind, p.namespace, p.name);
+        inner.resource_version += 1;
+        let rv = inner.resource_version.to_string();
+        let existing = inner.objects.get(&key).map(Stored::value);
+        let existing = existing.as_ref();
+        let existing_uid = existing
+            .and_then(|e| e.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let existing_created = existing
+            .and_then(|e| e.pointer("/metadata/creationTimestamp"))
+            .cloned();
+        let meta = p.value["metadata"]
+            .as_object_mut()
+            .expect("checked in prepare");
+        let uid = match meta.get("uid").and_then(Value::as_str) {
+            Some(u) if !u.is_empty() => u.to_owned(),
+            _ => existing_uid
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        };
+        let same_object = existing_uid.as_deref() == Some(uid.as_str());
+        if !same_object && existing.is_some() {
+            // Same name, new uid: the old object is deleted first.
+            self.forget(&key);
+        }
+        meta.insert("uid".into(), json!(uid));
+        meta.insert("resourceVersion".into(), json!(rv));
+        if !meta.contains_key("creationTimestamp") {
+            let created = existing_created
+                .filter(|_| same_object)
+                .unwrap_or_else(|| json!(kube_time(now)));
+            meta.insert("creationTimestamp".into(), created);
+        }
+        if p.kind != Kind::Pod && !meta.contains_key("generation") {
+            meta.insert("generation".into(), json!(1));
+        }
+        self.observe(key.0, &p.value, now);
+        inner.held.remove(&key);
+        inner.objects.insert(key, Stored::new(&p.value));
+        p.value
     }
 
     /// Objects of a kind, optionally one namespace and name.
@@ -333,12 +393,13 @@ impl StandaloneStore {
                     && (kind.cluster_scoped() || namespace.is_none_or(|x| x == ns))
                     && name.is_none_or(|x| x == n)
             })
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v.value())
             .collect()
     }
 
     /// Deletes one object; false if it did not exist.
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> bool {
+        let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
         let namespace = if kind.cluster_scoped() { "" } else { namespace };
         let key = (kind, namespace.to_owned(), name.to_owned());
@@ -360,6 +421,7 @@ impl StandaloneStore {
         now: Timestamp,
     ) -> Vec<String> {
         let label_key = self.cache.config().runtime_label_key.clone();
+        let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
         let mut touched = Vec::new();
         let keys: Vec<Key> = inner
@@ -370,7 +432,7 @@ impl StandaloneStore {
             .collect();
         for key in keys {
             let rv = (inner.resource_version + 1).to_string();
-            let Some(v) = inner.objects.get_mut(&key) else {
+            let Some(mut v) = inner.objects.get(&key).map(Stored::value) else {
                 continue;
             };
             let Some(rt) = v
@@ -414,7 +476,7 @@ impl StandaloneStore {
                 })),
             }
             v["metadata"]["resourceVersion"] = json!(rv);
-            let v = v.clone();
+            inner.objects.insert(key.clone(), Stored::new(&v));
             inner.resource_version += 1;
             self.observe(Kind::Pod, &v, now);
             touched.push(key.2.clone());
@@ -426,7 +488,7 @@ impl StandaloneStore {
     fn observe(&self, kind: Kind, v: &Value, now: Timestamp) {
         // Objects were type-checked in `prepare`; a failure here is a bug, logged, never a panic.
         match kind {
-            Kind::Pod => match serde_json::from_value::<Pod>(v.clone()) {
+            Kind::Pod => match Pod::deserialize(v) {
                 Ok(p) => {
                     self.cache.apply_pod(&p, now);
                     self.nodes.apply_pod(&p);
@@ -447,11 +509,11 @@ impl StandaloneStore {
             Kind::ResourceSlice => {
                 self.observe_typed(v, |c: ResourceSlice| self.nodes.apply_slice(&c))
             }
-            Kind::Run => match serde_json::from_value::<Run>(v.clone()) {
+            Kind::Run => match Run::deserialize(v) {
                 Ok(r) => self.cache.apply_run(&r),
                 Err(e) => tracing::error!(error = %e, "stored Run no longer parses"),
             },
-            Kind::Runtime => match serde_json::from_value::<Runtime>(v.clone()) {
+            Kind::Runtime => match Runtime::deserialize(v) {
                 Ok(r) => self.cache.apply_runtime(&r),
                 Err(e) => tracing::error!(error = %e, "stored Runtime no longer parses"),
             },
@@ -459,7 +521,7 @@ impl StandaloneStore {
     }
 
     fn observe_typed<T: DeserializeOwned>(&self, v: &Value, apply: impl FnOnce(T)) {
-        match serde_json::from_value::<T>(v.clone()) {
+        match T::deserialize(v) {
             Ok(o) => apply(o),
             Err(e) => tracing::error!(error = %e, "stored object no longer parses"),
         }
@@ -499,12 +561,16 @@ impl ClusterWriter for StandaloneStore {
                 serde_json::to_value(condition).map_err(|e| WriteError::Other(e.to_string()))?;
             let mut inner = self.inner.lock();
             let key = (kind, group.namespace.clone(), group.name.clone());
+            if inner.held.contains(&key) {
+                return Err(WriteError::Conflict);
+            }
             if !inner.objects.contains_key(&key) {
                 return Err(WriteError::NotFound);
             }
             inner.resource_version += 1;
             let rv = inner.resource_version.to_string();
-            let Some(obj) = inner.objects.get_mut(&key).and_then(Value::as_object_mut) else {
+            let mut stored = inner.objects.get(&key).map(Stored::value);
+            let Some(obj) = stored.as_mut().and_then(Value::as_object_mut) else {
                 return Err(WriteError::Other("stored group is not an object".into()));
             };
             let status = obj.entry("status").or_insert_with(|| json!({}));
@@ -526,11 +592,9 @@ impl ClusterWriter for StandaloneStore {
                 Some(c) => *c = cond,
                 None => arr.push(cond),
             }
-            let mut v = Value::Object(obj.clone());
+            let mut v = Value::Object(std::mem::take(obj));
             v["metadata"]["resourceVersion"] = json!(rv);
-            if let Some(o) = inner.objects.get_mut(&key) {
-                *o = v.clone();
-            }
+            inner.objects.insert(key, Stored::new(&v));
             self.observe(kind, &v, Timestamp::now());
             Ok(())
         })
@@ -546,11 +610,14 @@ impl ClusterWriter for StandaloneStore {
         Box::pin(async move {
             let mut inner = self.inner.lock();
             let key = (Kind::Run, namespace.to_owned(), name.to_owned());
-            let Some(cur) = inner.objects.get(&key) else {
+            if inner.held.contains(&key) {
+                return Err(WriteError::Conflict);
+            }
+            let Some(mut obj) = inner.objects.get(&key).map(Stored::value) else {
                 return Err(WriteError::NotFound);
             };
             if let Some(want) = resource_version
-                && cur
+                && obj
                     .pointer("/metadata/resourceVersion")
                     .and_then(Value::as_str)
                     != Some(want)
@@ -561,11 +628,10 @@ impl ClusterWriter for StandaloneStore {
                 serde_json::to_value(status).map_err(|e| WriteError::Other(e.to_string()))?;
             inner.resource_version += 1;
             let rv = inner.resource_version.to_string();
-            let obj = inner.objects.get_mut(&key).expect("checked above");
             obj["status"] = status;
             obj["metadata"]["resourceVersion"] = json!(rv);
-            let v = obj.clone();
-            self.observe(Kind::Run, &v, Timestamp::now());
+            inner.objects.insert(key, Stored::new(&obj));
+            self.observe(Kind::Run, &obj, Timestamp::now());
             Ok(())
         })
     }
@@ -577,9 +643,13 @@ impl ClusterWriter for StandaloneStore {
         Box::pin(async move {
             let mut inner = self.inner.lock();
             let key = (Kind::ResourceClaim, c.namespace.clone(), c.name.clone());
-            let Some(cur) = inner.objects.get(&key) else {
+            if inner.held.contains(&key) {
+                return Err(WriteError::Conflict);
+            }
+            let Some(mut obj) = inner.objects.get(&key).map(Stored::value) else {
                 return Err(WriteError::NotFound);
             };
+            let cur = &obj;
             let meta = |field: &str| {
                 cur.pointer(&format!("/metadata/{field}"))
                     .and_then(Value::as_str)
@@ -593,15 +663,14 @@ impl ClusterWriter for StandaloneStore {
             }
             inner.resource_version += 1;
             let rv = inner.resource_version.to_string();
-            let obj = inner.objects.get_mut(&key).expect("checked above");
             if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
                 for field in ["allocation", "devices", "reservedFor"] {
                     status.remove(field);
                 }
             }
             obj["metadata"]["resourceVersion"] = json!(rv);
-            let v = obj.clone();
-            self.observe(Kind::ResourceClaim, &v, Timestamp::now());
+            inner.objects.insert(key, Stored::new(&obj));
+            self.observe(Kind::ResourceClaim, &obj, Timestamp::now());
             Ok(())
         })
     }
@@ -617,9 +686,17 @@ impl ClusterWriter for StandaloneStore {
                 return Err(BindError::NodeGone(b.node.clone()));
             }
             let key = (Kind::Pod, namespace.clone(), name.clone());
-            let Some(cur) = inner.objects.get(&key) else {
+            if inner.held.contains(&key) {
+                return Err(BindError::Other {
+                    namespace,
+                    name,
+                    message: "the pod is being replaced by an apply in progress".into(),
+                });
+            }
+            let Some(mut obj) = inner.objects.get(&key).map(Stored::value) else {
                 return Err(BindError::PodGone { namespace, name });
             };
+            let cur = &obj;
             let actual = cur
                 .pointer("/metadata/uid")
                 .and_then(Value::as_str)
@@ -646,9 +723,6 @@ impl ClusterWriter for StandaloneStore {
             }
             inner.resource_version += 1;
             let rv = inner.resource_version.to_string();
-            let Some(obj) = inner.objects.get_mut(&key) else {
-                return Err(BindError::PodGone { namespace, name });
-            };
             let Some(o) = obj.as_object_mut() else {
                 return Err(BindError::Other {
                     namespace,
@@ -662,8 +736,8 @@ impl ClusterWriter for StandaloneStore {
             }
             spec["nodeName"] = json!(b.node);
             obj["metadata"]["resourceVersion"] = json!(rv);
-            let v = obj.clone();
-            self.observe(Kind::Pod, &v, Timestamp::now());
+            inner.objects.insert(key, Stored::new(&obj));
+            self.observe(Kind::Pod, &obj, Timestamp::now());
             Ok(())
         })
     }

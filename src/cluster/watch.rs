@@ -26,7 +26,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -409,8 +409,7 @@ fn spawn_pods(
     let pods: Api<Pod> = Api::all(client.clone());
     let label_key = cache.config().runtime_label_key.clone();
     let sync = Arc::clone(sync);
-    let (c1, c2, c3) = (Arc::clone(cache), Arc::clone(cache), Arc::clone(cache));
-    let (n1, n2, n3) = (Arc::clone(nodes), Arc::clone(nodes), Arc::clone(nodes));
+    let (cache, nodes) = (Arc::clone(cache), Arc::clone(nodes));
     // Without the extender only Runtime Pods are read: select them by the
     // runtime label at the API server.
     let config = if watches.extender {
@@ -440,28 +439,45 @@ fn spawn_pods(
                     Event::InitDone => Event::InitDone,
                 })
             });
-        drive(
-            Box::pin(stream),
-            "Pod",
-            &sync,
-            move |(k, e, runtime): Reduced| {
-                match runtime {
-                    Some(p) => c1.apply_pod(&p, Timestamp::now()),
-                    None => c1.delete_pod(&k.0, &k.1),
+        // A relist is applied pod by pod as its pages arrive, and pods it
+        // did not show are deleted at its end: memory holds the list's keys,
+        // never the whole list.
+        let mut stream = Box::pin(stream);
+        let mut seen: HashSet<Key> = HashSet::new();
+        while let Some(ev) = stream.next().await {
+            let (k, e, runtime) = match ev {
+                Ok(Event::Apply(r)) => r,
+                Ok(Event::InitApply(r)) => {
+                    seen.insert(r.0.clone());
+                    r
                 }
-                n1.apply_pod_entry(k, e)
-            },
-            move |(k, _, _): &Reduced| {
-                c2.delete_pod(&k.0, &k.1);
-                n2.delete_pod(&k.0, &k.1)
-            },
-            move |ps: Vec<Reduced>| {
-                let runtime: Vec<Pod> = ps.iter().filter_map(|(_, _, p)| p.clone()).collect();
-                c3.reset_pods(&runtime, Timestamp::now());
-                n3.reset_pods(ps.into_iter().map(|(k, e, _)| (k, e)).collect())
-            },
-        )
-        .await;
+                Ok(Event::Delete((k, _, _))) => {
+                    cache.delete_pod(&k.0, &k.1);
+                    nodes.delete_pod(&k.0, &k.1);
+                    continue;
+                }
+                Ok(Event::Init) => {
+                    seen.clear();
+                    continue;
+                }
+                Ok(Event::InitDone) => {
+                    let keep = std::mem::take(&mut seen);
+                    cache.retain_pods(|ns, name| keep.contains(&(ns.to_owned(), name.to_owned())));
+                    nodes.retain_pods(&keep);
+                    sync.done("Pod");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(kind = "Pod", error = %e, "watch failed; retrying with backoff");
+                    continue;
+                }
+            };
+            match runtime {
+                Some(p) => cache.apply_pod(&p, Timestamp::now()),
+                None => cache.delete_pod(&k.0, &k.1),
+            }
+            nodes.apply_pod_entry(k, e)
+        }
     }));
 }
 

@@ -45,12 +45,20 @@ pub(super) async fn upsert(
             "request body is empty; expected an object, a List or YAML documents",
         ));
     }
-    let objects =
-        parse_documents(text, "body").map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let items = store.upsert(objects).map_err(|e| match e {
-        StoreError::Invalid(m) => ApiError::unprocessable(m),
-        StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
-    })?;
+    // Parsing and applying a big List takes a while: off the async
+    // workers, so the rest of the API keeps answering meanwhile.
+    let store = Arc::clone(store);
+    let items = tokio::task::spawn_blocking(move || {
+        let text = std::str::from_utf8(&body).unwrap_or_default();
+        let objects =
+            parse_documents(text, "body").map_err(|e| ApiError::bad_request(e.to_string()))?;
+        store.upsert(objects).map_err(|e| match e {
+            StoreError::Invalid(m) => ApiError::unprocessable(m),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
     s.metrics.observe(Endpoint::Objects, start);
     Ok(Json(json!({ "items": items })))
 }

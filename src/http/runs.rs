@@ -2,7 +2,7 @@
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, Params};
-use crate::cache::PlanResult;
+use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
 use crate::crd::Run;
 use crate::metrics::Endpoint;
 use crate::model::resources::effective_requests;
@@ -75,12 +75,34 @@ impl<T: std::fmt::Display> Serialize for Collect<'_, T> {
     }
 }
 
+/// Longest list `?limit=` may ask for (besides 0, everything).
+const MAX_PLAN_LIMIT: usize = 100_000;
+
+/// `?limit=N`: how many feasible and rejected pods the plan lists.
+fn plan_limit(params: &Params) -> Result<usize, ApiError> {
+    let Some(raw) = params.get("limit") else {
+        return Ok(DEFAULT_PLAN_LIMIT);
+    };
+    raw.parse::<usize>()
+        .ok()
+        .filter(|n| *n <= MAX_PLAN_LIMIT)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "limit: Invalid value: {raw:?}: must be an integer from 0 (no limit) to {MAX_PLAN_LIMIT}"
+            ))
+        })
+}
+
 /// Dry-run placement of a Run against the current cache. Changes nothing.
+/// `feasible` lists the best `limit` pods, `rejected` the first `limit` by
+/// name; `selected` and `reason` always consider every pod.
 pub(super) async fn plan(
     State(s): State<AppState>,
+    params: Params,
     JsonBody(run): JsonBody<Run>,
 ) -> Result<Response, ApiError> {
     let start = Instant::now();
+    let limit = plan_limit(&params)?;
     if run.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::unprocessable("metadata.name: Required value"));
     }
@@ -95,9 +117,13 @@ pub(super) async fn plan(
         .unwrap_or("default");
     let requests =
         effective_requests(run.requests()).map_err(|e| ApiError::unprocessable(e.to_string()))?;
-    let result = s
-        .cache
-        .plan(namespace, &run.spec.runtime, &requests, Timestamp::now());
+    let result = s.cache.plan_top(
+        namespace,
+        &run.spec.runtime,
+        &requests,
+        Timestamp::now(),
+        limit,
+    );
     let response = Json(PlanView(result)).into_response();
     s.metrics.observe(Endpoint::Plan, start);
     Ok(response)

@@ -1,0 +1,570 @@
+//! Scale figures, one command each. Every mode prints what it measured.
+//!
+//! ```text
+//! cargo bench --bench scale -- decide     # decision p50/p99 at 100 / 1k / 10k / 50k Runtime Pods
+//! cargo bench --bench scale -- plan       # POST /v1/runs/plan at 10k pods (default limit and limit=0)
+//! cargo bench --bench scale -- bulk       # 20,000 Runs in one POST /v1/objects List onto 10,000 pods
+//! cargo bench --bench scale -- load       # standalone --state with 50,000 Pods at 50 and 1,000 pods per node
+//! cargo bench --bench scale -- rss        # standalone RSS, 15,000 Nodes + 150,000 Pods
+//! cargo bench --bench scale -- rss-cluster  # cluster-mode RSS, same state, test API server
+//! ```
+//!
+//! `decide` runs in process; the others start the real binary (`serve`) on
+//! a loopback port and talk HTTP to it, as an operator would.
+
+#[path = "../tests/apiserver/mod.rs"]
+mod apiserver;
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kruntimes_scheduler::cache::{Cache, CacheConfig, Decision};
+use kruntimes_scheduler::cluster::standalone::kube_time;
+use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
+use kruntimes_scheduler::metrics::Metrics;
+use kruntimes_scheduler::model::resources::effective_requests;
+use kruntimes_scheduler::runs::queue::{RunKey, WorkQueue};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kruntimes-scheduler");
+
+fn main() {
+    let mode = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .unwrap_or_default();
+    match mode.as_str() {
+        "decide" => decide(),
+        "plan" => plan(),
+        "bulk" => bulk(),
+        "load" => load(),
+        "rss" => rss_standalone(),
+        "rss-cluster" => rss_cluster(),
+        _ => {
+            eprintln!("usage: cargo bench --bench scale -- decide|plan|bulk|load|rss|rss-cluster");
+        }
+    }
+}
+
+// --- helpers ---
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn bench_pod(i: usize, now: Timestamp) -> Pod {
+    let ann: BTreeMap<String, String> = [
+        ("runs", "8"),
+        ("gpu", "4"),
+        ("mem", "64Gi"),
+        ("slots", "16"),
+    ]
+    .iter()
+    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
+    .collect();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("rp-{i:05}")),
+            namespace: Some("bench".into()),
+            uid: Some(format!("uid-{i}")),
+            labels: Some([("runtime".to_string(), "py".to_string())].into()),
+            annotations: Some(ann),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![
+                PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+                PodCondition {
+                    type_: "kruntimes.io/RuntimedReady".into(),
+                    status: "True".into(),
+                    last_probe_time: Some(Time(now)),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn bench_run(name: &str, reqs: &[(&str, &str)], assigned: Option<&str>) -> Run {
+    let mut r = Run::new(
+        name,
+        RunSpec {
+            runtime: "py".into(),
+            resources: Some(RunResources {
+                requests: Some(
+                    reqs.iter()
+                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                        .collect(),
+                ),
+            }),
+        },
+    );
+    r.metadata.namespace = Some("bench".into());
+    r.metadata.uid = Some(format!("uid-{name}"));
+    r.metadata.resource_version = Some("1".into());
+    if let Some(p) = assigned {
+        r.status = Some(RunStatus {
+            phase: Some("Running".into()),
+            assigned_pod: Some(p.into()),
+            ..Default::default()
+        });
+    }
+    r
+}
+
+/// N Runtime Pods × 4 resources; every other pod runs a Run using part of each.
+fn bench_cache(n: usize, now: Timestamp) -> Cache {
+    let cache = Cache::new(
+        CacheConfig::default(),
+        Arc::new(WorkQueue::default()),
+        Arc::new(Metrics::default()),
+    );
+    for i in 0..n {
+        cache.apply_pod(&bench_pod(i, now), now);
+        if i % 2 == 0 {
+            let pod = format!("rp-{i:05}");
+            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
+            cache.apply_run(&bench_run(&format!("busy-{i}"), &busy, Some(&pod)));
+        }
+    }
+    while let Some(k) = cache.queue().try_next() {
+        cache.queue().done(&k);
+    }
+    cache
+}
+
+// --- decide ---
+
+fn decide() {
+    let now = Timestamp::now();
+    let req = effective_requests(Some(
+        &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    ))
+    .unwrap();
+    println!(
+        "decision: one Run over N Runtime Pods × 4 resources (filter, score, reserve; then release)"
+    );
+    for n in [100usize, 1_000, 10_000, 50_000] {
+        let cache = bench_cache(n, now);
+        cache.apply_run(&bench_run(
+            "r",
+            &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")],
+            None,
+        ));
+        let key = RunKey::new("bench", "r");
+        let samples = (2_000_000 / n).clamp(200, 5_000);
+        let mut t = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let start = Instant::now();
+            let d = cache.schedule_one(&key, now);
+            t.push(start.elapsed());
+            match d {
+                Decision::Reserved { uid, pod, .. } => {
+                    black_box(cache.release("bench", &uid, &pod));
+                }
+                other => panic!("expected a reservation: {other:?}"),
+            }
+        }
+        t.sort();
+        let mut p = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let start = Instant::now();
+            black_box(cache.plan_with("bench", "py", &req, now, |o| o.selected().is_some()));
+            p.push(start.elapsed());
+        }
+        p.sort();
+        println!(
+            "  pods {n:>6}: decide p50 {} p99 {} | plan (in process) p50 {} p99 {}  ({samples} samples)",
+            us(quantile(&t, 0.5)),
+            us(quantile(&t, 0.99)),
+            us(quantile(&p, 0.5)),
+            us(quantile(&p, 0.99)),
+        );
+    }
+}
+
+// --- the binary over HTTP ---
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let port = free_port();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the binary");
+        Server { child, port }
+    }
+
+    /// Waits until `/readyz` answers 200; returns how long that took.
+    fn wait_ready(&self, start: Instant) -> Duration {
+        loop {
+            if let Ok((200, _)) = http(self.port, "GET", "/readyz", None) {
+                return start.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, body).
+fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )?;
+    s.write_all(body.as_bytes())?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let text = String::from_utf8_lossy(&out);
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+fn runtime_pod_json(name: &str, ns: &str, node: Option<&str>, stamp: &str) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"runtime": "py", "app": "runtimed"},
+            "annotations": {"kruntimes.io/capacity.runs": "8", "kruntimes.io/capacity.gpu": "4",
+                "kruntimes.io/capacity.mem": "64Gi", "kruntimes.io/capacity.slots": "16"}},
+        "spec": {"containers": [{"name": "runtimed", "image": "kruntimes/runtimed:1.0",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": stamp}]}});
+    if let Some(n) = node {
+        pod["spec"]["nodeName"] = json!(n);
+    }
+    pod
+}
+
+fn node_json(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"zone": "z1"}},
+        "status": {"allocatable": {"cpu": "512", "memory": "2048Gi", "pods": "2000"}}})
+}
+
+/// Writes a state file of `nodes` Nodes and `pods` Runtime Pods spread
+/// evenly over them.
+fn state_file(tag: &str, nodes: usize, pods: usize, stamp: &str) -> std::path::PathBuf {
+    let mut items: Vec<Value> = (0..nodes)
+        .map(|i| node_json(&format!("node-{i:05}")))
+        .collect();
+    for i in 0..pods {
+        let node = format!("node-{:05}", i % nodes.max(1));
+        items.push(runtime_pod_json(
+            &format!("rp-{i:06}"),
+            &format!("team-{}", i % 50),
+            (nodes > 0).then_some(node.as_str()),
+            stamp,
+        ));
+    }
+    let path = std::env::temp_dir().join(format!("krs-scale-{tag}-{}.json", std::process::id()));
+    let text = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+        .unwrap();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+// --- plan over HTTP ---
+
+fn plan() {
+    let stamp = kube_time(Timestamp::now());
+    let items: Vec<Value> = (0..10_000)
+        .map(|i| runtime_pod_json(&format!("rp-{i:05}"), "bench", None, &stamp))
+        .collect();
+    let path = std::env::temp_dir().join(format!("krs-scale-plan-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--state",
+        path.to_str().unwrap(),
+        "--heartbeat-stale-after",
+        "1h",
+    ]);
+    server.wait_ready(Instant::now());
+    let body = json!({"metadata": {"name": "r", "namespace": "bench"},
+        "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}}}})
+    .to_string();
+    println!("POST /v1/runs/plan, 10,000 Runtime Pods, one connection per request");
+    for path in ["/v1/runs/plan", "/v1/runs/plan?limit=0"] {
+        let mut t = Vec::new();
+        let mut len = 0;
+        for _ in 0..200 {
+            let start = Instant::now();
+            let (code, b) = http(server.port, "POST", path, Some(&body)).unwrap();
+            t.push(start.elapsed());
+            assert_eq!(code, 200, "{b}");
+            len = b.len();
+        }
+        t.sort();
+        println!(
+            "  {path:<24} p50 {} p99 {} ({len} bytes)",
+            ms(quantile(&t, 0.5)),
+            ms(quantile(&t, 0.99))
+        );
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+// --- bulk apply ---
+
+fn scheduled(port: u16) -> u64 {
+    let (_, m) = http(port, "GET", "/metrics", None).unwrap_or_default();
+    m.lines()
+        .find_map(|l| l.strip_prefix("kruntimes_runs_scheduled_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+fn bulk() {
+    const PODS: usize = 10_000;
+    const RUNS: usize = 20_000;
+    let stamp = kube_time(Timestamp::now());
+    let items: Vec<Value> = (0..PODS)
+        .map(|i| runtime_pod_json(&format!("rp-{i:05}"), "bench", None, &stamp))
+        .collect();
+    let path = std::env::temp_dir().join(format!("krs-scale-bulk-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--state",
+        path.to_str().unwrap(),
+        "--heartbeat-stale-after",
+        "1h",
+    ]);
+    server.wait_ready(Instant::now());
+    let runs: Vec<Value> = (0..RUNS)
+        .map(|i| {
+            json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+                "metadata": {"name": format!("run-{i:05}"), "namespace": "bench"},
+                "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}}}})
+        })
+        .collect();
+    let body = json!({"apiVersion": "v1", "kind": "List", "items": runs}).to_string();
+    let port = server.port;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Another client meanwhile: a cheap cache read every 10 ms.
+    let probe = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut t = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let start = Instant::now();
+                let _ = http(port, "GET", "/v1/runtime-pods?namespace=probe", None);
+                t.push(start.elapsed());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            t.sort();
+            t
+        })
+    };
+    let start = Instant::now();
+    let (code, resp) = http(port, "POST", "/v1/objects", Some(&body)).unwrap();
+    let accepted = start.elapsed();
+    assert_eq!(code, 200, "{}", &resp[..resp.len().min(300)]);
+    // Give up after 5 minutes, saying how far it got.
+    let mut bound = 0;
+    while bound < RUNS as u64 && start.elapsed() < Duration::from_secs(300) {
+        std::thread::sleep(Duration::from_millis(20));
+        bound = scheduled(port);
+    }
+    let all = start.elapsed();
+    if bound < RUNS as u64 {
+        println!("  only {bound} of {RUNS} Runs Scheduled after {}", ms(all));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let t = probe.join().unwrap();
+    println!(
+        "bulk apply: {RUNS} Runs in one POST /v1/objects List, {PODS} Runtime Pods × 4 resources"
+    );
+    println!(
+        "  POST answered after {}, all Runs Scheduled after {} ({:.0} Runs/s)",
+        ms(accepted),
+        ms(all),
+        RUNS as f64 / all.as_secs_f64()
+    );
+    println!(
+        "  meanwhile GET /v1/runtime-pods: {} requests, p50 {} p99 {} max {}",
+        t.len(),
+        ms(quantile(&t, 0.5)),
+        ms(quantile(&t, 0.99)),
+        ms(*t.last().unwrap())
+    );
+    let _ = std::fs::remove_file(path);
+}
+
+// --- standalone load ---
+
+fn load() {
+    let stamp = kube_time(Timestamp::now());
+    println!("standalone --state, 50,000 Runtime Pods: process start to /readyz");
+    for nodes in [50usize, 1_000] {
+        let path = state_file(&format!("load{nodes}"), nodes, 50_000, &stamp);
+        let start = Instant::now();
+        let server = Server::start(&["--state", path.to_str().unwrap()]);
+        let took = server.wait_ready(start);
+        println!(
+            "  {nodes:>5} nodes ({:>4} pods per node): ready after {}, RSS {:.0} MiB",
+            50_000 / nodes,
+            ms(took),
+            server.rss_mib()
+        );
+        drop(server);
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+// --- memory ---
+
+fn rss_standalone() {
+    let stamp = kube_time(Timestamp::now());
+    let path = state_file("rss", 15_000, 150_000, &stamp);
+    let start = Instant::now();
+    let server = Server::start(&["--state", path.to_str().unwrap()]);
+    let took = server.wait_ready(start);
+    std::thread::sleep(Duration::from_millis(500));
+    println!(
+        "standalone, 15,000 Nodes + 150,000 Pods: ready after {}, RSS {:.0} MiB",
+        ms(took),
+        server.rss_mib()
+    );
+    let _ = std::fs::remove_file(path);
+}
+
+fn rss_cluster() {
+    use apiserver::{FakeApi, Res};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = rt.block_on(FakeApi::start());
+    let stamp = kube_time(Timestamp::now());
+    for i in 0..15_000 {
+        api.put(Res::Nodes, node_json(&format!("node-{i:05}")));
+    }
+    for i in 0..150_000 {
+        let node = format!("node-{:05}", i % 15_000);
+        api.put(
+            Res::Pods,
+            runtime_pod_json(
+                &format!("rp-{i:06}"),
+                &format!("team-{}", i % 50),
+                Some(&node),
+                &stamp,
+            ),
+        );
+    }
+    let kubeconfig = std::env::temp_dir().join(format!("krs-scale-kc-{}.yaml", std::process::id()));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n",
+            api.url
+        ),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let server = Server::start(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--leader-elect=false",
+    ]);
+    let took = server.wait_ready(start);
+    // Let the node and pod watchers finish their lists too.
+    let mut last = 0.0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = server.rss_mib();
+        if (now - last).abs() < 1.0 && now > 0.0 {
+            break;
+        }
+        last = now;
+    }
+    println!(
+        "cluster mode, 15,000 Nodes + 150,000 Pods (test API server): ready after {}, RSS {:.0} MiB",
+        ms(took),
+        server.rss_mib()
+    );
+    drop(server);
+    let _ = std::fs::remove_file(kubeconfig);
+    drop(rt);
+}

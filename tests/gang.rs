@@ -740,6 +740,68 @@ async fn a_missing_pod_group_keeps_its_pods_pending() {
     );
 }
 
+/// A CompositePodGroup under `parent`; `min_groups` 0 makes it `basic`.
+fn sub_composite(name: &str, min_groups: u32, parent: &str) -> Value {
+    let mut c = composite(name, min_groups.max(1), None);
+    if min_groups == 0 {
+        c["spec"]["schedulingPolicy"] = json!({"basic": {}});
+    }
+    c["spec"]["parentCompositePodGroupName"] = json!(parent);
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_root_over_basic_middles_holds_gang_leaves_until_its_quorum() {
+    // root (gang of 2 groups) → mid-a, mid-b (basic) → a, b (gang of 1):
+    // neither member binds alone; the second releases the first.
+    let mut objs = nodes(1, 2, 8, 1);
+    objs.push(composite("root", 2, None));
+    objs.push(sub_composite("mid-a", 0, "root"));
+    objs.push(sub_composite("mid-b", 0, "root"));
+    objs.push(gang("a", 1, None, Some("mid-a")));
+    objs.push(gang("b", 1, None, Some("mid-b")));
+    let pa = pod("a-0", Some("a"), 1);
+    let pb = pod("b-0", Some("b"), 1);
+    objs.extend([pa.clone(), pb.clone()]);
+    let a = cluster(objs, Duration::from_secs(3)).await;
+    let all = node_names(&a).await;
+    let ba = cycle(&a, &pa, &all).await.ok().expect("a-0 passes filter");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 1, "a-0 waits for the root");
+    assert!(bound(&a).await.is_empty());
+    let bb = cycle(&a, &pb, &all).await.ok().expect("b-0 passes filter");
+    assert_eq!(bb.await.expect("task"), "");
+    assert_eq!(ba.await.expect("task"), "", "released together");
+    assert_eq!(bound(&a).await.len(), 2);
+    assert_eq!(a.state.gangs.held(), 0);
+    settle().await;
+    let c = condition(&a, "CompositePodGroup", "root")
+        .await
+        .expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"), "{c:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parent_cycle_is_refused_by_filter_and_bind() {
+    let mut objs = nodes(1, 1, 8, 1);
+    objs.push(sub_composite("ca", 1, "cb"));
+    objs.push(sub_composite("cb", 0, "ca"));
+    objs.push(gang("g", 1, None, Some("ca")));
+    let p = pod("g-0", Some("g"), 1);
+    objs.push(p.clone());
+    let a = cluster(objs, Duration::from_secs(3)).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "parent cycle: composite pod group ml/ca → composite pod group ml/cb → composite pod group ml/ca"
+    );
+    // A bind sent anyway is refused and leaves nothing assumed.
+    let e = spawn_bind(&a, &p, "r0-n0").await.expect("task");
+    assert!(e.starts_with("parent cycle: "), "{e}");
+    assert!(bound(&a).await.is_empty());
+    assert!(fits(&a, "r0-n0", 8).await);
+}
+
 // === cluster mode ===
 
 /// POSTs JSON to the router of a cluster-mode service; the JSON answer.

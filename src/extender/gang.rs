@@ -112,25 +112,73 @@ pub fn chain(snap: &NodeState, namespace: &str, group: &str) -> Result<Vec<Level
     chain_from(snap, GroupRef::group(namespace, group))
 }
 
-/// [`chain`] from any group or composite.
+/// [`chain`] from any group or composite. A parent reference that comes
+/// back to a group already on the chain (a cycle), or a chain longer than
+/// [`MAX_DEPTH`] levels, is unresolvable with a message naming the chain.
 pub fn chain_from(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, Rejection> {
+    walk(snap, start).map_err(|(r, _)| r)
+}
+
+/// [`chain_from`]; the error says whether an object is only missing (it
+/// may still come) rather than the hierarchy being broken.
+fn walk(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
     let mut out: Vec<Level> = Vec::new();
     let mut at = start;
     loop {
         let Some(spec) = spec_of(snap, &at) else {
-            return Err(Rejection {
-                message: bounded(format!("waiting for {at} to exist")),
-                unresolvable: true,
-            });
+            return Err((
+                Rejection {
+                    message: bounded(format!("waiting for {at} to exist")),
+                    unresolvable: true,
+                },
+                true,
+            ));
         };
-        let parent = spec.parent.clone();
+        let parent = spec.parent.clone().filter(|p| !p.is_empty());
         let namespace = at.namespace.clone();
         out.push(Level { group: at, spec });
-        match parent {
-            Some(p) if out.len() < MAX_DEPTH => at = GroupRef::composite(&namespace, &p),
-            _ => return Ok(out),
+        let Some(p) = parent else {
+            return Ok(out);
+        };
+        let next = GroupRef::composite(&namespace, &p);
+        if let Some(i) = out.iter().position(|l| l.group == next) {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "parent cycle: {}",
+                        path_of(out[i..].iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
         }
+        if out.len() >= MAX_DEPTH {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "group hierarchy deeper than {MAX_DEPTH} levels: {}",
+                        path_of(out.iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
+        }
+        at = next;
     }
+}
+
+/// `pod group ns/a → composite pod group ns/b → …`.
+fn path_of<'a>(groups: impl IntoIterator<Item = &'a GroupRef>) -> String {
+    let mut s = String::new();
+    for (i, g) in groups.into_iter().enumerate() {
+        if i > 0 {
+            s.push_str(" → ");
+        }
+        s.push_str(&g.to_string());
+    }
+    s
 }
 
 /// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.
@@ -256,18 +304,14 @@ fn tally(snap: &NodeState, r: &GroupRef, count: Count, depth: usize) -> (usize, 
     (have, need)
 }
 
-/// The unit whose quorum a member waits for: the outermost gang composite
-/// reached through gang composites from the group, else the group itself
-/// when it is a gang; `None` for a basic group under no gang.
+/// The unit whose quorum a member waits for: the outermost gang on the
+/// walk from the group to the root, whatever the policies between (a
+/// `basic` level in the middle does not cut a `gang` root off, as in
+/// upstream's gang plugin); `None` when no level is a gang.
 fn unit_of(levels: &[Level]) -> Option<usize> {
-    let mut unit = matches!(levels.first()?.spec.policy, Policy::Gang(_)).then_some(0);
-    for (i, l) in levels.iter().enumerate().skip(1) {
-        match l.spec.policy {
-            Policy::Gang(_) => unit = Some(i),
-            Policy::Basic => break,
-        }
-    }
-    unit
+    levels
+        .iter()
+        .rposition(|l| matches!(l.spec.policy, Policy::Gang(_)))
 }
 
 /// Whether a member's unit has reached quorum.
@@ -283,22 +327,33 @@ pub struct Quorum {
     pub satisfied: Vec<GroupRef>,
 }
 
-/// The quorum a pod's bind waits for; `None` when it waits for nothing
-/// (no group, a basic group, or a group the cache does not hold).
-pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Option<Quorum> {
-    let group = snap.pod(namespace, pod)?.group.clone()?;
-    let levels = chain(snap, namespace, &group).ok()?;
-    let unit = levels[unit_of(&levels)?].group.clone();
+/// The quorum a pod's bind waits for; `Ok(None)` when it waits for nothing
+/// (no group, no gang on its way to the root, or a group the cache does not
+/// hold yet). `Err`: the hierarchy is broken (a parent cycle, or deeper
+/// than [`MAX_DEPTH`]), and the pod must not be bound.
+pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Result<Option<Quorum>, String> {
+    let Some(group) = snap.pod(namespace, pod).and_then(|p| p.group.clone()) else {
+        return Ok(None);
+    };
+    let levels = match walk(snap, GroupRef::group(namespace, &group)) {
+        Ok(l) => l,
+        Err((_, true)) => return Ok(None),
+        Err((r, false)) => return Err(r.message),
+    };
+    let Some(unit) = unit_of(&levels) else {
+        return Ok(None);
+    };
+    let unit = levels[unit].group.clone();
     let (have, need) = tally(snap, &unit, Count::Placed, 0);
     let mut satisfied = Vec::new();
     collect_satisfied(snap, &unit, 0, &mut satisfied);
-    Some(Quorum {
+    Ok(Some(Quorum {
         reached: have >= need,
         unit,
         have,
         need,
         satisfied,
-    })
+    }))
 }
 
 fn collect_satisfied(snap: &NodeState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
@@ -1368,3 +1423,6 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         domain: Gate { wide: None, domain },
     })
 }
+
+#[cfg(test)]
+mod tests;

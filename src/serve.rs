@@ -48,6 +48,17 @@ pub struct ServeArgs {
     /// keep it below kube-scheduler's extender `httpTimeout`.
     #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
     pub gang_wait: Duration,
+    /// Follow the `PodGroupPreemptionPolicy` feature gate as on: PodGroups
+    /// and CompositePodGroups carry `preemptionPolicy` (the root's is
+    /// authoritative). `false`: the groups' field is ignored and the pods of
+    /// one group must share one preemption policy.
+    #[arg(long, env = "KRS_POD_GROUP_PREEMPTION_POLICY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pod_group_preemption_policy: bool,
+    /// Preempt an `All` group spread over several nodes when every member
+    /// is below the preemptor, then evict its members on the other nodes
+    /// through the Eviction API.
+    #[arg(long, env = "KRS_EVICT_ALL_GROUPS", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub evict_all_groups: bool,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     /// Concurrent scheduling workers.
@@ -92,6 +103,14 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The extender's Workload API switches.
+    pub fn semantics(&self) -> crate::cache::nodes::Semantics {
+        crate::cache::nodes::Semantics {
+            group_preemption_policy: self.pod_group_preemption_policy,
+            evict_all_groups: self.evict_all_groups,
+        }
+    }
+
     pub fn cache_config(&self) -> CacheConfig {
         CacheConfig {
             runtime_label_key: self.runtime_label_key.clone(),
@@ -166,6 +185,7 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
         .with_context(|| format!("loading --state {}", path.display()))?;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, "standalone mode: state loaded");
     let loop_task = tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period));
     let queue = Arc::clone(app.state.cache.queue());
@@ -290,6 +310,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let mut app = cluster(args.cache_config(), client.clone(), &id).await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.nodes.set_semantics(args.semantics());
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     let loop_task = if args.leader_elect.unwrap_or(in_cluster) {
         let cfg = LeaderConfig {

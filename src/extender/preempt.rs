@@ -85,8 +85,9 @@ fn preemptor_priority(snap: &NodeState, pod: &Pod) -> Option<i32> {
     let group = spec
         .and_then(|s| s.scheduling_group.as_ref())
         .and_then(|g| g.pod_group_name.as_deref());
+    let group_policy = snap.semantics().group_preemption_policy;
     match group.and_then(|g| snap.group_priority(ns, g)) {
-        Some(g) if g.preemption_policy == NEVER => None,
+        Some(g) if group_policy && g.preemption_policy == NEVER => None,
         Some(g) => Some(g.priority),
         None => Some(own.priority),
     }

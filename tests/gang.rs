@@ -802,6 +802,40 @@ async fn a_parent_cycle_is_refused_by_filter_and_bind() {
     assert!(fits(&a, "r0-n0", 8).await);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_composite_of_two_gangs_is_placed_in_a_rack_that_fits_it_exactly() {
+    // Racks of two 2-cpu nodes; the composite's two gangs of one 2-cpu pod
+    // each need exactly one rack. The filtered pod is counted once, in its
+    // own group, not once per child.
+    let mut objs = nodes(3, 2, 2, 1);
+    objs.push(composite("job", 2, Some(RACK)));
+    objs.push(gang("a", 1, None, Some("job")));
+    objs.push(gang("b", 1, None, Some("job")));
+    let pods = vec![pod("a-0", Some("a"), 2), pod("b-0", Some("b"), 2)];
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &pods[0], &node_names(&a).await).await;
+    assert_eq!(f.passed, ["r0-n0", "r0-n1"], "{:?}", f.unresolvable);
+    let left = schedule(&a, &pods, 3).await;
+    assert!(left.is_empty(), "{left:?}");
+    let b = bound(&a).await;
+    assert_eq!(rack_of(&b["a-0"]), rack_of(&b["b-0"]), "{b:?}");
+    // Three 2-cpu gangs do not fit a rack: the message counts the 3 pods
+    // that exist, not more.
+    let mut objs = nodes(3, 2, 2, 1);
+    objs.push(composite("job", 3, Some(RACK)));
+    for g in ["a", "b", "c"] {
+        objs.push(gang(g, 1, None, Some("job")));
+        objs.push(pod(&format!("{g}-0"), Some(g), 2));
+    }
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &pod("a-0", Some("a"), 2), &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "composite pod group ml/job: no topology.kubernetes.io/rack domain can hold the 3 pods it still needs"
+    );
+}
+
 // === cluster mode ===
 
 /// POSTs JSON to the router of a cluster-mode service; the JSON answer.

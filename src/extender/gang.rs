@@ -188,6 +188,9 @@ pub fn bounded(m: String) -> String {
 
 // === members ===
 
+/// The pod being filtered: `(its group, its name, its requests)`.
+type This<'a, 's> = Option<(&'a str, &'a str, &'s Amounts)>;
+
 /// A leaf group's pods as the snapshot shows them.
 #[derive(Debug, Default, Clone)]
 struct Members<'s> {
@@ -201,13 +204,13 @@ struct Members<'s> {
 
 static NO_REQUESTS: Amounts = Amounts::new();
 
-/// `this`: the pod being filtered (counted even if the watch has not shown
+/// `this`: the pod being filtered (counted in its own group even if the
 /// it yet).
 fn members<'s>(
     snap: &'s NodeState,
     namespace: &str,
     group: &str,
-    this: Option<(&str, &'s Amounts)>,
+    this: This<'_, 's>,
 ) -> Members<'s> {
     let mut m = Members::default();
     let mut seen_this = false;
@@ -216,17 +219,20 @@ fn members<'s>(
             continue;
         }
         m.existing += 1;
-        let is_this = this.is_some_and(|(n, _)| n == name);
+        let is_this = this.is_some_and(|(_, n, _)| n == name);
         seen_this |= is_this;
         match &p.node {
             Some(n) if !is_this => m.placed.push(n),
             _ => m.unplaced.push(match (is_this, this) {
-                (true, Some((_, r))) => r,
+                (true, Some((_, _, r))) => r,
                 _ => p.requests.as_ref().unwrap_or(&NO_REQUESTS),
             }),
         }
     }
-    if let (false, Some((_, r))) = (seen_this, this) {
+    // Only in its own group: counted once, not once per leaf of a composite.
+    if let (false, Some((g, _, r))) = (seen_this, this)
+        && g == group
+    {
         m.existing += 1;
         m.unplaced.push(r);
     }
@@ -818,7 +824,7 @@ fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str> {
 fn leaf_need<'s>(
     snap: &'s NodeState,
     r: &GroupRef,
-    this: Option<(&str, &'s Amounts)>,
+    this: This<'_, 's>,
 ) -> (Vec<&'s Amounts>, usize) {
     let m = members(snap, &r.namespace, &r.name, this);
     let required = match spec_of(snap, r).map(|s| s.policy) {
@@ -835,7 +841,7 @@ fn build_tree(
     snap: &NodeState,
     r: &GroupRef,
     dims: &Dims,
-    this: Option<(&str, &Amounts)>,
+    this: This<'_, '_>,
     depth: usize,
 ) -> Option<Tree> {
     let spec = spec_of(snap, r)?;
@@ -906,6 +912,15 @@ fn build_tree(
 }
 
 impl Tree {
+    /// Pods the tree still needs placed: a leaf's, or the sum of its
+    /// children's (each pod counted once).
+    fn required(&self) -> usize {
+        match &self.body {
+            Body::Leaf(n) => n.required,
+            Body::Composite { children, .. } => children.iter().map(Tree::required).sum(),
+        }
+    }
+
     fn demand(&self) -> u64 {
         match &self.body {
             Body::Leaf(n) => n
@@ -923,11 +938,7 @@ impl Tree {
 }
 
 /// Requests of every unplaced pod under `r` (for the simulation's dims).
-fn subtree_requests<'s>(
-    snap: &'s NodeState,
-    r: &GroupRef,
-    this: Option<(&str, &'s Amounts)>,
-) -> Vec<&'s Amounts> {
+fn subtree_requests<'s>(snap: &'s NodeState, r: &GroupRef, this: This<'_, 's>) -> Vec<&'s Amounts> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
     ls.iter()
@@ -1070,7 +1081,7 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         return Gate::default();
     };
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((name, requests));
+    let this = Some((group, name, requests));
     let levels = match chain(snap, ns, group) {
         Ok(l) => l,
         Err(r) => {
@@ -1251,7 +1262,7 @@ fn make_plan(
     levels: &[Level],
     at: usize,
     outer: &[(String, Arc<DomainIndex>, String)],
-    this: Option<(&str, &Amounts)>,
+    this: This<'_, '_>,
     now: Instant,
 ) -> Result<(), (String, bool)> {
     let root = &levels[at].group;
@@ -1300,7 +1311,7 @@ fn make_plan(
             let fits_empty = tree
                 .place(&within, &mut empty, &mut Vec::new())
                 .is_some_and(|o| o.satisfied);
-            let n = reqs.len();
+            let n = tree.required();
             Err((
                 format!("{root}: no {key} domain can hold the {n} pods it still needs"),
                 !fits_empty,
@@ -1346,7 +1357,7 @@ impl Prefer {
 pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer> {
     let (ns, group) = group_of(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((name, requests));
+    let this = Some((group, name, requests));
     let levels = chain(snap, ns, group).ok()?;
     let mut domain = Vec::new();
     for l in levels.iter().rev() {

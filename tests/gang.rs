@@ -836,6 +836,92 @@ async fn a_composite_of_two_gangs_is_placed_in_a_rack_that_fits_it_exactly() {
     );
 }
 
+fn labelled_node(name: &str, labels: Value) -> Value {
+    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "4", "memory": "64Gi", "pods": "110"}}})
+}
+
+fn placed(name: &str, group: &str, node: &str) -> Value {
+    let mut p = pod(name, Some(group), 1);
+    p["spec"]["nodeName"] = json!(node);
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn placed_members_in_an_unknown_or_conflicting_domain_admit_nothing() {
+    // Racks r0 and r1, one node without the label, one with an empty value.
+    let base = || {
+        let mut objs = nodes(2, 2, 4, 1);
+        objs.push(labelled_node("bare", json!({})));
+        objs.push(labelled_node("blank", json!({RACK: ""})));
+        objs.push(gang("g", 3, Some(RACK), None));
+        objs.push(pod("g-2", Some("g"), 1));
+        objs
+    };
+    let cases = [
+        (
+            ("r0-n0", "ghost"),
+            "pod group ml/g: a member is on node ghost, which the extender does not know, so its topology.kubernetes.io/rack domain is unknown",
+        ),
+        (
+            ("r0-n0", "bare"),
+            "pod group ml/g: a member is on node bare, which has no topology.kubernetes.io/rack label, so its domain is unknown",
+        ),
+        (
+            ("r0-n0", "blank"),
+            "pod group ml/g: members are in different topology.kubernetes.io/rack domains (\"\" and \"r0\")",
+        ),
+        (
+            ("r0-n0", "r1-n0"),
+            "pod group ml/g: members are in different topology.kubernetes.io/rack domains (\"r0\" and \"r1\")",
+        ),
+    ];
+    for ((n0, n1), want) in cases {
+        let mut objs = base();
+        objs.push(placed("g-0", "g", n0));
+        objs.push(placed("g-1", "g", n1));
+        let a = cluster(objs, Duration::from_secs(8)).await;
+        let all = node_names(&a).await;
+        let f = filter(&a, &pod("g-2", Some("g"), 1), &all).await;
+        assert!(f.passed.is_empty(), "{n0}+{n1}: {:?}", f.passed);
+        assert_eq!(f.unresolvable.len(), all.len(), "{n0}+{n1}");
+        assert_eq!(f.unresolvable["r0-n1"], want, "{n0}+{n1}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_rack_name_in_two_zones_is_two_domains() {
+    // rack-1 exists in zone-1 and in zone-2; the workers' composite is
+    // zone-scoped and their gang rack-scoped.
+    let mut objs = Vec::new();
+    for (z, n) in [
+        ("zone-1", "a"),
+        ("zone-1", "b"),
+        ("zone-2", "c"),
+        ("zone-2", "d"),
+    ] {
+        objs.push(labelled_node(n, json!({ZONE: z, RACK: "rack-1"})));
+    }
+    objs.push(composite("job", 1, Some(ZONE)));
+    objs.push(gang("w", 3, Some(RACK), Some("job")));
+    objs.push(placed("w-0", "w", "a"));
+    objs.push(placed("w-1", "w", "c"));
+    let p = pod("w-2", Some("w"), 1);
+    objs.push(p.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert!(f.passed.is_empty(), "{:?}", f.passed);
+    assert_eq!(
+        f.unresolvable["a"],
+        "composite pod group ml/job: members are in different topology.kubernetes.io/zone domains (\"zone-1\" and \"zone-2\")"
+    );
+    // With both placed members in zone-1, the third joins them there only.
+    delete(&a, "Pod", "w-1").await;
+    upsert(&a, vec![placed("w-1", "w", "b")]).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert_eq!(f.passed, ["a", "b"], "{:?}", f.unresolvable);
+}
+
 // === cluster mode ===
 
 /// POSTs JSON to the router of a cluster-mode service; the JSON answer.

@@ -796,19 +796,43 @@ fn trial_leaf(
     })
 }
 
-/// The value of `key` most of `nodes` carry (ties: the smallest).
-fn majority(ix: &DomainIndex, nodes: &[&str]) -> Option<String> {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in nodes {
-        if let Some(v) = ix.value_of(n) {
-            *counts.entry(v).or_default() += 1;
+/// The domain a group's placed members fix (`Ok(None)`: none placed).
+/// Placed members fix it wherever they are: a member on a node the cache
+/// does not know, or on a node without the label, leaves the domain
+/// unknown, and members in two domains (an empty value and a non-empty one
+/// included) conflict; either way no domain may be chosen (`Err`: why).
+fn fixed_domain(
+    snap: &NodeState,
+    group: &GroupRef,
+    key: &str,
+    ix: &DomainIndex,
+) -> Result<Option<String>, String> {
+    let mut values: BTreeSet<&str> = BTreeSet::new();
+    for n in placed_nodes(snap, group) {
+        if !snap.has_node(n) {
+            return Err(bounded(format!(
+                "{group}: a member is on node {n}, which the extender does not know, so its {key} domain is unknown"
+            )));
+        }
+        match ix.value_of(n) {
+            Some(v) => {
+                values.insert(v);
+            }
+            None => {
+                return Err(bounded(format!(
+                    "{group}: a member is on node {n}, which has no {key} label, so its domain is unknown"
+                )));
+            }
         }
     }
-    let max = counts.values().copied().max()?;
-    counts
-        .into_iter()
-        .find(|(_, c)| *c == max)
-        .map(|(v, _)| v.to_owned())
+    let mut it = values.into_iter();
+    match (it.next(), it.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => Ok(Some(v.to_owned())),
+        (Some(a), Some(b)) => Err(bounded(format!(
+            "{group}: members are in different {key} domains (\"{a}\" and \"{b}\")"
+        ))),
+    }
 }
 
 /// Nodes of every pod placed under a group.
@@ -849,9 +873,12 @@ fn build_tree(
         .topology
         .as_ref()
         .map(|k| (k.clone(), snap.domain_index(k)));
-    let fixed = key
-        .as_ref()
-        .and_then(|(_, ix)| majority(ix, &placed_nodes(snap, r)));
+    // Members in an unknown or conflicting domain: the group cannot be
+    // placed anywhere (filter reports why for the pod's own chain).
+    let fixed = match &key {
+        Some((k, ix)) => fixed_domain(snap, r, k, ix).ok()?,
+        None => None,
+    };
     let (body, big) = if r.composite {
         let mut kids: Vec<Tree> = if depth < MAX_DEPTH {
             children(snap, r)
@@ -1140,7 +1167,13 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
                 continue;
             };
             let ix = snap.domain_index(&key);
-            let fixed = majority(&ix, &placed_nodes(snap, &l.group));
+            let fixed = match fixed_domain(snap, &l.group, &key, &ix) {
+                Ok(f) => f,
+                Err(msg) => {
+                    note(snap, &l.group, &msg);
+                    return Gate::reject(msg, true);
+                }
+            };
             let value = match fixed {
                 Some(v) => Some(v),
                 None => {
@@ -1365,7 +1398,7 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
             continue;
         };
         let ix = snap.domain_index(&key);
-        let value = majority(&ix, &placed_nodes(snap, &l.group)).or_else(|| {
+        let value = fixed_domain(snap, &l.group, &key, &ix).ok()?.or_else(|| {
             snap.group_ledger()
                 .plans
                 .get(&l.group)

@@ -208,3 +208,45 @@ async fn with_the_gate_off_members_share_one_preemption_policy_among_themselves(
         ["n1"]
     );
 }
+
+fn sized(mut p: Value, cpu: u32) -> Value {
+    p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!(cpu.to_string());
+    p
+}
+
+fn gang_group(name: &str, min: u32, priority: i32) -> Value {
+    let mut g = group(name, None, priority, None);
+    g["spec"]["schedulingPolicy"] = json!({"gang": {"minCount": min}});
+    g
+}
+
+#[tokio::test]
+async fn a_gang_that_cannot_fit_triggers_no_preemption() {
+    // Two 4-cpu nodes, each full with a low-priority 4-cpu pod.
+    let base = |min: u32, members: usize| {
+        let mut objs = vec![node("n1"), node("n2"), gang_group("g", min, 100)];
+        objs.push(sized(pod("low1", None, 1, Some("n1")), 4));
+        objs.push(sized(pod("low2", None, 1, Some("n2")), 4));
+        for i in 0..members {
+            objs.push(sized(pod(&format!("g-{i}"), Some("g"), 100, None), 4));
+        }
+        objs
+    };
+    let victims = [("n1", "low1"), ("n2", "low2")];
+    // Three 4-cpu members on two 4-cpu nodes: no eviction can help.
+    let a = cluster(base(3, 3)).await;
+    let p = sized(pod("g-0", Some("g"), 100, None), 4);
+    assert!(preempt(&a, &p, &victims).await.is_empty());
+    // Two members fit once both low pods are gone: both candidates stay.
+    let a = cluster(base(2, 2)).await;
+    assert_eq!(preempt(&a, &p, &victims).await, ["n1", "n2"]);
+    // A pod the gang may not preempt blocks n2: one node is not enough.
+    let mut objs = base(2, 2);
+    objs[4] = sized(pod("low2", None, 500, Some("n2")), 4);
+    let a = cluster(objs).await;
+    assert!(preempt(&a, &p, &[("n1", "low1")]).await.is_empty());
+    // A pod in no group is not held to any of this.
+    let a = cluster(base(3, 3)).await;
+    let plain = sized(pod("plain", None, 100, None), 4);
+    assert_eq!(preempt(&a, &plain, &victims).await, ["n1", "n2"]);
+}

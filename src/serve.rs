@@ -54,11 +54,6 @@ pub struct ServeArgs {
     /// one group must share one preemption policy.
     #[arg(long, env = "KRS_POD_GROUP_PREEMPTION_POLICY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub pod_group_preemption_policy: bool,
-    /// Preempt an `All` group spread over several nodes when every member
-    /// is below the preemptor, then evict its members on the other nodes
-    /// through the Eviction API.
-    #[arg(long, env = "KRS_EVICT_ALL_GROUPS", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub evict_all_groups: bool,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     /// Concurrent scheduling workers.
@@ -107,7 +102,6 @@ impl ServeArgs {
     pub fn semantics(&self) -> crate::cache::nodes::Semantics {
         crate::cache::nodes::Semantics {
             group_preemption_policy: self.pod_group_preemption_policy,
-            evict_all_groups: self.evict_all_groups,
         }
     }
 

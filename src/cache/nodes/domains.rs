@@ -151,7 +151,7 @@ pub struct GroupLedger {
 }
 
 /// Switches of the Workload API semantics the extender follows (set from
-/// `serve`'s flags; both on by default).
+/// `serve`'s flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Semantics {
     /// The `PodGroupPreemptionPolicy` feature gate: groups carry their own
@@ -159,16 +159,12 @@ pub struct Semantics {
     /// Off: the groups' field is ignored and the pods of one group must
     /// share one preemption policy among themselves.
     pub group_preemption_policy: bool,
-    /// Preempting an `All` group spread over several nodes: allowed, and
-    /// its members on other nodes are evicted afterwards.
-    pub evict_all_groups: bool,
 }
 
 impl Default for Semantics {
     fn default() -> Self {
         Semantics {
             group_preemption_policy: true,
-            evict_all_groups: true,
         }
     }
 }

@@ -922,6 +922,78 @@ async fn the_same_rack_name_in_two_zones_is_two_domains() {
     assert_eq!(f.passed, ["a", "b"], "{:?}", f.unresolvable);
 }
 
+fn on_gpu(mut p: Value) -> Value {
+    p["spec"]["nodeSelector"] = json!({"gpu": "true"});
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_with_a_narrower_node_selector_is_judged_on_its_own_nodes() {
+    // One gpu node and two plain ones, 4 cpu each; a gang of two 4-cpu
+    // pods, one of which needs the gpu node. kube-scheduler offers that
+    // member the gpu node only; the other member still fits elsewhere.
+    let mut objs = vec![
+        labelled_node("gpu-0", json!({"gpu": "true"})),
+        labelled_node("cpu-0", json!({})),
+        labelled_node("cpu-1", json!({})),
+    ];
+    objs.push(gang("g", 2, None, None));
+    let narrow = on_gpu(pod("g-0", Some("g"), 4));
+    let wide = pod("g-1", Some("g"), 4);
+    objs.extend([narrow.clone(), wide.clone()]);
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &narrow, &["gpu-0".to_owned()]).await;
+    assert_eq!(f.passed, ["gpu-0"], "{:?}", f.unresolvable);
+    // The wide member is offered everything, but the gpu node is the
+    // narrow member's only room: the wide one must leave it.
+    let all = node_names(&a).await;
+    let f = filter(&a, &wide, &all).await;
+    assert_eq!(f.passed.len(), 3, "{:?}", f.unresolvable);
+    let bn = spawn_bind(&a, &narrow, "gpu-0");
+    let bw = spawn_bind(&a, &wide, "cpu-0");
+    assert_eq!(bn.await.expect("task"), "");
+    assert_eq!(bw.await.expect("task"), "");
+    assert_eq!(bound(&a).await.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_domain_is_chosen_for_nodes_no_member_can_use() {
+    // Rack a-rack (plain) and b-rack (gpu), two 4-cpu nodes each; a gang of
+    // two 4-cpu gpu pods fits exactly in either by room, but only b-rack
+    // has nodes its members may use.
+    let mut objs = Vec::new();
+    for (rack, n, gpu) in [
+        ("a-rack", "a0", false),
+        ("a-rack", "a1", false),
+        ("b-rack", "b0", true),
+        ("b-rack", "b1", true),
+    ] {
+        let mut l = json!({RACK: rack});
+        if gpu {
+            l["gpu"] = json!("true");
+        }
+        objs.push(labelled_node(n, l));
+    }
+    objs.push(gang("g", 2, Some(RACK), None));
+    let pods = vec![
+        on_gpu(pod("g-0", Some("g"), 4)),
+        on_gpu(pod("g-1", Some("g"), 4)),
+    ];
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let gpu_nodes = vec!["b0".to_owned(), "b1".to_owned()];
+    let f = filter(&a, &pods[0], &gpu_nodes).await;
+    assert_eq!(f.passed, gpu_nodes, "{:?}", f.unresolvable);
+    let b0 = spawn_bind(&a, &pods[0], "b0");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 1);
+    let f = filter(&a, &pods[1], &gpu_nodes).await;
+    assert_eq!(f.passed, ["b1"], "{:?} {:?}", f.failed, f.unresolvable);
+    let b1 = spawn_bind(&a, &pods[1], "b1");
+    assert_eq!(b0.await.expect("task"), "");
+    assert_eq!(b1.await.expect("task"), "");
+}
+
 // === cluster mode ===
 
 /// POSTs JSON to the router of a cluster-mode service; the JSON answer.

@@ -232,6 +232,8 @@ pub struct PodEntry {
     pub claims: Vec<ClaimRef>,
     /// `Succeeded` or `Failed`: counts nowhere.
     pub terminal: bool,
+    /// `nodeSelector` and required node affinity (group feasibility).
+    pub node_rule: Option<Arc<crate::extender::selector::NodeRule>>,
 }
 
 impl PodEntry {
@@ -262,6 +264,9 @@ impl PodEntry {
                 })
                 .collect(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            node_rule: spec
+                .and_then(crate::extender::selector::NodeRule::of)
+                .map(Arc::new),
         }
     }
 

@@ -188,8 +188,28 @@ pub fn bounded(m: String) -> String {
 
 // === members ===
 
-/// The pod being filtered: `(its group, its name, its requests)`.
-type This<'a, 's> = Option<(&'a str, &'a str, &'s Amounts)>;
+/// The pod being filtered: `(its group, its name, its requests, the nodes
+/// it may use)`.
+type This<'a, 's> = Option<(&'a str, &'a str, &'s Amounts, &'a Elig)>;
+
+/// The nodes a member may run on; `None`: any node.
+pub type Elig = Option<Arc<BTreeSet<String>>>;
+
+/// The cached nodes a pod's own `nodeSelector` and required node affinity
+/// admit (`None`: it has neither).
+fn eligible(snap: &NodeState, p: &crate::cache::nodes::PodEntry) -> Elig {
+    let rule = p.node_rule.as_ref()?;
+    Some(Arc::new(
+        snap.node_names()
+            .into_iter()
+            .filter(|n| {
+                snap.slot(n)
+                    .and_then(|s| s.node.as_ref())
+                    .is_some_and(|info| rule.matches(n, &info.labels))
+            })
+            .collect(),
+    ))
+}
 
 /// A leaf group's pods as the snapshot shows them.
 #[derive(Debug, Default, Clone)]
@@ -198,14 +218,14 @@ struct Members<'s> {
     existing: usize,
     /// Nodes of the pods bound or assumed.
     placed: Vec<&'s str>,
-    /// Requests of the pods not placed yet.
-    unplaced: Vec<&'s Amounts>,
+    /// Requests of the pods not placed yet, with the nodes each may use.
+    unplaced: Vec<(&'s Amounts, Elig)>,
 }
 
 static NO_REQUESTS: Amounts = Amounts::new();
 
 /// `this`: the pod being filtered (counted in its own group even if the
-/// it yet).
+/// watch has not shown it yet).
 fn members<'s>(
     snap: &'s NodeState,
     namespace: &str,
@@ -219,22 +239,25 @@ fn members<'s>(
             continue;
         }
         m.existing += 1;
-        let is_this = this.is_some_and(|(_, n, _)| n == name);
+        let is_this = this.is_some_and(|(_, n, _, _)| n == name);
         seen_this |= is_this;
         match &p.node {
             Some(n) if !is_this => m.placed.push(n),
             _ => m.unplaced.push(match (is_this, this) {
-                (true, Some((_, _, r))) => r,
-                _ => p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                (true, Some((_, _, r, e))) => (r, e.clone()),
+                _ => (
+                    p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                    eligible(snap, p),
+                ),
             }),
         }
     }
     // Only in its own group: counted once, not once per leaf of a composite.
-    if let (false, Some((g, _, r))) = (seen_this, this)
+    if let (false, Some((g, _, r, e))) = (seen_this, this)
         && g == group
     {
         m.existing += 1;
-        m.unplaced.push(r);
+        m.unplaced.push((r, e.clone()));
     }
     m
 }
@@ -437,6 +460,8 @@ fn max_fit(room: &[u64], shape: &[u64]) -> u64 {
 #[derive(Debug, Clone, Default)]
 struct Need {
     classes: Vec<(Vec<u64>, usize)>,
+    /// The nodes each class may use (`None`: any), by class.
+    elig: Vec<Elig>,
     /// At least this many must fit.
     required: usize,
     /// Component-wise largest shape (for the leftover measure).
@@ -444,13 +469,29 @@ struct Need {
 }
 
 impl Need {
-    fn new(dims: &Dims, reqs: &[&Amounts], required: usize) -> Need {
-        let mut counts: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
-        for r in reqs {
-            *counts.entry(dims.shape(r)).or_default() += 1;
+    fn new(dims: &Dims, reqs: &[(&Amounts, Elig)], required: usize) -> Need {
+        let mut eligs: Vec<Elig> = Vec::new();
+        let mut counts: BTreeMap<(Vec<u64>, usize), usize> = BTreeMap::new();
+        for (r, e) in reqs {
+            let ei = match eligs.iter().position(|x| x == e) {
+                Some(i) => i,
+                None => {
+                    eligs.push(e.clone());
+                    eligs.len() - 1
+                }
+            };
+            *counts.entry((dims.shape(r), ei)).or_default() += 1;
         }
-        let mut classes: Vec<(Vec<u64>, usize)> = counts.into_iter().collect();
-        classes.reverse();
+        let mut classes: Vec<(Vec<u64>, usize)> = Vec::with_capacity(counts.len());
+        let mut elig: Vec<Elig> = Vec::with_capacity(counts.len());
+        let mut order: Vec<((Vec<u64>, usize), usize)> = counts.into_iter().rev().collect();
+        // Members with the fewest nodes first (stable: largest first within),
+        // so unrestricted members do not take the only nodes others may use.
+        order.sort_by_key(|((_, ei), _)| eligs[*ei].as_ref().map_or(usize::MAX, |s| s.len()));
+        for ((shape, ei), c) in order {
+            classes.push((shape, c));
+            elig.push(eligs[ei].clone());
+        }
         let mut big = vec![0; dims.names.len()];
         for (s, _) in &classes {
             for (b, v) in big.iter_mut().zip(s) {
@@ -459,9 +500,18 @@ impl Need {
         }
         Need {
             classes,
+            elig,
             required,
             big,
         }
+    }
+
+    /// Whether pods of class `i` may run on `node`.
+    fn allows(&self, i: usize, node: &str) -> bool {
+        self.elig
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_none_or(|s| s.contains(node))
     }
 
     fn total(&self) -> usize {
@@ -558,8 +608,8 @@ impl<'s> Free<'s> {
                 continue;
             };
             let mut here = 0;
-            for (shape, count) in classes.iter_mut() {
-                if *count == 0 {
+            for (i, (shape, count)) in classes.iter_mut().enumerate() {
+                if *count == 0 || !need.allows(i, node) {
                     continue;
                 }
                 let k = max_fit(&room, shape).min(*count as u64) as usize;
@@ -761,9 +811,11 @@ fn trial_leaf(
 ) -> Option<Outcome> {
     let d = big.len();
     buf.clear();
+    let restricted = need.elig.iter().any(Option::is_some);
+    let mut names: Vec<&str> = Vec::new();
     for n in nodes {
-        if within.admits(n) {
-            free.load(n, buf, scratch);
+        if within.admits(n) && free.load(n, buf, scratch) && restricted {
+            names.push(n);
         }
     }
     if buf.is_empty() || d == 0 {
@@ -772,9 +824,9 @@ fn trial_leaf(
     let mut left: Vec<usize> = need.classes.iter().map(|(_, c)| *c).collect();
     let mut placed = 0;
     let mut leftover = 0u64;
-    for room in buf.chunks_mut(d) {
-        for ((shape, _), l) in need.classes.iter().zip(left.iter_mut()) {
-            if *l == 0 {
+    for (at, room) in buf.chunks_mut(d).enumerate() {
+        for (i, ((shape, _), l)) in need.classes.iter().zip(left.iter_mut()).enumerate() {
+            if *l == 0 || (restricted && !need.allows(i, names[at])) {
                 continue;
             }
             let k = max_fit(room, shape).min(*l as u64);
@@ -849,7 +901,7 @@ fn leaf_need<'s>(
     snap: &'s NodeState,
     r: &GroupRef,
     this: This<'_, 's>,
-) -> (Vec<&'s Amounts>, usize) {
+) -> (Vec<(&'s Amounts, Elig)>, usize) {
     let m = members(snap, &r.namespace, &r.name, this);
     let required = match spec_of(snap, r).map(|s| s.policy) {
         Some(Policy::Gang(n)) => n.saturating_sub(m.placed.len()).min(m.unplaced.len()),
@@ -857,7 +909,7 @@ fn leaf_need<'s>(
     };
     let mut reqs = m.unplaced;
     // Largest first, so the `required` counted are the hardest ones.
-    reqs.sort_by(|a, b| b.cmp(a));
+    reqs.sort_by(|a, b| b.0.cmp(a.0));
     (reqs, required)
 }
 
@@ -970,6 +1022,7 @@ fn subtree_requests<'s>(snap: &'s NodeState, r: &GroupRef, this: This<'_, 's>) -
     leaves(snap, r, 0, &mut ls);
     ls.iter()
         .flat_map(|l| members(snap, &l.namespace, &l.name, this).unplaced)
+        .map(|(r, _)| r)
         .collect()
 }
 
@@ -1005,7 +1058,7 @@ fn reserve_others(
         if required == 0 {
             continue;
         }
-        let reqs: Vec<&Amounts> = reqs.into_iter().take(required).collect();
+        let reqs: Vec<(&Amounts, Elig)> = reqs.into_iter().take(required).collect();
         let need = Need::new(dims, &reqs, required);
         free.fill(ix.nodes(&p.value).iter().map(String::as_str), &need);
     }
@@ -1108,7 +1161,10 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         return Gate::default();
     };
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((group, name, requests));
+    // The pod itself may use the nodes kube-scheduler offered.
+    let offered: Elig = (!candidates.is_empty())
+        .then(|| Arc::new(candidates.iter().map(|n| (*n).to_owned()).collect()));
+    let this = Some((group, name, requests, &offered));
     let levels = match chain(snap, ns, group) {
         Ok(l) => l,
         Err(r) => {
@@ -1225,10 +1281,15 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         }
         // 3. The group's remaining pods still fit in its domain.
         let (reqs, required) = leaf_need(snap, &leaf.group, this);
+        let all_nodes = if domain.is_empty() {
+            snap.node_names()
+        } else {
+            Vec::new()
+        };
         if required == 0 {
             return Gate { wide: None, domain };
         }
-        let dims = Dims::of(reqs.iter().copied());
+        let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
         let need = Need::new(&dims, &reqs, required);
         let nodes: Vec<&str> = match domain.last() {
             Some((_, ix, v)) => ix
@@ -1241,7 +1302,8 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
                         .all(|(_, ix, v)| ix.value_of(n) == Some(v.as_str()))
                 })
                 .collect(),
-            None => candidates.to_vec(),
+            // No topology: every cached node (each member on its own).
+            None => all_nodes.iter().map(String::as_str).collect(),
         };
         let mut free = Free::new(snap, &dims, false);
         {
@@ -1384,7 +1446,8 @@ pub fn preemption_nodes(
 ) -> Option<BTreeSet<String>> {
     let (ns, group) = group_of(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((group, name, requests));
+    let any: Elig = None;
+    let this = Some((group, name, requests, &any));
     let levels = match chain(snap, ns, group) {
         Ok(l) => l,
         Err(_) => return Some(BTreeSet::new()),
@@ -1411,7 +1474,7 @@ pub fn preemption_nodes(
             }
         }
     };
-    let dims = Dims::of(reqs.iter().copied());
+    let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
     let need = Need::new(&dims, &reqs, required);
     let mut out = BTreeSet::new();
     for nodes in domains {
@@ -1466,7 +1529,8 @@ impl Prefer {
 pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer> {
     let (ns, group) = group_of(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((group, name, requests));
+    let any: Elig = None;
+    let this = Some((group, name, requests, &any));
     let levels = chain(snap, ns, group).ok()?;
     let mut domain = Vec::new();
     for l in levels.iter().rev() {
@@ -1495,9 +1559,9 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         .collect();
     let (mut reqs, _) = leaf_need(snap, &levels[0].group, this);
     if reqs.is_empty() {
-        reqs.push(requests);
+        reqs.push((requests, None));
     }
-    let dims = Dims::of(reqs.iter().copied());
+    let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
     let all = Need::new(&dims, &reqs, reqs.len());
     let mut free = Free::new(snap, &dims, false);
     let mark = free.mark();
@@ -1510,7 +1574,7 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         // The rest of the group without this pod.
         let shape = dims.shape(requests);
         let mut others = reqs.clone();
-        if let Some(i) = others.iter().position(|r| *r == requests) {
+        if let Some(i) = others.iter().position(|(r, _)| *r == requests) {
             others.remove(i);
         }
         let rest_need = Need::new(&dims, &others, others.len());

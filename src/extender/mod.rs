@@ -11,6 +11,7 @@ pub mod binding;
 pub mod gang;
 pub mod hold;
 pub mod preempt;
+pub mod selector;
 pub mod types;
 
 pub use preempt::decide_preempt;

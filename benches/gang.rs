@@ -172,7 +172,7 @@ fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
 /// and once reached drop the group's plan.
 fn settle(cache: &NodeCache, name: &str) {
     let snap = cache.read();
-    if let Some(q) = gang::quorum(&snap, "bench", name)
+    if let Ok(Some(q)) = gang::quorum(&snap, "bench", name)
         && q.reached
     {
         gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));

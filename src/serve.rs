@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// keep it below kube-scheduler's extender `httpTimeout`.
     #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
     pub gang_wait: Duration,
+    /// Follow the `PodGroupPreemptionPolicy` feature gate as on: PodGroups
+    /// and CompositePodGroups carry `preemptionPolicy` (the root's is
+    /// authoritative). `false`: the groups' field is ignored and the pods of
+    /// one group must share one preemption policy.
+    #[arg(long, env = "KRS_POD_GROUP_PREEMPTION_POLICY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pod_group_preemption_policy: bool,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     #[command(flatten)]
@@ -222,6 +228,13 @@ impl ServeArgs {
         }
     }
 
+    /// The extender's Workload API switches.
+    pub fn semantics(&self) -> crate::cache::nodes::Semantics {
+        crate::cache::nodes::Semantics {
+            group_preemption_policy: self.pod_group_preemption_policy,
+        }
+    }
+
     pub fn cache_config(&self) -> CacheConfig {
         CacheConfig {
             runtime_label_key: self.runtime_label_key.clone(),
@@ -298,6 +311,7 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
         .with_context(|| format!("loading --state {}", path.display()))?;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, components = %components.names(), "standalone mode: state loaded");
     let loop_task = components
         .runs
@@ -523,6 +537,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     .await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.nodes.set_semantics(args.semantics());
     if args.authorize_reads {
         app.state.access = Some(crate::http::auth::AccessControl::new(
             client.clone(),

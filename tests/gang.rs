@@ -740,6 +740,260 @@ async fn a_missing_pod_group_keeps_its_pods_pending() {
     );
 }
 
+/// A CompositePodGroup under `parent`; `min_groups` 0 makes it `basic`.
+fn sub_composite(name: &str, min_groups: u32, parent: &str) -> Value {
+    let mut c = composite(name, min_groups.max(1), None);
+    if min_groups == 0 {
+        c["spec"]["schedulingPolicy"] = json!({"basic": {}});
+    }
+    c["spec"]["parentCompositePodGroupName"] = json!(parent);
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_root_over_basic_middles_holds_gang_leaves_until_its_quorum() {
+    // root (gang of 2 groups) → mid-a, mid-b (basic) → a, b (gang of 1):
+    // neither member binds alone; the second releases the first.
+    let mut objs = nodes(1, 2, 8, 1);
+    objs.push(composite("root", 2, None));
+    objs.push(sub_composite("mid-a", 0, "root"));
+    objs.push(sub_composite("mid-b", 0, "root"));
+    objs.push(gang("a", 1, None, Some("mid-a")));
+    objs.push(gang("b", 1, None, Some("mid-b")));
+    let pa = pod("a-0", Some("a"), 1);
+    let pb = pod("b-0", Some("b"), 1);
+    objs.extend([pa.clone(), pb.clone()]);
+    let a = cluster(objs, Duration::from_secs(3)).await;
+    let all = node_names(&a).await;
+    let ba = cycle(&a, &pa, &all).await.ok().expect("a-0 passes filter");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 1, "a-0 waits for the root");
+    assert!(bound(&a).await.is_empty());
+    let bb = cycle(&a, &pb, &all).await.ok().expect("b-0 passes filter");
+    assert_eq!(bb.await.expect("task"), "");
+    assert_eq!(ba.await.expect("task"), "", "released together");
+    assert_eq!(bound(&a).await.len(), 2);
+    assert_eq!(a.state.gangs.held(), 0);
+    settle().await;
+    let c = condition(&a, "CompositePodGroup", "root")
+        .await
+        .expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"), "{c:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parent_cycle_is_refused_by_filter_and_bind() {
+    let mut objs = nodes(1, 1, 8, 1);
+    objs.push(sub_composite("ca", 1, "cb"));
+    objs.push(sub_composite("cb", 0, "ca"));
+    objs.push(gang("g", 1, None, Some("ca")));
+    let p = pod("g-0", Some("g"), 1);
+    objs.push(p.clone());
+    let a = cluster(objs, Duration::from_secs(3)).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "parent cycle: composite pod group ml/ca → composite pod group ml/cb → composite pod group ml/ca"
+    );
+    // A bind sent anyway is refused and leaves nothing assumed.
+    let e = spawn_bind(&a, &p, "r0-n0").await.expect("task");
+    assert!(e.starts_with("parent cycle: "), "{e}");
+    assert!(bound(&a).await.is_empty());
+    assert!(fits(&a, "r0-n0", 8).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_composite_of_two_gangs_is_placed_in_a_rack_that_fits_it_exactly() {
+    // Racks of two 2-cpu nodes; the composite's two gangs of one 2-cpu pod
+    // each need exactly one rack. The filtered pod is counted once, in its
+    // own group, not once per child.
+    let mut objs = nodes(3, 2, 2, 1);
+    objs.push(composite("job", 2, Some(RACK)));
+    objs.push(gang("a", 1, None, Some("job")));
+    objs.push(gang("b", 1, None, Some("job")));
+    let pods = vec![pod("a-0", Some("a"), 2), pod("b-0", Some("b"), 2)];
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &pods[0], &node_names(&a).await).await;
+    assert_eq!(f.passed, ["r0-n0", "r0-n1"], "{:?}", f.unresolvable);
+    let left = schedule(&a, &pods, 3).await;
+    assert!(left.is_empty(), "{left:?}");
+    let b = bound(&a).await;
+    assert_eq!(rack_of(&b["a-0"]), rack_of(&b["b-0"]), "{b:?}");
+    // Three 2-cpu gangs do not fit a rack: the message counts the 3 pods
+    // that exist, not more.
+    let mut objs = nodes(3, 2, 2, 1);
+    objs.push(composite("job", 3, Some(RACK)));
+    for g in ["a", "b", "c"] {
+        objs.push(gang(g, 1, None, Some("job")));
+        objs.push(pod(&format!("{g}-0"), Some(g), 2));
+    }
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &pod("a-0", Some("a"), 2), &node_names(&a).await).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "composite pod group ml/job: no topology.kubernetes.io/rack domain can hold the 3 pods it still needs"
+    );
+}
+
+fn labelled_node(name: &str, labels: Value) -> Value {
+    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "4", "memory": "64Gi", "pods": "110"}}})
+}
+
+fn placed(name: &str, group: &str, node: &str) -> Value {
+    let mut p = pod(name, Some(group), 1);
+    p["spec"]["nodeName"] = json!(node);
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn placed_members_in_an_unknown_or_conflicting_domain_admit_nothing() {
+    // Racks r0 and r1, one node without the label, one with an empty value.
+    let base = || {
+        let mut objs = nodes(2, 2, 4, 1);
+        objs.push(labelled_node("bare", json!({})));
+        objs.push(labelled_node("blank", json!({RACK: ""})));
+        objs.push(gang("g", 3, Some(RACK), None));
+        objs.push(pod("g-2", Some("g"), 1));
+        objs
+    };
+    let cases = [
+        (
+            ("r0-n0", "ghost"),
+            "pod group ml/g: a member is on node ghost, which the extender does not know, so its topology.kubernetes.io/rack domain is unknown",
+        ),
+        (
+            ("r0-n0", "bare"),
+            "pod group ml/g: a member is on node bare, which has no topology.kubernetes.io/rack label, so its domain is unknown",
+        ),
+        (
+            ("r0-n0", "blank"),
+            "pod group ml/g: members are in different topology.kubernetes.io/rack domains (\"\" and \"r0\")",
+        ),
+        (
+            ("r0-n0", "r1-n0"),
+            "pod group ml/g: members are in different topology.kubernetes.io/rack domains (\"r0\" and \"r1\")",
+        ),
+    ];
+    for ((n0, n1), want) in cases {
+        let mut objs = base();
+        objs.push(placed("g-0", "g", n0));
+        objs.push(placed("g-1", "g", n1));
+        let a = cluster(objs, Duration::from_secs(8)).await;
+        let all = node_names(&a).await;
+        let f = filter(&a, &pod("g-2", Some("g"), 1), &all).await;
+        assert!(f.passed.is_empty(), "{n0}+{n1}: {:?}", f.passed);
+        assert_eq!(f.unresolvable.len(), all.len(), "{n0}+{n1}");
+        assert_eq!(f.unresolvable["r0-n1"], want, "{n0}+{n1}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_rack_name_in_two_zones_is_two_domains() {
+    // rack-1 exists in zone-1 and in zone-2; the workers' composite is
+    // zone-scoped and their gang rack-scoped.
+    let mut objs = Vec::new();
+    for (z, n) in [
+        ("zone-1", "a"),
+        ("zone-1", "b"),
+        ("zone-2", "c"),
+        ("zone-2", "d"),
+    ] {
+        objs.push(labelled_node(n, json!({ZONE: z, RACK: "rack-1"})));
+    }
+    objs.push(composite("job", 1, Some(ZONE)));
+    objs.push(gang("w", 3, Some(RACK), Some("job")));
+    objs.push(placed("w-0", "w", "a"));
+    objs.push(placed("w-1", "w", "c"));
+    let p = pod("w-2", Some("w"), 1);
+    objs.push(p.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert!(f.passed.is_empty(), "{:?}", f.passed);
+    assert_eq!(
+        f.unresolvable["a"],
+        "composite pod group ml/job: members are in different topology.kubernetes.io/zone domains (\"zone-1\" and \"zone-2\")"
+    );
+    // With both placed members in zone-1, the third joins them there only.
+    delete(&a, "Pod", "w-1").await;
+    upsert(&a, vec![placed("w-1", "w", "b")]).await;
+    let f = filter(&a, &p, &node_names(&a).await).await;
+    assert_eq!(f.passed, ["a", "b"], "{:?}", f.unresolvable);
+}
+
+fn on_gpu(mut p: Value) -> Value {
+    p["spec"]["nodeSelector"] = json!({"gpu": "true"});
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_with_a_narrower_node_selector_is_judged_on_its_own_nodes() {
+    // One gpu node and two plain ones, 4 cpu each; a gang of two 4-cpu
+    // pods, one of which needs the gpu node. kube-scheduler offers that
+    // member the gpu node only; the other member still fits elsewhere.
+    let mut objs = vec![
+        labelled_node("gpu-0", json!({"gpu": "true"})),
+        labelled_node("cpu-0", json!({})),
+        labelled_node("cpu-1", json!({})),
+    ];
+    objs.push(gang("g", 2, None, None));
+    let narrow = on_gpu(pod("g-0", Some("g"), 4));
+    let wide = pod("g-1", Some("g"), 4);
+    objs.extend([narrow.clone(), wide.clone()]);
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let f = filter(&a, &narrow, &["gpu-0".to_owned()]).await;
+    assert_eq!(f.passed, ["gpu-0"], "{:?}", f.unresolvable);
+    // The wide member is offered everything, but the gpu node is the
+    // narrow member's only room: the wide one must leave it.
+    let all = node_names(&a).await;
+    let f = filter(&a, &wide, &all).await;
+    assert_eq!(f.passed.len(), 3, "{:?}", f.unresolvable);
+    let bn = spawn_bind(&a, &narrow, "gpu-0");
+    let bw = spawn_bind(&a, &wide, "cpu-0");
+    assert_eq!(bn.await.expect("task"), "");
+    assert_eq!(bw.await.expect("task"), "");
+    assert_eq!(bound(&a).await.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_domain_is_chosen_for_nodes_no_member_can_use() {
+    // Rack a-rack (plain) and b-rack (gpu), two 4-cpu nodes each; a gang of
+    // two 4-cpu gpu pods fits exactly in either by room, but only b-rack
+    // has nodes its members may use.
+    let mut objs = Vec::new();
+    for (rack, n, gpu) in [
+        ("a-rack", "a0", false),
+        ("a-rack", "a1", false),
+        ("b-rack", "b0", true),
+        ("b-rack", "b1", true),
+    ] {
+        let mut l = json!({RACK: rack});
+        if gpu {
+            l["gpu"] = json!("true");
+        }
+        objs.push(labelled_node(n, l));
+    }
+    objs.push(gang("g", 2, Some(RACK), None));
+    let pods = vec![
+        on_gpu(pod("g-0", Some("g"), 4)),
+        on_gpu(pod("g-1", Some("g"), 4)),
+    ];
+    objs.extend(pods.clone());
+    let a = cluster(objs, Duration::from_secs(8)).await;
+    let gpu_nodes = vec!["b0".to_owned(), "b1".to_owned()];
+    let f = filter(&a, &pods[0], &gpu_nodes).await;
+    assert_eq!(f.passed, gpu_nodes, "{:?}", f.unresolvable);
+    let b0 = spawn_bind(&a, &pods[0], "b0");
+    settle().await;
+    assert_eq!(a.state.gangs.held(), 1);
+    let f = filter(&a, &pods[1], &gpu_nodes).await;
+    assert_eq!(f.passed, ["b1"], "{:?} {:?}", f.failed, f.unresolvable);
+    let b1 = spawn_bind(&a, &pods[1], "b1");
+    assert_eq!(b0.await.expect("task"), "");
+    assert_eq!(b1.await.expect("task"), "");
+}
+
 // === cluster mode ===
 
 /// POSTs JSON to the router of a cluster-mode service; the JSON answer.

@@ -41,7 +41,7 @@ mod groups;
 pub use binding::{ClaimBinding, GatedDevice, ShareKey};
 pub use groups::Scope;
 mod domains;
-pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms};
+pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms, Semantics};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -273,6 +273,8 @@ pub struct PodEntry {
     pub claims: Vec<ClaimRef>,
     /// `Succeeded` or `Failed`: counts nowhere.
     pub terminal: bool,
+    /// `nodeSelector` and required node affinity (group feasibility).
+    pub node_rule: Option<Arc<crate::extender::selector::NodeRule>>,
 }
 
 impl PodEntry {
@@ -303,6 +305,9 @@ impl PodEntry {
                 })
                 .collect(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            node_rule: spec
+                .and_then(crate::extender::selector::NodeRule::of)
+                .map(Arc::new),
         }
     }
 
@@ -781,17 +786,24 @@ impl NodeState {
         &self.classes
     }
 
-    /// A PodGroup's resolved priority and preemption policy.
+    /// A PodGroup's resolved priority and preemption policy: the root
+    /// CompositePodGroup's when the group is in a hierarchy (the root is
+    /// authoritative), else its own.
     pub fn group_priority(&self, namespace: &str, name: &str) -> Option<Effective> {
         let g = self.group(namespace, name)?;
-        Some(priority::resolve(
-            Declared {
+        let declared = match self.root_composite(namespace, name) {
+            Some(root) => Declared {
+                priority: root.spec.priority,
+                class_name: root.spec.priority_class_name.as_deref(),
+                preemption_policy: root.spec.preemption_policy.as_deref(),
+            },
+            None => Declared {
                 priority: g.spec.priority,
                 class_name: g.spec.priority_class_name.as_deref(),
                 preemption_policy: g.spec.preemption_policy.as_deref(),
             },
-            &self.classes,
-        ))
+        };
+        Some(priority::resolve(declared, &self.classes))
     }
 
     // --- writes ---

@@ -112,25 +112,73 @@ pub fn chain(snap: &NodeState, namespace: &str, group: &str) -> Result<Vec<Level
     chain_from(snap, GroupRef::group(namespace, group))
 }
 
-/// [`chain`] from any group or composite.
+/// [`chain`] from any group or composite. A parent reference that comes
+/// back to a group already on the chain (a cycle), or a chain longer than
+/// [`MAX_DEPTH`] levels, is unresolvable with a message naming the chain.
 pub fn chain_from(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, Rejection> {
+    walk(snap, start).map_err(|(r, _)| r)
+}
+
+/// [`chain_from`]; the error says whether an object is only missing (it
+/// may still come) rather than the hierarchy being broken.
+fn walk(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
     let mut out: Vec<Level> = Vec::new();
     let mut at = start;
     loop {
         let Some(spec) = spec_of(snap, &at) else {
-            return Err(Rejection {
-                message: bounded(format!("waiting for {at} to exist")),
-                unresolvable: true,
-            });
+            return Err((
+                Rejection {
+                    message: bounded(format!("waiting for {at} to exist")),
+                    unresolvable: true,
+                },
+                true,
+            ));
         };
-        let parent = spec.parent.clone();
+        let parent = spec.parent.clone().filter(|p| !p.is_empty());
         let namespace = at.namespace.clone();
         out.push(Level { group: at, spec });
-        match parent {
-            Some(p) if out.len() < MAX_DEPTH => at = GroupRef::composite(&namespace, &p),
-            _ => return Ok(out),
+        let Some(p) = parent else {
+            return Ok(out);
+        };
+        let next = GroupRef::composite(&namespace, &p);
+        if let Some(i) = out.iter().position(|l| l.group == next) {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "parent cycle: {}",
+                        path_of(out[i..].iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
         }
+        if out.len() >= MAX_DEPTH {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "group hierarchy deeper than {MAX_DEPTH} levels: {}",
+                        path_of(out.iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
+        }
+        at = next;
     }
+}
+
+/// `pod group ns/a → composite pod group ns/b → …`.
+fn path_of<'a>(groups: impl IntoIterator<Item = &'a GroupRef>) -> String {
+    let mut s = String::new();
+    for (i, g) in groups.into_iter().enumerate() {
+        if i > 0 {
+            s.push_str(" → ");
+        }
+        s.push_str(&g.to_string());
+    }
+    s
 }
 
 /// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.
@@ -140,6 +188,29 @@ pub fn bounded(m: String) -> String {
 
 // === members ===
 
+/// The pod being filtered: `(its group, its name, its requests, the nodes
+/// it may use)`.
+type This<'a, 's> = Option<(&'a str, &'a str, &'s Amounts, &'a Elig)>;
+
+/// The nodes a member may run on; `None`: any node.
+pub type Elig = Option<Arc<BTreeSet<String>>>;
+
+/// The cached nodes a pod's own `nodeSelector` and required node affinity
+/// admit (`None`: it has neither).
+fn eligible(snap: &NodeState, p: &crate::cache::nodes::PodEntry) -> Elig {
+    let rule = p.node_rule.as_ref()?;
+    Some(Arc::new(
+        snap.node_names()
+            .into_iter()
+            .filter(|n| {
+                snap.slot(n)
+                    .and_then(|s| s.node.as_ref())
+                    .is_some_and(|info| rule.matches(n, &info.labels))
+            })
+            .collect(),
+    ))
+}
+
 /// A leaf group's pods as the snapshot shows them.
 #[derive(Debug, Default, Clone)]
 struct Members<'s> {
@@ -147,19 +218,19 @@ struct Members<'s> {
     existing: usize,
     /// Nodes of the pods bound or assumed.
     placed: Vec<&'s str>,
-    /// Requests of the pods not placed yet.
-    unplaced: Vec<&'s Amounts>,
+    /// Requests of the pods not placed yet, with the nodes each may use.
+    unplaced: Vec<(&'s Amounts, Elig)>,
 }
 
 static NO_REQUESTS: Amounts = Amounts::new();
 
-/// `this`: the pod being filtered (counted even if the watch has not shown
-/// it yet).
+/// `this`: the pod being filtered (counted in its own group even if the
+/// watch has not shown it yet).
 fn members<'s>(
     snap: &'s NodeState,
     namespace: &str,
     group: &str,
-    this: Option<(&str, &'s Amounts)>,
+    this: This<'_, 's>,
 ) -> Members<'s> {
     let mut m = Members::default();
     let mut seen_this = false;
@@ -168,19 +239,25 @@ fn members<'s>(
             continue;
         }
         m.existing += 1;
-        let is_this = this.is_some_and(|(n, _)| n == name);
+        let is_this = this.is_some_and(|(_, n, _, _)| n == name);
         seen_this |= is_this;
         match &p.node {
             Some(n) if !is_this => m.placed.push(n),
             _ => m.unplaced.push(match (is_this, this) {
-                (true, Some((_, r))) => r,
-                _ => p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                (true, Some((_, _, r, e))) => (r, e.clone()),
+                _ => (
+                    p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                    eligible(snap, p),
+                ),
             }),
         }
     }
-    if let (false, Some((_, r))) = (seen_this, this) {
+    // Only in its own group: counted once, not once per leaf of a composite.
+    if let (false, Some((g, _, r, e))) = (seen_this, this)
+        && g == group
+    {
         m.existing += 1;
-        m.unplaced.push(r);
+        m.unplaced.push((r, e.clone()));
     }
     m
 }
@@ -256,18 +333,14 @@ fn tally(snap: &NodeState, r: &GroupRef, count: Count, depth: usize) -> (usize, 
     (have, need)
 }
 
-/// The unit whose quorum a member waits for: the outermost gang composite
-/// reached through gang composites from the group, else the group itself
-/// when it is a gang; `None` for a basic group under no gang.
+/// The unit whose quorum a member waits for: the outermost gang on the
+/// walk from the group to the root, whatever the policies between (a
+/// `basic` level in the middle does not cut a `gang` root off, as in
+/// upstream's gang plugin); `None` when no level is a gang.
 fn unit_of(levels: &[Level]) -> Option<usize> {
-    let mut unit = matches!(levels.first()?.spec.policy, Policy::Gang(_)).then_some(0);
-    for (i, l) in levels.iter().enumerate().skip(1) {
-        match l.spec.policy {
-            Policy::Gang(_) => unit = Some(i),
-            Policy::Basic => break,
-        }
-    }
-    unit
+    levels
+        .iter()
+        .rposition(|l| matches!(l.spec.policy, Policy::Gang(_)))
 }
 
 /// Whether a member's unit has reached quorum.
@@ -283,22 +356,33 @@ pub struct Quorum {
     pub satisfied: Vec<GroupRef>,
 }
 
-/// The quorum a pod's bind waits for; `None` when it waits for nothing
-/// (no group, a basic group, or a group the cache does not hold).
-pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Option<Quorum> {
-    let group = snap.pod(namespace, pod)?.group.clone()?;
-    let levels = chain(snap, namespace, &group).ok()?;
-    let unit = levels[unit_of(&levels)?].group.clone();
+/// The quorum a pod's bind waits for; `Ok(None)` when it waits for nothing
+/// (no group, no gang on its way to the root, or a group the cache does not
+/// hold yet). `Err`: the hierarchy is broken (a parent cycle, or deeper
+/// than [`MAX_DEPTH`]), and the pod must not be bound.
+pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Result<Option<Quorum>, String> {
+    let Some(group) = snap.pod(namespace, pod).and_then(|p| p.group.clone()) else {
+        return Ok(None);
+    };
+    let levels = match walk(snap, GroupRef::group(namespace, &group)) {
+        Ok(l) => l,
+        Err((_, true)) => return Ok(None),
+        Err((r, false)) => return Err(r.message),
+    };
+    let Some(unit) = unit_of(&levels) else {
+        return Ok(None);
+    };
+    let unit = levels[unit].group.clone();
     let (have, need) = tally(snap, &unit, Count::Placed, 0);
     let mut satisfied = Vec::new();
     collect_satisfied(snap, &unit, 0, &mut satisfied);
-    Some(Quorum {
+    Ok(Some(Quorum {
         reached: have >= need,
         unit,
         have,
         need,
         satisfied,
-    })
+    }))
 }
 
 fn collect_satisfied(snap: &NodeState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
@@ -376,6 +460,8 @@ fn max_fit(room: &[u64], shape: &[u64]) -> u64 {
 #[derive(Debug, Clone, Default)]
 struct Need {
     classes: Vec<(Vec<u64>, usize)>,
+    /// The nodes each class may use (`None`: any), by class.
+    elig: Vec<Elig>,
     /// At least this many must fit.
     required: usize,
     /// Component-wise largest shape (for the leftover measure).
@@ -383,13 +469,29 @@ struct Need {
 }
 
 impl Need {
-    fn new(dims: &Dims, reqs: &[&Amounts], required: usize) -> Need {
-        let mut counts: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
-        for r in reqs {
-            *counts.entry(dims.shape(r)).or_default() += 1;
+    fn new(dims: &Dims, reqs: &[(&Amounts, Elig)], required: usize) -> Need {
+        let mut eligs: Vec<Elig> = Vec::new();
+        let mut counts: BTreeMap<(Vec<u64>, usize), usize> = BTreeMap::new();
+        for (r, e) in reqs {
+            let ei = match eligs.iter().position(|x| x == e) {
+                Some(i) => i,
+                None => {
+                    eligs.push(e.clone());
+                    eligs.len() - 1
+                }
+            };
+            *counts.entry((dims.shape(r), ei)).or_default() += 1;
         }
-        let mut classes: Vec<(Vec<u64>, usize)> = counts.into_iter().collect();
-        classes.reverse();
+        let mut classes: Vec<(Vec<u64>, usize)> = Vec::with_capacity(counts.len());
+        let mut elig: Vec<Elig> = Vec::with_capacity(counts.len());
+        let mut order: Vec<((Vec<u64>, usize), usize)> = counts.into_iter().rev().collect();
+        // Members with the fewest nodes first (stable: largest first within),
+        // so unrestricted members do not take the only nodes others may use.
+        order.sort_by_key(|((_, ei), _)| eligs[*ei].as_ref().map_or(usize::MAX, |s| s.len()));
+        for ((shape, ei), c) in order {
+            classes.push((shape, c));
+            elig.push(eligs[ei].clone());
+        }
         let mut big = vec![0; dims.names.len()];
         for (s, _) in &classes {
             for (b, v) in big.iter_mut().zip(s) {
@@ -398,9 +500,18 @@ impl Need {
         }
         Need {
             classes,
+            elig,
             required,
             big,
         }
+    }
+
+    /// Whether pods of class `i` may run on `node`.
+    fn allows(&self, i: usize, node: &str) -> bool {
+        self.elig
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_none_or(|s| s.contains(node))
     }
 
     fn total(&self) -> usize {
@@ -497,8 +608,8 @@ impl<'s> Free<'s> {
                 continue;
             };
             let mut here = 0;
-            for (shape, count) in classes.iter_mut() {
-                if *count == 0 {
+            for (i, (shape, count)) in classes.iter_mut().enumerate() {
+                if *count == 0 || !need.allows(i, node) {
                     continue;
                 }
                 let k = max_fit(&room, shape).min(*count as u64) as usize;
@@ -700,9 +811,11 @@ fn trial_leaf(
 ) -> Option<Outcome> {
     let d = big.len();
     buf.clear();
+    let restricted = need.elig.iter().any(Option::is_some);
+    let mut names: Vec<&str> = Vec::new();
     for n in nodes {
-        if within.admits(n) {
-            free.load(n, buf, scratch);
+        if within.admits(n) && free.load(n, buf, scratch) && restricted {
+            names.push(n);
         }
     }
     if buf.is_empty() || d == 0 {
@@ -711,9 +824,9 @@ fn trial_leaf(
     let mut left: Vec<usize> = need.classes.iter().map(|(_, c)| *c).collect();
     let mut placed = 0;
     let mut leftover = 0u64;
-    for room in buf.chunks_mut(d) {
-        for ((shape, _), l) in need.classes.iter().zip(left.iter_mut()) {
-            if *l == 0 {
+    for (at, room) in buf.chunks_mut(d).enumerate() {
+        for (i, ((shape, _), l)) in need.classes.iter().zip(left.iter_mut()).enumerate() {
+            if *l == 0 || (restricted && !need.allows(i, names[at])) {
                 continue;
             }
             let k = max_fit(room, shape).min(*l as u64);
@@ -735,19 +848,43 @@ fn trial_leaf(
     })
 }
 
-/// The value of `key` most of `nodes` carry (ties: the smallest).
-fn majority(ix: &DomainIndex, nodes: &[&str]) -> Option<String> {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in nodes {
-        if let Some(v) = ix.value_of(n) {
-            *counts.entry(v).or_default() += 1;
+/// The domain a group's placed members fix (`Ok(None)`: none placed).
+/// Placed members fix it wherever they are: a member on a node the cache
+/// does not know, or on a node without the label, leaves the domain
+/// unknown, and members in two domains (an empty value and a non-empty one
+/// included) conflict; either way no domain may be chosen (`Err`: why).
+fn fixed_domain(
+    snap: &NodeState,
+    group: &GroupRef,
+    key: &str,
+    ix: &DomainIndex,
+) -> Result<Option<String>, String> {
+    let mut values: BTreeSet<&str> = BTreeSet::new();
+    for n in placed_nodes(snap, group) {
+        if !snap.has_node(n) {
+            return Err(bounded(format!(
+                "{group}: a member is on node {n}, which the extender does not know, so its {key} domain is unknown"
+            )));
+        }
+        match ix.value_of(n) {
+            Some(v) => {
+                values.insert(v);
+            }
+            None => {
+                return Err(bounded(format!(
+                    "{group}: a member is on node {n}, which has no {key} label, so its domain is unknown"
+                )));
+            }
         }
     }
-    let max = counts.values().copied().max()?;
-    counts
-        .into_iter()
-        .find(|(_, c)| *c == max)
-        .map(|(v, _)| v.to_owned())
+    let mut it = values.into_iter();
+    match (it.next(), it.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => Ok(Some(v.to_owned())),
+        (Some(a), Some(b)) => Err(bounded(format!(
+            "{group}: members are in different {key} domains (\"{a}\" and \"{b}\")"
+        ))),
+    }
 }
 
 /// Nodes of every pod placed under a group.
@@ -763,8 +900,8 @@ fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str> {
 fn leaf_need<'s>(
     snap: &'s NodeState,
     r: &GroupRef,
-    this: Option<(&str, &'s Amounts)>,
-) -> (Vec<&'s Amounts>, usize) {
+    this: This<'_, 's>,
+) -> (Vec<(&'s Amounts, Elig)>, usize) {
     let m = members(snap, &r.namespace, &r.name, this);
     let required = match spec_of(snap, r).map(|s| s.policy) {
         Some(Policy::Gang(n)) => n.saturating_sub(m.placed.len()).min(m.unplaced.len()),
@@ -772,7 +909,7 @@ fn leaf_need<'s>(
     };
     let mut reqs = m.unplaced;
     // Largest first, so the `required` counted are the hardest ones.
-    reqs.sort_by(|a, b| b.cmp(a));
+    reqs.sort_by(|a, b| b.0.cmp(a.0));
     (reqs, required)
 }
 
@@ -780,7 +917,7 @@ fn build_tree(
     snap: &NodeState,
     r: &GroupRef,
     dims: &Dims,
-    this: Option<(&str, &Amounts)>,
+    this: This<'_, '_>,
     depth: usize,
 ) -> Option<Tree> {
     let spec = spec_of(snap, r)?;
@@ -788,9 +925,12 @@ fn build_tree(
         .topology
         .as_ref()
         .map(|k| (k.clone(), snap.domain_index(k)));
-    let fixed = key
-        .as_ref()
-        .and_then(|(_, ix)| majority(ix, &placed_nodes(snap, r)));
+    // Members in an unknown or conflicting domain: the group cannot be
+    // placed anywhere (filter reports why for the pod's own chain).
+    let fixed = match &key {
+        Some((k, ix)) => fixed_domain(snap, r, k, ix).ok()?,
+        None => None,
+    };
     let (body, big) = if r.composite {
         let mut kids: Vec<Tree> = if depth < MAX_DEPTH {
             children(snap, r)
@@ -851,6 +991,15 @@ fn build_tree(
 }
 
 impl Tree {
+    /// Pods the tree still needs placed: a leaf's, or the sum of its
+    /// children's (each pod counted once).
+    fn required(&self) -> usize {
+        match &self.body {
+            Body::Leaf(n) => n.required,
+            Body::Composite { children, .. } => children.iter().map(Tree::required).sum(),
+        }
+    }
+
     fn demand(&self) -> u64 {
         match &self.body {
             Body::Leaf(n) => n
@@ -868,15 +1017,12 @@ impl Tree {
 }
 
 /// Requests of every unplaced pod under `r` (for the simulation's dims).
-fn subtree_requests<'s>(
-    snap: &'s NodeState,
-    r: &GroupRef,
-    this: Option<(&str, &'s Amounts)>,
-) -> Vec<&'s Amounts> {
+fn subtree_requests<'s>(snap: &'s NodeState, r: &GroupRef, this: This<'_, 's>) -> Vec<&'s Amounts> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
     ls.iter()
         .flat_map(|l| members(snap, &l.namespace, &l.name, this).unplaced)
+        .map(|(r, _)| r)
         .collect()
 }
 
@@ -912,7 +1058,7 @@ fn reserve_others(
         if required == 0 {
             continue;
         }
-        let reqs: Vec<&Amounts> = reqs.into_iter().take(required).collect();
+        let reqs: Vec<(&Amounts, Elig)> = reqs.into_iter().take(required).collect();
         let need = Need::new(dims, &reqs, required);
         free.fill(ix.nodes(&p.value).iter().map(String::as_str), &need);
     }
@@ -1015,7 +1161,10 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         return Gate::default();
     };
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((name, requests));
+    // The pod itself may use the nodes kube-scheduler offered.
+    let offered: Elig = (!candidates.is_empty())
+        .then(|| Arc::new(candidates.iter().map(|n| (*n).to_owned()).collect()));
+    let this = Some((group, name, requests, &offered));
     let levels = match chain(snap, ns, group) {
         Ok(l) => l,
         Err(r) => {
@@ -1074,7 +1223,13 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
                 continue;
             };
             let ix = snap.domain_index(&key);
-            let fixed = majority(&ix, &placed_nodes(snap, &l.group));
+            let fixed = match fixed_domain(snap, &l.group, &key, &ix) {
+                Ok(f) => f,
+                Err(msg) => {
+                    note(snap, &l.group, &msg);
+                    return Gate::reject(msg, true);
+                }
+            };
             let value = match fixed {
                 Some(v) => Some(v),
                 None => {
@@ -1126,10 +1281,15 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
         }
         // 3. The group's remaining pods still fit in its domain.
         let (reqs, required) = leaf_need(snap, &leaf.group, this);
+        let all_nodes = if domain.is_empty() {
+            snap.node_names()
+        } else {
+            Vec::new()
+        };
         if required == 0 {
             return Gate { wide: None, domain };
         }
-        let dims = Dims::of(reqs.iter().copied());
+        let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
         let need = Need::new(&dims, &reqs, required);
         let nodes: Vec<&str> = match domain.last() {
             Some((_, ix, v)) => ix
@@ -1142,7 +1302,8 @@ pub fn filter_gate(snap: &NodeState, pod: &Pod, requests: &Amounts, candidates: 
                         .all(|(_, ix, v)| ix.value_of(n) == Some(v.as_str()))
                 })
                 .collect(),
-            None => candidates.to_vec(),
+            // No topology: every cached node (each member on its own).
+            None => all_nodes.iter().map(String::as_str).collect(),
         };
         let mut free = Free::new(snap, &dims, false);
         {
@@ -1196,7 +1357,7 @@ fn make_plan(
     levels: &[Level],
     at: usize,
     outer: &[(String, Arc<DomainIndex>, String)],
-    this: Option<(&str, &Amounts)>,
+    this: This<'_, '_>,
     now: Instant,
 ) -> Result<(), (String, bool)> {
     let root = &levels[at].group;
@@ -1245,7 +1406,7 @@ fn make_plan(
             let fits_empty = tree
                 .place(&within, &mut empty, &mut Vec::new())
                 .is_some_and(|o| o.satisfied);
-            let n = reqs.len();
+            let n = tree.required();
             Err((
                 format!("{root}: no {key} domain can hold the {n} pods it still needs"),
                 !fits_empty,
@@ -1262,6 +1423,83 @@ pub fn drop_plans(snap: &NodeState, groups: &[GroupRef]) {
     }
     let now = Instant::now();
     l.plans.retain(|_, p| p.expires > now);
+}
+
+// === preemption ===
+
+/// Where preempting can help a grouped preemptor: the nodes of every domain
+/// in which its gang's remaining pods (at least those its quorum still
+/// needs) fit once every pod that may be preempted is gone. `None`: no
+/// group rule applies (no group, no gang on its way to the root, or the
+/// quorum is already reached), so any candidate may help. `stays`: whether
+/// a pod counted on a node may not be preempted.
+///
+/// Checked for the preemptor's own PodGroup in its innermost topology
+/// domain (fixed by placed members, else every domain of that key); a
+/// broken hierarchy or members in an unknown or conflicting domain leave
+/// nothing that helps.
+pub fn preemption_nodes(
+    snap: &NodeState,
+    pod: &Pod,
+    requests: &Amounts,
+    stays: impl Fn(&crate::cache::nodes::Key, &crate::cache::nodes::PodEntry) -> bool,
+) -> Option<BTreeSet<String>> {
+    let (ns, group) = group_of(pod)?;
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let any: Elig = None;
+    let this = Some((group, name, requests, &any));
+    let levels = match chain(snap, ns, group) {
+        Ok(l) => l,
+        Err(_) => return Some(BTreeSet::new()),
+    };
+    unit_of(&levels)?;
+    let leaf = &levels[0].group;
+    let (reqs, required) = leaf_need(snap, leaf, this);
+    if required == 0 {
+        return None;
+    }
+    let domains: Vec<Vec<String>> = match levels.iter().find_map(|l| {
+        l.spec
+            .topology
+            .as_ref()
+            .map(|k| (l.group.clone(), k.clone()))
+    }) {
+        None => vec![snap.node_names()],
+        Some((g, key)) => {
+            let ix = snap.domain_index(&key);
+            match fixed_domain(snap, &g, &key, &ix) {
+                Err(_) => return Some(BTreeSet::new()),
+                Ok(Some(v)) => vec![ix.nodes(&v).to_vec()],
+                Ok(None) => ix.domains().map(|(_, n)| n.to_vec()).collect(),
+            }
+        }
+    };
+    let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
+    let need = Need::new(&dims, &reqs, required);
+    let mut out = BTreeSet::new();
+    for nodes in domains {
+        let mut free = Free::new(snap, &dims, false);
+        for n in &nodes {
+            let Some(mut room) = free.get(n) else {
+                continue;
+            };
+            for (k, e) in snap.pods_on(n) {
+                if stays(k, e) {
+                    continue;
+                }
+                let shape = dims.shape(e.requests.as_ref().unwrap_or(&NO_REQUESTS));
+                for (r, v) in room.iter_mut().zip(shape) {
+                    *r = r.saturating_add(v);
+                }
+            }
+            free.set(n, room);
+        }
+        let (placed, _) = free.fill(nodes.iter().map(String::as_str), &need);
+        if placed >= required {
+            out.extend(nodes);
+        }
+    }
+    Some(out)
 }
 
 // === prioritize ===
@@ -1291,7 +1529,8 @@ impl Prefer {
 pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer> {
     let (ns, group) = group_of(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let this = Some((name, requests));
+    let any: Elig = None;
+    let this = Some((group, name, requests, &any));
     let levels = chain(snap, ns, group).ok()?;
     let mut domain = Vec::new();
     for l in levels.iter().rev() {
@@ -1299,7 +1538,7 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
             continue;
         };
         let ix = snap.domain_index(&key);
-        let value = majority(&ix, &placed_nodes(snap, &l.group)).or_else(|| {
+        let value = fixed_domain(snap, &l.group, &key, &ix).ok()?.or_else(|| {
             snap.group_ledger()
                 .plans
                 .get(&l.group)
@@ -1320,9 +1559,9 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         .collect();
     let (mut reqs, _) = leaf_need(snap, &levels[0].group, this);
     if reqs.is_empty() {
-        reqs.push(requests);
+        reqs.push((requests, None));
     }
-    let dims = Dims::of(reqs.iter().copied());
+    let dims = Dims::of(reqs.iter().map(|(r, _)| *r));
     let all = Need::new(&dims, &reqs, reqs.len());
     let mut free = Free::new(snap, &dims, false);
     let mark = free.mark();
@@ -1335,7 +1574,7 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         // The rest of the group without this pod.
         let shape = dims.shape(requests);
         let mut others = reqs.clone();
-        if let Some(i) = others.iter().position(|r| *r == requests) {
+        if let Some(i) = others.iter().position(|(r, _)| *r == requests) {
             others.remove(i);
         }
         let rest_need = Need::new(&dims, &others, others.len());
@@ -1368,3 +1607,6 @@ pub fn prefer(snap: &NodeState, pod: &Pod, requests: &Amounts) -> Option<Prefer>
         domain: Gate { wide: None, domain },
     })
 }
+
+#[cfg(test)]
+mod tests;

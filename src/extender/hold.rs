@@ -125,7 +125,7 @@ impl Gangs {
     ) -> Result<Held, String> {
         let (mut rx, generation, deadline, unit) = {
             let mut units = self.units.lock();
-            let q = gang::quorum(&nodes.read(), namespace, pod);
+            let q = gang::quorum(&nodes.read(), namespace, pod)?;
             let Some(q) = q else { return Ok(Held::Free) };
             if q.reached {
                 if let Some(u) = units.remove(&q.unit) {
@@ -197,6 +197,8 @@ impl Gangs {
                 &u.held.first().map(|k| k.0.clone()).unwrap_or_default(),
                 &u.held.first().map(|k| k.1.clone()).unwrap_or_default(),
             )
+            .ok()
+            .flatten()
             .map_or((0, 0), |q| (q.have, q.need));
             // Under the lock: a bind evaluating quorum next sees them gone.
             for (ns, name) in &u.held {
@@ -233,7 +235,7 @@ impl Gangs {
         namespace: &str,
         pod: &str,
     ) {
-        let q = gang::quorum(&nodes.read(), namespace, pod);
+        let q = gang::quorum(&nodes.read(), namespace, pod).ok().flatten();
         let Some(q) = q.filter(|q| q.reached) else {
             return;
         };

@@ -11,6 +11,7 @@ pub mod binding;
 pub mod gang;
 pub mod hold;
 pub mod preempt;
+pub mod selector;
 pub mod types;
 
 pub use preempt::decide_preempt;
@@ -189,12 +190,25 @@ fn pod_wide_rejection(snap: &NodeState, pod: &Pod) -> Option<Rejection> {
         },
         snap.classes(),
     );
-    priority::check_member(&pod_eff, &group_eff)
-        .err()
-        .map(|m| Rejection {
-            message: m.to_owned(),
-            unresolvable: true,
-        })
+    let verdict = if snap.semantics().group_preemption_policy {
+        priority::check_member(&pod_eff, &group_eff)
+    } else {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let others: Vec<String> = snap
+            .member_pods(ns, group)
+            .filter(|(n, p)| *n != name && !p.terminal)
+            .map(|(_, p)| priority::resolve(p.declared(), snap.classes()).preemption_policy)
+            .collect();
+        priority::check_member_without_group_policy(
+            &pod_eff,
+            group_eff.priority,
+            others.iter().map(String::as_str),
+        )
+    };
+    verdict.err().map(|m| Rejection {
+        message: m.to_owned(),
+        unresolvable: true,
+    })
 }
 
 /// The pod's requests resolved for fit, with what its own allocated

@@ -29,9 +29,14 @@
 //!    on every count — PDB violations, PodGroups disrupted, highest victim
 //!    priority, number of victims — and better on one. kube-scheduler then
 //!    picks among the rest by its own order.
+//! 7. A preemptor in a gang: a node is dropped unless it lies in a domain
+//!    where the gang's remaining pods would fit once every pod below the
+//!    preemptor's priority were gone — lower-priority pods are never
+//!    evicted for a gang that can never fit.
 
 use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims};
 use crate::cache::nodes::{Key, NodeState, PodEntry, Scope};
+use crate::pods::fit;
 use crate::pods::priority::{self, Declared};
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -85,8 +90,9 @@ fn preemptor_priority(snap: &NodeState, pod: &Pod) -> Option<i32> {
     let group = spec
         .and_then(|s| s.scheduling_group.as_ref())
         .and_then(|g| g.pod_group_name.as_deref());
+    let group_policy = snap.semantics().group_preemption_policy;
     match group.and_then(|g| snap.group_priority(ns, g)) {
-        Some(g) if g.preemption_policy == NEVER => None,
+        Some(g) if group_policy && g.preemption_policy == NEVER => None,
         Some(g) => Some(g.priority),
         None => Some(own.priority),
     }
@@ -220,9 +226,20 @@ pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> Extend
         return out;
     };
     let requested = requested(args);
+    // Rule 7: where removing lower-priority pods can let the group fit.
+    let helps = pod
+        .spec
+        .as_ref()
+        .and_then(|s| fit::pod_requests(s).ok())
+        .and_then(|r| {
+            super::gang::preemption_nodes(snap, pod, &r, |k, e| {
+                effective_priority(snap, k, e) >= preemptor
+            })
+        });
     let mut memo = ScopeMemo::new();
     let candidates: Vec<Candidate<'_>> = requested
         .iter()
+        .filter(|(node, _, _)| helps.as_ref().is_none_or(|h| h.contains(*node)))
         .filter_map(|(node, uids, pdb)| evaluate(snap, node, uids, *pdb, preemptor, &mut memo))
         .collect();
     let costs: Vec<[i64; 4]> = candidates.iter().map(Candidate::costs).collect();

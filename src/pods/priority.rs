@@ -9,6 +9,11 @@ pub const PRIORITY_MISMATCH: &str =
 /// Upstream's message for a member whose preemption policy differs from its group's.
 pub const PREEMPTION_POLICY_MISMATCH: &str = "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy";
 
+/// Upstream's message, with the `PodGroupPreemptionPolicy` gate off, for a
+/// member whose preemption policy differs from another member's.
+pub const PREEMPTION_POLICY_SHARED: &str =
+    "all pods in a single pod group should have the same preemption policy";
+
 /// The default preemption policy.
 pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
 
@@ -67,6 +72,23 @@ pub fn check_member(pod: &Effective, group: &Effective) -> Result<(), &'static s
     }
     if pod.preemption_policy != group.preemption_policy {
         return Err(PREEMPTION_POLICY_MISMATCH);
+    }
+    Ok(())
+}
+
+/// [`check_member`] with the `PodGroupPreemptionPolicy` gate off: groups
+/// have no preemption policy, so the priority is checked against the
+/// group's and the policy against the other members' (`others`).
+pub fn check_member_without_group_policy<'a>(
+    pod: &Effective,
+    group_priority: i32,
+    others: impl IntoIterator<Item = &'a str>,
+) -> Result<(), &'static str> {
+    if pod.priority != group_priority {
+        return Err(PRIORITY_MISMATCH);
+    }
+    if others.into_iter().any(|p| p != pod.preemption_policy) {
+        return Err(PREEMPTION_POLICY_SHARED);
     }
     Ok(())
 }
@@ -156,5 +178,21 @@ mod tests {
         );
         // Priority is reported first when both differ.
         assert_eq!(check_member(&eff(1, "Never"), &g), Err(PRIORITY_MISMATCH));
+    }
+
+    #[test]
+    fn member_consistency_with_the_gate_off() {
+        let me = eff(100, "Never");
+        let check = |me: &Effective, p: i32, others: &[&str]| {
+            check_member_without_group_policy(me, p, others.iter().copied())
+        };
+        // The group's policy does not exist: only the members agree.
+        assert_eq!(check(&me, 100, &[]), Ok(()));
+        assert_eq!(check(&me, 100, &["Never", "Never"]), Ok(()));
+        assert_eq!(
+            check(&me, 100, &["Never", PREEMPT_LOWER_PRIORITY]),
+            Err(PREEMPTION_POLICY_SHARED)
+        );
+        assert_eq!(check(&me, 7, &["Never"]), Err(PRIORITY_MISMATCH));
     }
 }

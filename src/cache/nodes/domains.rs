@@ -150,12 +150,39 @@ pub struct GroupLedger {
     pub notes: BTreeMap<GroupRef, String>,
 }
 
+/// Switches of the Workload API semantics the extender follows (set from
+/// `serve`'s flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Semantics {
+    /// The `PodGroupPreemptionPolicy` feature gate: groups carry their own
+    /// `preemptionPolicy` (the root CompositePodGroup's is authoritative).
+    /// Off: the groups' field is ignored and the pods of one group must
+    /// share one preemption policy among themselves.
+    pub group_preemption_policy: bool,
+}
+
+impl Default for Semantics {
+    fn default() -> Self {
+        Semantics {
+            group_preemption_policy: true,
+        }
+    }
+}
+
 /// The label indexes and the ledger (a field of [`NodeState`]).
 #[derive(Debug, Default)]
 pub(super) struct Domains {
     /// One index per topology key asked for so far.
     indexes: Mutex<HashMap<String, Arc<DomainIndex>>>,
     ledger: Mutex<GroupLedger>,
+    semantics: Semantics,
+}
+
+impl super::NodeCache {
+    /// Sets the semantics switches (at start-up).
+    pub fn set_semantics(&self, s: Semantics) {
+        self.state.write().domains.semantics = s;
+    }
 }
 
 /// Free amounts on nodes for a fixed list of resources.
@@ -252,6 +279,11 @@ impl NodeState {
             parent,
             |c: &CompositePodGroup| c.spec.parent_composite_pod_group_name.as_deref(),
         )
+    }
+
+    /// The semantics switches.
+    pub fn semantics(&self) -> Semantics {
+        self.domains.semantics
     }
 
     /// The group ledger (hold it briefly; never across an await).

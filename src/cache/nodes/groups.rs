@@ -86,6 +86,32 @@ impl NodeState {
         .take(MAX_DEPTH)
     }
 
+    /// The root CompositePodGroup above a PodGroup (`None` when the group
+    /// has no parent, or the walk meets a missing parent or a cycle): the
+    /// object whose priority is authoritative for the whole hierarchy.
+    pub fn root_composite<'a>(
+        &'a self,
+        namespace: &'a str,
+        group: &str,
+    ) -> Option<&'a CompositePodGroup> {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut root = None;
+        for (name, c) in self.ancestors(namespace, group) {
+            if seen.contains(&name) {
+                return None;
+            }
+            seen.push(name);
+            root = Some(c);
+        }
+        let root = root?;
+        // The walk stopped at a root only when it has no parent.
+        root.spec
+            .parent_composite_pod_group_name
+            .as_deref()
+            .is_none_or(str::is_empty)
+            .then_some(root)
+    }
+
     /// Whether a PodGroup lies beneath a CompositePodGroup.
     fn beneath(&self, namespace: &str, group: &str, composite: &str) -> bool {
         self.ancestors(namespace, group)

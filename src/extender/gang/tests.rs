@@ -1,0 +1,202 @@
+//! The hierarchy walk and quorum over three-level hierarchies, and broken
+//! hierarchies (cycles, too deep).
+
+use super::*;
+use crate::cache::nodes::NodeCache;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use serde_json::{Value, json};
+
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}))
+    .unwrap()
+}
+
+fn pod(name: &str, group: &str, node: Option<&str>) -> Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "1"}}}],
+        "schedulingGroup": {"podGroupName": group}});
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
+        "uid": format!("{name}-uid")}, "spec": spec}))
+    .unwrap()
+}
+
+fn policy(gang: bool, min: u32, composite: bool) -> Value {
+    match (gang, composite) {
+        (true, true) => json!({"gang": {"minGroupCount": min}}),
+        (true, false) => json!({"gang": {"minCount": min}}),
+        (false, _) => json!({"basic": {}}),
+    }
+}
+
+fn group(name: &str, gang: bool, min: u32, parent: Option<&str>) -> PodGroup {
+    let mut spec = json!({"schedulingPolicy": policy(gang, min, false)});
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .unwrap()
+}
+
+fn composite(name: &str, gang: bool, min: u32, parent: Option<&str>) -> CompositePodGroup {
+    let mut spec = json!({"schedulingPolicy": policy(gang, min, true),
+        "workloadRef": {"name": "w", "compositePodGroupTemplateName": name}});
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .unwrap()
+}
+
+/// root (composite) → mid (composite) → leaf (PodGroup of 2, pods l-0 and
+/// l-1), each level gang or basic.
+fn three_levels(root: bool, mid: bool, leaf: bool) -> NodeCache {
+    let c = NodeCache::new();
+    c.apply_node(&node("n1"));
+    c.apply_composite(&composite("root", root, 1, None));
+    c.apply_composite(&composite("mid", mid, 1, Some("root")));
+    c.apply_pod_group(&group("leaf", leaf, 2, Some("mid")));
+    c.apply_pod(&pod("l-0", "leaf", None));
+    c.apply_pod(&pod("l-1", "leaf", None));
+    c
+}
+
+#[test]
+fn the_unit_is_the_outermost_gang_whatever_lies_between() {
+    for mask in 0..8u8 {
+        let (root, mid, leaf) = (mask & 4 != 0, mask & 2 != 0, mask & 1 != 0);
+        let c = three_levels(root, mid, leaf);
+        let want = if root {
+            Some(GroupRef::composite("ns", "root"))
+        } else if mid {
+            Some(GroupRef::composite("ns", "mid"))
+        } else if leaf {
+            Some(GroupRef::group("ns", "leaf"))
+        } else {
+            None
+        };
+        let case = format!("root gang {root}, mid gang {mid}, leaf gang {leaf}");
+        let levels = chain(&c.read(), "ns", "leaf").expect(&case);
+        assert_eq!(levels.len(), 3, "{case}");
+        assert_eq!(
+            unit_of(&levels).map(|i| levels[i].group.clone()),
+            want,
+            "{case}"
+        );
+        // One member placed: a gang leaf is short of its 2, and every gang
+        // above it waits for the leaf; a basic leaf completes with one.
+        assert!(c.assume("ns", "l-0", "l-0-uid", "n1"), "{case}");
+        let q = quorum(&c.read(), "ns", "l-0").expect(&case);
+        match &want {
+            None => assert_eq!(q, None, "{case}"),
+            Some(unit) => {
+                let q = q.expect(&case);
+                assert_eq!(&q.unit, unit, "{case}");
+                assert_eq!(q.reached, !leaf, "{case}: {q:?}");
+            }
+        }
+        // Both placed: every unit is complete, and every level of the
+        // hierarchy is reported satisfied.
+        assert!(c.assume("ns", "l-1", "l-1-uid", "n1"), "{case}");
+        let q = quorum(&c.read(), "ns", "l-1").expect(&case);
+        if let Some(unit) = &want {
+            let q = q.expect(&case);
+            assert!(q.reached, "{case}: {q:?}");
+            // A unit that is the leaf counts pods, a composite child groups.
+            let want_counts = if unit.composite { (1, 1) } else { (2, 2) };
+            assert_eq!((q.have, q.need), want_counts, "{case}");
+            assert!(q.satisfied.contains(unit), "{case}: {q:?}");
+            assert!(
+                q.satisfied.contains(&GroupRef::group("ns", "leaf")),
+                "{case}: {q:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_basic_middle_does_not_cut_off_a_gang_root_over_two_gang_leaves() {
+    // root (gang, 2 groups) → mid (basic) → a, b (gang of 1 each): the
+    // first member is held until the second completes the root.
+    let c = NodeCache::new();
+    c.apply_node(&node("n1"));
+    c.apply_composite(&composite("root", true, 2, None));
+    c.apply_composite(&composite("mid", false, 1, Some("root")));
+    c.apply_composite(&composite("other", false, 1, Some("root")));
+    c.apply_pod_group(&group("a", true, 1, Some("mid")));
+    c.apply_pod_group(&group("b", true, 1, Some("other")));
+    c.apply_pod(&pod("a-0", "a", None));
+    c.apply_pod(&pod("b-0", "b", None));
+    assert!(c.assume("ns", "a-0", "a-0-uid", "n1"));
+    let q = quorum(&c.read(), "ns", "a-0").unwrap().unwrap();
+    assert_eq!(q.unit, GroupRef::composite("ns", "root"));
+    assert_eq!((q.reached, q.have, q.need), (false, 1, 2));
+    assert!(c.assume("ns", "b-0", "b-0-uid", "n1"));
+    for p in ["a-0", "b-0"] {
+        let q = quorum(&c.read(), "ns", p).unwrap().unwrap();
+        assert_eq!(q.unit, GroupRef::composite("ns", "root"), "{p}");
+        assert_eq!((q.reached, q.have, q.need), (true, 2, 2), "{p}");
+    }
+}
+
+#[test]
+fn a_parent_cycle_is_unresolvable_and_named() {
+    let c = NodeCache::new();
+    c.apply_node(&node("n1"));
+    c.apply_composite(&composite("a", true, 1, Some("b")));
+    c.apply_composite(&composite("b", false, 1, Some("a")));
+    c.apply_pod_group(&group("g", true, 1, Some("a")));
+    c.apply_pod(&pod("g-0", "g", Some("n1")));
+    let err = chain(&c.read(), "ns", "g").unwrap_err();
+    assert!(err.unresolvable);
+    assert_eq!(
+        err.message,
+        "parent cycle: composite pod group ns/a → composite pod group ns/b → composite pod group ns/a"
+    );
+    // Bind refuses it too, rather than binding it alone.
+    assert_eq!(quorum(&c.read(), "ns", "g-0"), Err(err.message.clone()));
+    // A group that is its own parent.
+    c.apply_composite(&composite("self", true, 1, Some("self")));
+    c.apply_pod_group(&group("h", true, 1, Some("self")));
+    let err = chain(&c.read(), "ns", "h").unwrap_err();
+    assert!(
+        err.message
+            .starts_with("parent cycle: composite pod group ns/self → composite pod group ns/self"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_chain_deeper_than_the_limit_is_unresolvable() {
+    let c = NodeCache::new();
+    // g → c1 → c2 → c3 is four levels: fine. Under c4 it is five.
+    c.apply_composite(&composite("c3", true, 1, None));
+    c.apply_composite(&composite("c2", true, 1, Some("c3")));
+    c.apply_composite(&composite("c1", true, 1, Some("c2")));
+    c.apply_pod_group(&group("g", true, 1, Some("c1")));
+    assert_eq!(chain(&c.read(), "ns", "g").unwrap().len(), MAX_DEPTH);
+    c.apply_composite(&composite("c3", true, 1, Some("c4")));
+    c.apply_composite(&composite("c4", true, 1, None));
+    let err = chain(&c.read(), "ns", "g").unwrap_err();
+    assert!(err.unresolvable);
+    assert!(
+        err.message
+            .starts_with("group hierarchy deeper than 4 levels: pod group ns/g → ")
+            && err.message.ends_with("composite pod group ns/c4"),
+        "{}",
+        err.message
+    );
+    // A missing parent is only waited for.
+    c.apply_composite(&composite("c2", true, 1, Some("gone")));
+    let err = chain(&c.read(), "ns", "g").unwrap_err();
+    assert_eq!(
+        err.message,
+        "waiting for composite pod group ns/gone to exist"
+    );
+}

@@ -31,7 +31,7 @@ enum Command {
     /// Serve the HTTP API and run the Run scheduling loop.
     Serve(Box<ServeArgs>),
     /// Admit Runs on one Runtime Pod, over HTTP on a unix socket.
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Compile and validate workload trees into Workload and PodGroups.
     #[command(subcommand)]
     Workload(WorkloadCommand),
@@ -88,7 +88,7 @@ fn main() -> ExitCode {
     report(runtime.block_on(async move {
         match command {
             Command::Serve(args) => serve::run(*args).await,
-            Command::Agent(args) => agent::run(args).await,
+            Command::Agent(args) => agent::run(*args).await,
             // Handled above, without an async runtime.
             Command::Workload(_) | Command::Certs(_) => Ok(()),
         }

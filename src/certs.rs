@@ -7,10 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
-};
 
 /// How long the CA is valid.
 pub const CA_VALIDITY_DAYS: i64 = 10 * 365;
@@ -91,42 +87,24 @@ pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-/// Generates a CA and a serving certificate for `names` (ECDSA P-256).
+/// Generates a CA and a serving certificate for `names` (ECDSA P-256),
+/// with the same profiles `--manage-webhooks` issues.
 pub fn generate(names: &[String]) -> Result<Generated, CertsError> {
+    use crate::webhooks::material::{issue_serving, new_ca};
     let now = time::OffsetDateTime::now_utc();
-    let backdate = time::Duration::hours(1);
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    let mut ca_dn = DistinguishedName::new();
-    ca_dn.push(DnType::CommonName, "kruntimes-scheduler webhook CA");
-    ca_params.distinguished_name = ca_dn;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    ca_params.not_before = now - backdate;
-    ca_params.not_after = now + time::Duration::days(CA_VALIDITY_DAYS);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-
-    let mut params = CertificateParams::new(names.to_vec())?;
-    let mut dn = DistinguishedName::new();
-    dn.push(
-        DnType::CommonName,
-        names.first().cloned().unwrap_or_default(),
-    );
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    params.not_before = now - backdate;
-    params.not_after = now + time::Duration::days(SERVING_VALIDITY_DAYS);
-    let key = KeyPair::generate()?;
-    let leaf = params.signed_by(&key, &ca)?;
-
-    let ca_pem = ca.pem();
+    let day = std::time::Duration::from_secs(86_400);
+    let (ca_pem, ca_key) = new_ca(day * CA_VALIDITY_DAYS as u32, now)?;
+    let (leaf_pem, key_pem) = issue_serving(
+        &ca_pem,
+        &ca_key,
+        names,
+        day * SERVING_VALIDITY_DAYS as u32,
+        now,
+    )?;
     Ok(Generated {
-        chain_pem: format!("{}{}", leaf.pem(), ca_pem),
+        chain_pem: format!("{leaf_pem}{ca_pem}"),
         ca_pem,
-        key_pem: key.serialize_pem(),
+        key_pem,
     })
 }
 
@@ -186,20 +164,11 @@ fn write_file(path: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// Runs `certs`: generate, write, print the `caBundle` on stdout (and what
 /// was written on stderr).
 pub fn run(args: CertsArgs) -> anyhow::Result<()> {
     for (flag, value) in [("service", &args.service), ("namespace", &args.namespace)] {
-        if !is_dns_label(value) {
+        if !crate::workload::is_dns_label(value) {
             return Err(CertsError::BadName {
                 flag,
                 value: value.clone(),

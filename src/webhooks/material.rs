@@ -344,7 +344,10 @@ pub fn verify(
     Ok(())
 }
 
-fn new_ca(validity: Duration, now: OffsetDateTime) -> Result<(String, String), rcgen::Error> {
+pub(crate) fn new_ca(
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<(String, String), rcgen::Error> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut dn = DistinguishedName::new();
     dn.push(
@@ -361,7 +364,7 @@ fn new_ca(validity: Duration, now: OffsetDateTime) -> Result<(String, String), r
     Ok((to_pem(cert.der()), key.serialize_pem()))
 }
 
-fn issue_serving(
+pub(crate) fn issue_serving(
     ca_pem: &str,
     ca_key: &str,
     names: &[String],

@@ -75,6 +75,7 @@
 pub mod config;
 pub mod material;
 
+use crate::workload::{is_dns_label, is_dns_subdomain};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -258,19 +259,6 @@ impl ManageWebhookArgs {
             check_every: self.cert_check_interval,
         }))
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Kinds that may own the configurations (cluster-scoped, part of the install).

@@ -59,7 +59,8 @@ pub use build::{BuildOptions, Builder, Group};
 pub use field::{FieldError, FieldErrorKind};
 pub use rules::{
     DisruptionModeOption, HIGHEST_USER_DEFINABLE_PRIORITY, MAX_DEPTH, MAX_RESOURCE_CLAIMS,
-    MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS, PREEMPTION_POLICIES, PolicyOption,
+    MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS, PREEMPTION_POLICIES, PolicyOption, is_dns_label,
+    is_dns_subdomain,
 };
 pub use tree::{
     Callback, CompositeBasicPolicy, CompositeGangPolicy, CompositeSchedulingPolicy, ItemConfig,

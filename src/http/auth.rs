@@ -190,15 +190,14 @@ fn describe(access: &Access) -> String {
             resource,
             verb,
             namespace,
-        } if namespace.is_empty() => {
-            format!("{verb} {resource}.{group} in all namespaces")
+        } => {
+            let scope = if namespace.is_empty() {
+                "all namespaces".to_owned()
+            } else {
+                format!("namespace {namespace:?}")
+            };
+            format!("{verb} {resource}.{group} in {scope}")
         }
-        Access::Resource {
-            group,
-            resource,
-            verb,
-            namespace,
-        } => format!("{verb} {resource}.{group} in namespace {namespace:?}"),
         Access::NonResource { path, verb } => format!("{verb} {path}"),
     }
 }
@@ -251,13 +250,7 @@ pub async fn require_run_read(
 ) -> Response {
     // A namespace name is a DNS label; anything else is checked cluster-wide.
     let namespace = query_param(&req, "namespace")
-        .filter(|ns| {
-            !ns.is_empty()
-                && ns.len() <= 63
-                && ns
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        })
+        .filter(|ns| crate::workload::is_dns_label(ns))
         .unwrap_or_default()
         .to_owned();
     let access = Access::Resource {

@@ -342,36 +342,40 @@ async fn bind_all(
     state: &AppState,
     tls: Option<crate::tls::TlsConfigHandle>,
 ) -> anyhow::Result<Vec<Listener>> {
+    let wanted = [
+        (
+            "--listen",
+            "api",
+            Some(args.listen),
+            crate::http::router_with(state.clone(), args.surfaces(components)),
+            tls,
+        ),
+        (
+            "--extender-listen",
+            "extender",
+            args.extender_listen,
+            crate::http::extender_router(state.clone()),
+            None,
+        ),
+        (
+            "--health-listen",
+            "health",
+            args.health_listen,
+            crate::http::health_router(state.clone()),
+            None,
+        ),
+    ];
     let mut out = Vec::new();
-    let main = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding --listen {}", args.listen))?;
-    out.push(Listener {
-        what: "api",
-        listener: main,
-        router: crate::http::router_with(state.clone(), args.surfaces(components)),
-        tls,
-    });
-    if let Some(addr) = args.extender_listen {
-        let l = tokio::net::TcpListener::bind(addr)
+    for (flag, what, addr, router, tls) in wanted {
+        let Some(addr) = addr else { continue };
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding --extender-listen {addr}"))?;
+            .with_context(|| format!("binding {flag} {addr}"))?;
         out.push(Listener {
-            what: "extender",
-            listener: l,
-            router: crate::http::extender_router(state.clone()),
-            tls: None,
-        });
-    }
-    if let Some(addr) = args.health_listen {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding --health-listen {addr}"))?;
-        out.push(Listener {
-            what: "health",
-            listener: l,
-            router: crate::http::health_router(state.clone()),
-            tls: None,
+            what,
+            listener,
+            router,
+            tls,
         });
     }
     Ok(out)

@@ -286,9 +286,9 @@ async fn watch_kind<K>(
     }));
 }
 
-/// The extender's watchers: Nodes and all Pods (stripped to fit facts),
-/// PodGroups, CompositePodGroups, PriorityClasses, ResourceClaims and
-/// ResourceSlices. A group the cluster does not serve disables what needs
+/// The extender's watchers: Nodes, PodGroups, CompositePodGroups,
+/// ResourceClaims and ResourceSlices (all Pods and PriorityClasses have
+/// their own, shared with the other components). A group the cluster does not serve disables what needs
 /// it, with one log line, and does not hold readiness back.
 async fn spawn_extender(
     client: &Client,

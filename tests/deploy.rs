@@ -885,9 +885,10 @@ fn allows(rule: &Rule, r: &Request) -> bool {
         && (rule.names.is_empty() || rule.names.contains(&r.name))
 }
 
-/// Checks recorded requests against the rules; returns the (role, group,
-/// resource, verb) grants that no request used.
-fn check_rbac(rules: &[Rule], requests: &[Request], who: &str) -> BTreeSet<String> {
+/// Checks recorded requests against the rules: every request must be
+/// allowed, and every granted (role, group, resource, verb) must be used by
+/// a request or explained in [`UNUSED_BUT_NEEDED`].
+fn check_rbac(rules: &[Rule], requests: &[Request], who: &str) {
     let denied: BTreeSet<String> = requests
         .iter()
         .filter(|r| !rules.iter().any(|rule| allows(rule, r)))
@@ -913,7 +914,14 @@ fn check_rbac(rules: &[Rule], requests: &[Request], who: &str) -> BTreeSet<Strin
             }
         }
     }
-    unused
+    let unexplained: Vec<&String> = unused
+        .iter()
+        .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "{who}: grants no scenario used and none explains (remove them or list why in UNUSED_BUT_NEEDED):\n{unexplained:#?}"
+    );
 }
 
 fn kubeconfig(api: &FakeApi, dir: &Path) -> PathBuf {
@@ -1086,15 +1094,10 @@ async fn the_extender_uses_only_what_its_rbac_grants() {
             .any(|r| r.resource == "pods" && r.subresource == "binding"),
         "the extender bound through the API: {requests:?}"
     );
-    let rules = rules_of(objs, "kruntimes-system", &sa);
-    let unused = check_rbac(&rules, &requests, "extender");
-    let unexplained: Vec<&String> = unused
-        .iter()
-        .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))
-        .collect();
-    assert!(
-        unexplained.is_empty(),
-        "grants no scenario used and none explains (remove them or list why in UNUSED_BUT_NEEDED):\n{unexplained:#?}"
+    check_rbac(
+        &rules_of(objs, "kruntimes-system", &sa),
+        &requests,
+        "extender",
     );
 }
 
@@ -1385,14 +1388,9 @@ async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only
 
     // (d) Every request is allowed by the rendered RBAC of its ServiceAccount.
     let requests = api.inner.lock().requests.clone();
-    let rules = rules_of(objs, "kruntimes-system", &sa);
-    let unused = check_rbac(&rules, &requests, "run scheduler and webhooks");
-    let unexplained: Vec<&String> = unused
-        .iter()
-        .filter(|u| !UNUSED_BUT_NEEDED.iter().any(|(g, _)| g == u))
-        .collect();
-    assert!(
-        unexplained.is_empty(),
-        "grants no scenario used and none explains (remove them or list why in UNUSED_BUT_NEEDED):\n{unexplained:#?}"
+    check_rbac(
+        &rules_of(objs, "kruntimes-system", &sa),
+        &requests,
+        "run scheduler and webhooks",
     );
 }

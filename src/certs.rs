@@ -77,15 +77,7 @@ impl Generated {
     }
 }
 
-/// The DNS names a Service is reached by from inside the cluster.
-pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        service.to_owned(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc"),
-        format!("{service}.{namespace}.svc.cluster.local"),
-    ]
-}
+pub use crate::webhooks::material::service_dns_names;
 
 /// Generates a CA and a serving certificate for `names` (ECDSA P-256),
 /// with the same profiles `--manage-webhooks` issues.

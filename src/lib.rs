@@ -2,22 +2,52 @@
 //! scheduling for Kubernetes, in one service.
 //!
 //! ```text
-//!            transport                     cache                    pure domain
-//!  ┌──────────────────────────┐    ┌─────────────────────┐    ┌──────────────────────┐
-//!  │ http (axum routers)      │───▶│ cache::Cache        │───▶│ model (quantities,   │
-//!  │ controller (Run loop)    │    │  Runtime Pod slots: │    │   ratios, pod facts, │
-//!  │ cluster (writes: store / │    │  facts, actual and  │    │   requests)          │
-//!  │   kube API)              │    │  assumed usage;     │    │ runs (filter, score, │
-//!  │ serve (assembly), main   │    │  Runs; reservations │    │   status, queue)     │
-//!  └──────────────────────────┘    └─────────────────────┘    │ workload (builder,   │
-//!                                                              │   validation)        │
-//!                                                              └──────────────────────┘
+//!  serve, main ── assembly: flags, listeners, watchers, leader election
+//!       │
+//!  certs ─▶ webhooks (self-managed webhook TLS and configurations)
+//!       │
+//!  http ── the Run API, standalone objects, health, metrics; composes every
+//!       │  surface's router over the composite AppState (axum FromRef)
+//!       ▼
+//!  surfaces, none importing another, each with router(own state):
+//!    extender (ExtenderState)  admission (AdmissionState)
+//!    controller (Run loop)     agent (per-pod admission, unix socket)
+//!       │
+//!  cluster ── ports and adapters: ClusterWriter, kube client,
+//!       │     standalone store, watchers
+//!  cache ──── storage: the Run cache (cache::Cache) and the cluster index
+//!       │     (cache::nodes::NodeCache): apply/delete/reset, assume/forget
+//!  metrics
+//!       │
+//!  workload, pods, runs ── pure domain: validation, fit, priority,
+//!       │                  placement, status, queue
+//!  transport, crd, model, tls ── leaves: HTTP plumbing (errors, extractors,
+//!                                limits, 404/405, latency middleware),
+//!                                the CRD, the pure core (quantities,
+//!                                GroupRef, RunRef, name rules), TLS
 //! ```
 //!
-//! Dependencies point one way: transport uses the cache, the cache uses the
-//! pure domain; never the reverse. Handlers keep no state of their own.
+//! ## Layers
+//!
+//! Dependencies point down. A module may import only modules of a lower
+//! layer than its own; modules of one layer never import each other. The
+//! test `tests/layering.rs` reads this table and every `crate::` path under
+//! `src/`, and fails on an import that goes up or sideways.
+//!
+//! | layer | modules | what they are |
+//! |-------|---------|---------------|
+//! | 0 | `transport`, `crd`, `model`, `tls` | leaves: HTTP plumbing, the CRD, the pure core, TLS |
+//! | 1 | `workload`, `pods`, `runs` | pure domain |
+//! | 2 | `metrics` | the metrics registry |
+//! | 3 | `cache` | storage and indexes |
+//! | 4 | `cluster` | ports and adapters |
+//! | 5 | `extender`, `admission`, `controller`, `agent` | surfaces |
+//! | 6 | `http`, `webhooks` | the Run API and router composition; webhook management |
+//! | 7 | `certs` | the certs command (uses webhook material) |
+//! | 8 | `serve`, `main` | assembly |
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod admission;
 pub mod agent;
@@ -34,5 +64,6 @@ pub mod pods;
 pub mod runs;
 pub mod serve;
 pub mod tls;
+pub mod transport;
 pub mod webhooks;
 pub mod workload;

@@ -7,9 +7,11 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::runs::placement::PendingReason;
+use crate::transport::{LatencyLayer, LatencyObserver};
 
 /// Which decision a latency sample belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -234,7 +236,35 @@ impl Default for Metrics {
     }
 }
 
+/// Records one route's latency samples in `decision_seconds` under its
+/// endpoint label (the observer of the transport latency middleware).
+#[derive(Debug, Clone)]
+pub struct EndpointTimer {
+    metrics: Arc<Metrics>,
+    endpoint: Endpoint,
+}
+
+impl LatencyObserver for EndpointTimer {
+    fn observe(&self, elapsed: Duration) {
+        self.metrics
+            .decision_seconds
+            .get_or_create(&EndpointLabels {
+                endpoint: self.endpoint.clone(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
 impl Metrics {
+    /// The latency middleware for one route, timing every answer (failed
+    /// ones too) as `endpoint`.
+    pub fn latency(self: &Arc<Self>, endpoint: Endpoint) -> LatencyLayer<EndpointTimer> {
+        LatencyLayer::new(EndpointTimer {
+            metrics: Arc::clone(self),
+            endpoint,
+        })
+    }
+
     pub fn observe(&self, endpoint: Endpoint, start: Instant) {
         self.decision_seconds
             .get_or_create(&EndpointLabels { endpoint })

@@ -19,11 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Parses `500ms`, `15s`, `5m`, `1h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. 500ms, 15s, 5m, 1h"))
-}
+pub use crate::transport::{parse_duration, shutdown_signal};
 
 /// What `serve` runs (`--components`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -274,7 +270,7 @@ pub fn standalone(
     store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The store holds the whole cluster: every index is complete now.
     cache.set_synced(true);
-    nodes.admission_classes().set_synced(true);
+    nodes.set_priority_classes_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
     let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
     let state = AppState {
@@ -639,27 +635,4 @@ async fn register_and_renew(managed: crate::webhooks::ManagedTls) {
         backoff = (backoff * 2).min(Duration::from_secs(30));
     }
     managed.run(std::future::pending()).await;
-}
-
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
 }

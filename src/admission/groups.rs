@@ -1,12 +1,12 @@
 //! PodGroup, CompositePodGroup and Workload webhooks: the workload module's
 //! validators (one implementation, shared with the workload builder) plus
-//! the PriorityClass existence check against the [`PriorityClasses`] index.
+//! the PriorityClass existence check through a [`PriorityLookup`].
 
 use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
 use kube::core::admission::AdmissionResponse;
 use serde::de::DeserializeOwned;
 
-use super::priority::{ClassLookup, PriorityClasses};
+use super::priority::{ClassLookup, PriorityLookup};
 use super::review::{self, Request, Scope, Target, Violation};
 use crate::workload::{self, FieldError, PriorityClassRef};
 
@@ -32,7 +32,7 @@ pub const WORKLOAD: Target = Target {
 };
 
 /// `POST /admission/validate/podgroups`.
-pub fn validate_pod_group(req: &Request, classes: &PriorityClasses) -> AdmissionResponse {
+pub fn validate_pod_group(req: &Request, classes: &dyn PriorityLookup) -> AdmissionResponse {
     judge::<v1beta1::PodGroup>(
         req,
         classes,
@@ -43,7 +43,7 @@ pub fn validate_pod_group(req: &Request, classes: &PriorityClasses) -> Admission
 }
 
 /// `POST /admission/validate/compositepodgroups`.
-pub fn validate_composite_pod_group(req: &Request, classes: &PriorityClasses) -> AdmissionResponse {
+pub fn validate_composite_pod_group(req: &Request, classes: &dyn PriorityLookup) -> AdmissionResponse {
     judge::<v1alpha3::CompositePodGroup>(
         req,
         classes,
@@ -54,7 +54,7 @@ pub fn validate_composite_pod_group(req: &Request, classes: &PriorityClasses) ->
 }
 
 /// `POST /admission/validate/workloads`.
-pub fn validate_workload(req: &Request, classes: &PriorityClasses) -> AdmissionResponse {
+pub fn validate_workload(req: &Request, classes: &dyn PriorityLookup) -> AdmissionResponse {
     judge::<v1beta1::Workload>(
         req,
         classes,
@@ -67,7 +67,7 @@ pub fn validate_workload(req: &Request, classes: &PriorityClasses) -> AdmissionR
 /// Decode, validate (with the old object on UPDATE), check PriorityClasses.
 fn judge<T: DeserializeOwned>(
     req: &Request,
-    classes: &PriorityClasses,
+    classes: &dyn PriorityLookup,
     target: &Target,
     validate: fn(&T, Option<&T>) -> Vec<FieldError>,
     class_refs: fn(&T) -> Vec<PriorityClassRef>,
@@ -109,7 +109,7 @@ fn judge<T: DeserializeOwned>(
 /// immutable, and a class deleted later must not block updates (finalizers,
 /// `minCount`) of objects that were admitted with it.
 pub fn class_violations(
-    classes: &PriorityClasses,
+    classes: &dyn PriorityLookup,
     refs: Vec<PriorityClassRef>,
     old_refs: Option<Vec<PriorityClassRef>>,
 ) -> Vec<Violation> {

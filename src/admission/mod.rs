@@ -7,7 +7,7 @@
 //!  pure decision fn(&AdmissionRequest) -> AdmissionResponse
 //!      runs::{mutate_run, validate_run}     model::resources rules
 //!      groups::validate_*                   workload::validate_* rules
-//!                                           + PriorityClasses index
+//!                                           + PriorityLookup (class index)
 //!      pods::mutate_pod
 //!      │
 //!      ▼ encode: echo apiVersion/kind/uid, base64 JSONPatch
@@ -33,9 +33,9 @@ use axum::routing::post;
 use axum::{Json, response::IntoResponse, response::Response};
 use kube::core::admission::AdmissionResponse;
 
-use crate::http::MAX_BODY_BYTES;
-use crate::http::error::{ApiError, Body};
-pub use priority::PriorityClasses;
+use crate::transport::MAX_BODY_BYTES;
+use crate::transport::{ApiError, Body};
+pub use priority::{ClassLookup, PriorityClasses, PriorityLookup};
 use review::Request;
 
 /// How long one review may take before the handler gives up (the webhook
@@ -43,17 +43,26 @@ use review::Request;
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(9);
 
 /// What the admission handlers share.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AdmissionState {
-    /// PriorityClasses by name, fed by a watcher or the standalone store.
-    pub priority_classes: Arc<PriorityClasses>,
+    /// PriorityClasses by name: the cluster index in the service, fed by a
+    /// watcher or the standalone store.
+    pub priority_classes: Arc<dyn PriorityLookup>,
     /// Where verdicts are counted.
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
+impl Default for AdmissionState {
+    /// An empty, unsynced PriorityClass index (every class check fails
+    /// closed) and metrics of its own.
+    fn default() -> Self {
+        Self::new(Arc::new(PriorityClasses::new()))
+    }
+}
+
 impl AdmissionState {
     /// State over an existing PriorityClass index.
-    pub fn new(priority_classes: Arc<PriorityClasses>) -> Self {
+    pub fn new(priority_classes: Arc<dyn PriorityLookup>) -> Self {
         Self {
             priority_classes,
             metrics: Arc::default(),
@@ -135,7 +144,7 @@ async fn validate_runs(State(s): State<AdmissionState>, Body(body): Body) -> Res
 
 async fn validate_pod_groups(State(s): State<AdmissionState>, Body(body): Body) -> Response {
     answer(&s, &body, "validate-podgroups", |r| {
-        groups::validate_pod_group(r, &s.priority_classes)
+        groups::validate_pod_group(r, s.priority_classes.as_ref())
     })
 }
 
@@ -144,13 +153,13 @@ async fn validate_composite_pod_groups(
     Body(body): Body,
 ) -> Response {
     answer(&s, &body, "validate-compositepodgroups", |r| {
-        groups::validate_composite_pod_group(r, &s.priority_classes)
+        groups::validate_composite_pod_group(r, s.priority_classes.as_ref())
     })
 }
 
 async fn validate_workloads(State(s): State<AdmissionState>, Body(body): Body) -> Response {
     answer(&s, &body, "validate-workloads", |r| {
-        groups::validate_workload(r, &s.priority_classes)
+        groups::validate_workload(r, s.priority_classes.as_ref())
     })
 }
 

@@ -1,28 +1,23 @@
-//! The PriorityClass index admission checks names against.
+//! How admission checks PriorityClass names: through [`PriorityLookup`],
+//! a small read-only trait.
 //!
-//! Fed like every other cache (`apply` / `delete` / `reset`), by a
-//! PriorityClass watcher in cluster mode or by the standalone store. Until
-//! the first `reset` (the watcher's initial list) the index is *not synced*
-//! and every lookup answers [`ClassLookup::NotSynced`]: admission then
-//! fails closed instead of guessing.
+//! The service has one PriorityClass index, the cluster index's
+//! ([`NodeCache`], fed by its watcher or the standalone store), which
+//! implements the trait; [`PriorityClasses`] is a small index of its own
+//! for running the webhooks without a cluster index (embedding, tests).
+//! Until an index has seen its initial list it is *not synced* and every
+//! lookup answers [`ClassLookup::NotSynced`]: admission then fails closed
+//! instead of guessing.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use parking_lot::RwLock;
 
+use crate::cache::nodes::NodeCache;
 use crate::workload::PriorityClassRef;
 
-/// What the index knows about one PriorityClass name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClassLookup {
-    /// The class exists, with this value.
-    Found(i32),
-    /// The index is synced and has no class of that name.
-    Missing,
-    /// The index has not seen its initial list yet.
-    NotSynced,
-}
+pub use crate::pods::priority::ClassLookup;
 
 /// A PriorityClass reference that does not resolve, or resolves to a value
 /// other than the explicit `priority` beside it.
@@ -76,7 +71,42 @@ impl std::fmt::Display for ClassProblem {
     }
 }
 
-/// PriorityClasses by name.
+/// Read access to a PriorityClass index.
+pub trait PriorityLookup: Send + Sync + std::fmt::Debug {
+    /// Looks one name up.
+    fn lookup(&self, name: &str) -> ClassLookup;
+
+    /// Every reference that does not resolve, in order, and every explicit
+    /// `priority` that differs from its class's value. Nothing is written
+    /// back: a group's priority stays what its author wrote.
+    fn check(&self, refs: &[PriorityClassRef]) -> Vec<ClassProblem> {
+        refs.iter()
+            .filter_map(|r| match self.lookup(&r.name) {
+                ClassLookup::Found(value) if r.priority.is_none_or(|p| p == value) => None,
+                lookup => Some(ClassProblem {
+                    reference: r.clone(),
+                    lookup,
+                }),
+            })
+            .collect()
+    }
+}
+
+/// The service's one index: the cluster index's PriorityClasses.
+impl PriorityLookup for NodeCache {
+    fn lookup(&self, name: &str) -> ClassLookup {
+        self.lookup_priority_class(name)
+    }
+}
+
+impl PriorityLookup for PriorityClasses {
+    fn lookup(&self, name: &str) -> ClassLookup {
+        PriorityClasses::lookup(self, name)
+    }
+}
+
+/// PriorityClasses by name: an index of its own, for the webhooks without
+/// a cluster index.
 #[derive(Debug, Default)]
 pub struct PriorityClasses {
     /// Names and values, and whether the initial list has been seen.
@@ -161,21 +191,6 @@ impl PriorityClasses {
             .classes
             .get(name)
             .map_or(ClassLookup::Missing, |v| ClassLookup::Found(*v))
-    }
-
-    /// Every reference that does not resolve, in order, and every explicit
-    /// `priority` that differs from its class's value. Nothing is written
-    /// back: a group's priority stays what its author wrote.
-    pub fn check(&self, refs: &[PriorityClassRef]) -> Vec<ClassProblem> {
-        refs.iter()
-            .filter_map(|r| match self.lookup(&r.name) {
-                ClassLookup::Found(value) if r.priority.is_none_or(|p| p == value) => None,
-                lookup => Some(ClassProblem {
-                    reference: r.clone(),
-                    lookup,
-                }),
-            })
-            .collect()
     }
 }
 

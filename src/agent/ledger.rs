@@ -37,7 +37,7 @@
 use crate::model::resources::Requests;
 use std::collections::{HashMap, VecDeque};
 
-pub use crate::cluster::RunRef;
+pub use crate::model::refs::RunRef;
 pub use crate::model::resources::Amounts;
 
 /// How a reservation came to be.

@@ -36,7 +36,7 @@ pub mod source;
 use crate::cluster::load::load_path;
 use crate::model::quantity::QuantityError;
 use crate::model::resources::{RequestError, Requests, effective_requests};
-use crate::serve::parse_duration;
+use crate::transport::parse_duration;
 use anyhow::Context as _;
 use journal::{Durability, Journal, JournalHold};
 use k8s_openapi::api::core::v1::Pod;
@@ -830,7 +830,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         socket,
         Arc::clone(&agent),
         policy,
-        crate::serve::shutdown_signal(),
+        crate::transport::shutdown_signal(),
     )
     .await;
     for t in watch_task.into_iter().chain(metrics_task) {

@@ -1,6 +1,6 @@
 //! The agent's HTTP/1.1 API over a unix socket. Handlers decode, call
 //! [`Agent`], encode; the JSON error shape is the service's
-//! ([`crate::http::error`]).
+//! ([`crate::transport`]).
 //!
 //! Every connection carries its peer's credentials (`SO_PEERCRED`, read
 //! once at accept); a request from a peer whose uid and gid are both outside
@@ -8,9 +8,9 @@
 
 use super::metrics::Refusal;
 use super::{Agent, HoldView, Reservation, ReserveError, ReserveRequest};
-use crate::http::MAX_BODY_BYTES;
-use crate::http::error::{ApiError, JsonBody, Params};
-use crate::serve::parse_duration;
+use crate::transport::MAX_BODY_BYTES;
+use crate::transport::{ApiError, JsonBody, Params};
+use crate::transport::parse_duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::connect_info::{ConnectInfo, Connected};
@@ -243,8 +243,8 @@ pub fn router(agent: Arc<Agent>, policy: PeerPolicy) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/reservations", get(status).post(reserve))
         .route("/v1/reservations/{uid}", delete(release))
-        .fallback(crate::http::not_found)
-        .method_not_allowed_fallback(crate::http::method_not_allowed)
+        .fallback(crate::transport::not_found)
+        .method_not_allowed_fallback(crate::transport::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(guard, authorize))
         .with_state(agent)
@@ -281,7 +281,7 @@ async fn authorize(
 pub fn metrics_router(agent: Arc<Agent>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .fallback(crate::http::not_found)
+        .fallback(crate::transport::not_found)
         .with_state(agent)
 }
 

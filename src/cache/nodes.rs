@@ -274,7 +274,7 @@ pub struct PodEntry {
     /// `Succeeded` or `Failed`: counts nowhere.
     pub terminal: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
-    pub node_rule: Option<Arc<crate::extender::selector::NodeRule>>,
+    pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
 
 impl PodEntry {
@@ -306,7 +306,7 @@ impl PodEntry {
                 .collect(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             node_rule: spec
-                .and_then(crate::extender::selector::NodeRule::of)
+                .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
         }
     }
@@ -1234,9 +1234,9 @@ impl NodeState {
 pub struct NodeCache {
     /// All state, behind one lock for consistent snapshots.
     state: RwLock<NodeState>,
-    /// The PriorityClass names the admission webhooks check, fed by the same
-    /// applies as `state` so there is one watch and one store path.
-    admission_classes: Arc<crate::admission::PriorityClasses>,
+    /// The PriorityClasses in `state` have been listed once (a `reset`):
+    /// until then name lookups answer "not synced" (admission fails closed).
+    classes_synced: std::sync::atomic::AtomicBool,
     /// Woken after every ResourceClaim change (binds waiting on devices).
     claim_changes: tokio::sync::Notify,
 }
@@ -1248,10 +1248,26 @@ impl NodeCache {
         Self::default()
     }
 
-    /// The admission webhooks' view of PriorityClasses, kept in step with
-    /// this cache.
-    pub fn admission_classes(&self) -> &Arc<crate::admission::PriorityClasses> {
-        &self.admission_classes
+    /// Whether the PriorityClasses have been listed once.
+    pub fn priority_classes_synced(&self) -> bool {
+        self.classes_synced
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks the PriorityClasses synced (standalone mode: the store is the
+    /// whole truth from the start) or not.
+    pub fn set_priority_classes_synced(&self, synced: bool) {
+        self.classes_synced
+            .store(synced, std::sync::atomic::Ordering::Release);
+    }
+
+    /// One PriorityClass by name, or "not synced" before the first list.
+    pub fn lookup_priority_class(&self, name: &str) -> priority::ClassLookup {
+        priority::lookup(
+            &self.state.read().classes,
+            self.priority_classes_synced(),
+            name,
+        )
     }
 
     /// A consistent snapshot for reading (hold it briefly).
@@ -1408,19 +1424,17 @@ impl NodeCache {
             .write()
             .classes
             .insert(name_of(&pc.metadata), Self::class_of(pc));
-        self.admission_classes.apply(pc);
     }
     pub fn delete_priority_class(&self, name: &str) {
         self.state.write().classes.remove(name);
-        self.admission_classes.delete_name(name);
     }
-    /// Replaces every PriorityClass (a relist); marks the admission view synced.
+    /// Replaces every PriorityClass (a relist); marks them synced.
     pub fn reset_priority_classes(&self, pcs: &[PriorityClass]) {
         self.state.write().classes = pcs
             .iter()
             .map(|pc| (name_of(&pc.metadata), Self::class_of(pc)))
             .collect();
-        self.admission_classes.reset(pcs.iter().cloned());
+        self.set_priority_classes_synced(true);
     }
 
     // ResourceClaims

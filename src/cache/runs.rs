@@ -302,6 +302,7 @@ impl Cache {
             }
             None => (None, RejectionCounts::default()),
         };
+        #[allow(clippy::expect_used, reason = "the Run was looked up above, under the same lock")]
         let entry = nss.runs.get(&key.name).expect("present above");
 
         self.metrics
@@ -313,6 +314,7 @@ impl Cache {
 
         match best {
             Some(pod) => {
+                #[allow(clippy::expect_used, reason = "`best` is an index into columns of existing slots, under the same lock")]
                 let slot = nss.pods.get_mut(&pod).expect("best pod has a slot");
                 let pod_uid = slot
                     .pod
@@ -321,6 +323,7 @@ impl Cache {
                     .unwrap_or_default();
                 slot.res.add_assumed(&request);
                 nss.sync_res(&pod);
+                #[allow(clippy::expect_used, reason = "the Run was looked up above, under the same lock")]
                 let entry = nss.runs.get(&key.name).expect("present above");
                 let status =
                     status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);

@@ -7,7 +7,7 @@ pub mod load;
 pub mod standalone;
 pub mod watch;
 
-use crate::cache::nodes::GroupRef;
+use crate::model::refs::GroupRef;
 use crate::crd::RunStatus;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -74,13 +74,8 @@ pub struct ClaimAllocationRef {
     pub resource_version: String,
 }
 
-/// The Run an event is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
+/// The Run an event is about (it lives in the pure core).
+pub use crate::model::refs::RunRef;
 
 /// Any object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -351,6 +351,7 @@ impl StandaloneStore {
         let existing_created = existing
             .and_then(|e| e.pointer("/metadata/creationTimestamp"))
             .cloned();
+        #[allow(clippy::expect_used, reason = "`prepare` rejected every object without an object `metadata`")]
         let meta = p.value["metadata"]
             .as_object_mut()
             .expect("checked in prepare");
@@ -448,11 +449,13 @@ impl StandaloneStore {
                 continue;
             }
             let stamp = json!(kube_time(now));
+            #[allow(clippy::expect_used, reason = "the store keeps only JSON objects")]
             let obj = v.as_object_mut().expect("stored objects are objects");
             let status = obj.entry("status").or_insert_with(|| json!({}));
             if !status.is_object() {
                 *status = json!({});
             }
+            #[allow(clippy::expect_used, reason = "`status` was made an object just above")]
             let conds = status
                 .as_object_mut()
                 .expect("object")
@@ -461,6 +464,7 @@ impl StandaloneStore {
             if !conds.is_array() {
                 *conds = json!([]);
             }
+            #[allow(clippy::expect_used, reason = "`conditions` was made an array just above")]
             let arr = conds.as_array_mut().expect("array");
             match arr.iter_mut().find(|c| c["type"] == RUNTIMED_READY) {
                 Some(c) => {

@@ -34,10 +34,10 @@ use tokio::time::Instant;
 /// A plan lapses when no member of its group has asked for it this long.
 pub const PLAN_TTL: Duration = Duration::from_secs(30);
 /// Deepest group hierarchy followed (the Workload API allows 4 levels).
-pub const MAX_DEPTH: usize = 4;
+pub use crate::model::refs::MAX_GROUP_DEPTH as MAX_DEPTH;
 /// Longest status message or rejection detail (the same bound as Run
 /// status messages).
-pub use crate::runs::placement::MAX_MESSAGE;
+pub use crate::model::refs::MAX_MESSAGE;
 /// Domains up to this many nodes get an exact "does the rest still fit"
 /// check per node in prioritize.
 const EXACT_PREFER_NODES: usize = 64;
@@ -183,7 +183,7 @@ fn path_of<'a>(groups: impl IntoIterator<Item = &'a GroupRef>) -> String {
 
 /// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.
 pub fn bounded(m: String) -> String {
-    crate::runs::placement::truncate(m, MAX_MESSAGE)
+    crate::model::refs::truncate(m, MAX_MESSAGE)
 }
 
 // === members ===

@@ -12,15 +12,16 @@ pub mod gang;
 pub mod hold;
 pub mod preempt;
 pub mod selector;
+pub mod state;
 pub mod types;
 
 pub use preempt::decide_preempt;
+pub use state::ExtenderState;
 
 use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolved};
 use crate::cluster::PodBinding;
-use crate::http::AppState;
-use crate::http::error::{ApiError, Body, decode_json};
 use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
+use crate::transport::{ApiError, Body, decode_json};
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
 use axum::extract::{DefaultBodyLimit, State};
@@ -34,20 +35,35 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Instant;
 use types::*;
 
 /// Largest extender request: a full NodeList of a big cluster is large.
 pub const MAX_EXTENDER_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// The extender's routes (merged into [`crate::http::router`]).
-pub fn routes() -> Router<AppState> {
+/// The extender's routes over its own state, each timed by the latency
+/// middleware (failed requests too), with the extender's body limit. It
+/// sets no fallback, so it merges into the service router.
+pub fn router(state: ExtenderState) -> Router {
+    let timed = |endpoint| state.metrics.latency(endpoint);
     Router::new()
-        .route("/scheduler/filter", post(filter))
-        .route("/scheduler/prioritize", post(prioritize))
-        .route("/scheduler/bind", post(bind))
-        .route("/scheduler/preempt", post(preempt))
+        .route(
+            "/scheduler/filter",
+            post(filter).route_layer(timed(Endpoint::ExtenderFilter)),
+        )
+        .route(
+            "/scheduler/prioritize",
+            post(prioritize).route_layer(timed(Endpoint::ExtenderPrioritize)),
+        )
+        .route(
+            "/scheduler/bind",
+            post(bind).route_layer(timed(Endpoint::ExtenderBind)),
+        )
+        .route(
+            "/scheduler/preempt",
+            post(preempt).route_layer(timed(Endpoint::ExtenderPreempt)),
+        )
         .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES))
+        .with_state(state)
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -430,8 +446,7 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
-    let start = Instant::now();
+async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let snap = s.nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
@@ -440,12 +455,10 @@ async fn filter(State(s): State<AppState>, Body(body): Body) -> Result<Response,
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
     s.gangs.publish(&s.nodes, &s.writer);
-    s.metrics.observe(Endpoint::ExtenderFilter, start);
     Ok(json_bytes(bytes))
 }
 
-async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Response, ApiError> {
-    let start = Instant::now();
+async fn prioritize(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let snap = s.nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
@@ -453,18 +466,15 @@ async fn prioritize(State(s): State<AppState>, Body(body): Body) -> Result<Respo
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     write_priorities(&out, candidates.all_plain(), &mut bytes);
-    s.metrics.observe(Endpoint::ExtenderPrioritize, start);
     Ok(json_bytes(bytes))
 }
 
 async fn preempt(
-    State(s): State<AppState>,
+    State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Json<ExtenderPreemptionResult>, ApiError> {
-    let start = Instant::now();
     let args: ExtenderPreemptionArgs = decode(&body)?;
     let out = decide_preempt(&s.nodes.read(), &args);
-    s.metrics.observe(Endpoint::ExtenderPreempt, start);
     Ok(Json(out))
 }
 
@@ -473,10 +483,9 @@ async fn preempt(
 /// ([`binding::BindingGate`]) and the binding created; on failure the
 /// assumption is dropped and the reason returned in `Error`.
 async fn bind(
-    State(s): State<AppState>,
+    State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Json<ExtenderBindingResult>, ApiError> {
-    let start = Instant::now();
     let args: ExtenderBindingArgs = decode(&body)?;
     let error = match bind_one(&s, &args).await {
         Ok(()) => String::new(),
@@ -485,11 +494,10 @@ async fn bind(
             e
         }
     };
-    s.metrics.observe(Endpoint::ExtenderBind, start);
     Ok(Json(ExtenderBindingResult { error }))
 }
 
-async fn bind_one(s: &AppState, args: &ExtenderBindingArgs) -> Result<(), String> {
+async fn bind_one(s: &ExtenderState, args: &ExtenderBindingArgs) -> Result<(), String> {
     if args.pod_name.is_empty() || args.node.is_empty() {
         return Err("PodName and Node are required".into());
     }

@@ -16,7 +16,7 @@
 //! few seconds costs no API call. Health endpoints are never checked;
 //! standalone mode has no checks at all.
 
-use super::error::ApiError;
+use crate::transport::ApiError;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;

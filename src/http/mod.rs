@@ -1,31 +1,37 @@
-//! The HTTP API: axum routers over shared state. Handlers decode, call the
-//! cache or store, and encode; they keep no state of their own.
+//! The HTTP API: the Run API, the standalone objects API, health and
+//! metrics, over their own state ([`RunApiState`]); and the composition of
+//! every surface's router (the Run API here, [`crate::extender::router`],
+//! [`crate::admission::router`]) into one service router over the
+//! composite [`AppState`], which hands each surface its own state (axum
+//! `FromRef`). Handlers decode, call the cache or store, and encode; they
+//! keep no state of their own.
 
 pub mod auth;
 pub mod error;
 mod objects;
 mod runs;
 
+use crate::admission::AdmissionState;
 use crate::cache::Cache;
 use crate::cache::nodes::NodeCache;
 use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
-use crate::metrics::Metrics;
+use crate::extender::ExtenderState;
+use crate::metrics::{Endpoint, Metrics};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::handler::Handler as _;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use error::ApiError;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-/// Largest request body accepted (bigger bodies get 413).
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
 
-/// What handlers share.
+/// What handlers share: every surface's state, composed.
 #[derive(Clone)]
 pub struct AppState {
     pub cache: Arc<Cache>,
@@ -43,6 +49,50 @@ pub struct AppState {
     /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
     /// them open (standalone mode).
     pub access: Option<auth::AccessControl>,
+}
+
+/// What the Run API, the standalone objects API, health and metrics share.
+#[derive(Clone)]
+pub struct RunApiState {
+    pub cache: Arc<Cache>,
+    /// The in-memory cluster; `None` in cluster mode.
+    pub store: Option<Arc<StandaloneStore>>,
+    pub metrics: Arc<Metrics>,
+    /// Cluster mode: who may read the Run API and `/metrics`.
+    pub access: Option<auth::AccessControl>,
+}
+
+impl FromRef<AppState> for RunApiState {
+    fn from_ref(s: &AppState) -> Self {
+        RunApiState {
+            cache: Arc::clone(&s.cache),
+            store: s.store.clone(),
+            metrics: Arc::clone(&s.metrics),
+            access: s.access.clone(),
+        }
+    }
+}
+
+impl FromRef<AppState> for ExtenderState {
+    fn from_ref(s: &AppState) -> Self {
+        ExtenderState {
+            nodes: Arc::clone(&s.nodes),
+            writer: Arc::clone(&s.writer),
+            binding: Arc::clone(&s.binding),
+            gangs: Arc::clone(&s.gangs),
+            metrics: Arc::clone(&s.metrics),
+        }
+    }
+}
+
+impl FromRef<AppState> for AdmissionState {
+    /// Admission reads the cluster index's PriorityClasses: one index.
+    fn from_ref(s: &AppState) -> Self {
+        AdmissionState {
+            priority_classes: s.nodes.clone(),
+            metrics: Arc::clone(&s.metrics),
+        }
+    }
 }
 
 /// Which HTTP surfaces a listener serves. Each follows a component of
@@ -77,45 +127,20 @@ pub fn router(state: AppState) -> Router {
 /// The service's router with the chosen surfaces. The standalone objects
 /// API answers only when the state has a store (standalone mode).
 pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
-    let mut app = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(metrics_route(&state));
+    let api = RunApiState::from_ref(&state);
+    let mut app = health(&api).merge(objects_router(api.clone()));
     if surfaces.run_api {
-        let run_api = Router::new()
-            .route("/v1/runs/plan", post(runs::plan))
-            .route("/v1/runs", get(runs::list_runs))
-            .route("/v1/runtime-pods", get(runs::list_runtime_pods));
-        app = app.merge(match &state.access {
-            Some(ac) => run_api.route_layer(axum::middleware::from_fn_with_state(
-                ac.clone(),
-                auth::require_run_read,
-            )),
-            None => run_api,
-        });
+        app = app.merge(run_api_router(api));
     }
-    // Standalone only; cluster mode answers a 404 that says so.
-    app = app
-        .route("/v1/runtime-pods/heartbeat", post(objects::heartbeat))
-        .route(
-            "/v1/objects",
-            get(objects::list)
-                .post(objects::upsert)
-                .delete(objects::delete),
-        );
     if surfaces.extender {
-        app = app.merge(crate::extender::routes());
+        app = app.merge(crate::extender::router(ExtenderState::from_ref(&state)));
     }
-    let admission = surfaces.admission.then(|| {
-        crate::admission::router(crate::admission::AdmissionState {
-            priority_classes: Arc::clone(state.nodes.admission_classes()),
-            metrics: Arc::clone(&state.metrics),
-        })
-    });
-    let app = finish(app, state);
-    match admission {
-        Some(a) => app.merge(a),
-        None => app,
+    let app = finish(app);
+    // Admission brings its own body limit, timeout and tracing.
+    if surfaces.admission {
+        app.merge(crate::admission::router(AdmissionState::from_ref(&state)))
+    } else {
+        app
     }
 }
 
@@ -123,34 +148,77 @@ pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
 /// verbs under `/scheduler/`, so the loopback listener kube-scheduler calls
 /// serves nothing else.
 pub fn extender_router(state: AppState) -> Router {
-    finish(Router::new().merge(crate::extender::routes()), state)
+    finish(crate::extender::router(ExtenderState::from_ref(&state)))
 }
 
 /// The health listener (`--health-listen`): `/healthz`, `/readyz` and
 /// `/metrics`, plain HTTP, for the kubelet and Prometheus when the API
 /// listens on loopback or behind TLS.
 pub fn health_router(state: AppState) -> Router {
-    let app = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(metrics_route(&state));
-    finish(app, state)
+    finish(health(&RunApiState::from_ref(&state)))
 }
 
-/// `/metrics`, behind access control when the state has it.
-fn metrics_route(state: &AppState) -> Router<AppState> {
-    let r = Router::new().route("/metrics", get(metrics));
-    match &state.access {
-        Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
+/// The Run API (`/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`) over its
+/// own state, each route timed by the latency middleware, behind access
+/// control when the state has it.
+pub fn run_api_router(state: RunApiState) -> Router {
+    let timed = |endpoint| state.metrics.latency(endpoint);
+    let run_api = Router::new()
+        .route(
+            "/v1/runs/plan",
+            post(runs::plan).route_layer(timed(Endpoint::Plan)),
+        )
+        .route(
+            "/v1/runs",
+            get(runs::list_runs).route_layer(timed(Endpoint::Runs)),
+        )
+        .route(
+            "/v1/runtime-pods",
+            get(runs::list_runtime_pods).route_layer(timed(Endpoint::RuntimePods)),
+        );
+    let run_api = match &state.access {
+        Some(ac) => run_api.route_layer(axum::middleware::from_fn_with_state(
+            ac.clone(),
+            auth::require_run_read,
+        )),
+        None => run_api,
+    };
+    run_api.with_state(state)
+}
+
+/// The standalone objects API (`/v1/objects`, the heartbeat); in cluster
+/// mode it answers a 404 that says so. Upserts are timed.
+pub fn objects_router(state: RunApiState) -> Router {
+    let upsert = objects::upsert.layer(state.metrics.latency(Endpoint::Objects));
+    Router::new()
+        .route("/v1/runtime-pods/heartbeat", post(objects::heartbeat))
+        .route(
+            "/v1/objects",
+            get(objects::list).post(upsert).delete(objects::delete),
+        )
+        .with_state(state)
+}
+
+/// `/healthz`, `/readyz` and `/metrics` (behind access control when the
+/// state has it).
+fn health(state: &RunApiState) -> Router {
+    let metrics = Router::new().route("/metrics", get(metrics));
+    let metrics = match &state.access {
+        Some(ac) => metrics.route_layer(axum::middleware::from_fn_with_state(
             ac.clone(),
             auth::require_metrics_read,
         )),
-        None => r,
-    }
+        None => metrics,
+    };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(metrics)
+        .with_state(state.clone())
 }
 
 /// Fallbacks, limits, timeout and tracing shared by every listener.
-fn finish(app: Router<AppState>, state: AppState) -> Router {
+fn finish(app: Router) -> Router {
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -159,14 +227,13 @@ fn finish(app: Router<AppState>, state: AppState) -> Router {
             Duration::from_secs(60),
         ))
         .layer(TraceLayer::new_for_http())
-        .with_state(state)
 }
 
 async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(s): State<AppState>) -> Response {
+async fn readyz(State(s): State<RunApiState>) -> Response {
     if s.cache.is_synced() {
         "ok".into_response()
     } else {
@@ -174,7 +241,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+async fn metrics(State(s): State<RunApiState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
@@ -183,17 +250,4 @@ async fn metrics(State(s): State<AppState>) -> Response {
         s.metrics.encode(),
     )
         .into_response()
-}
-
-/// The JSON 404 for unknown paths.
-pub async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no route for {}", uri.path()))
-}
-
-/// The JSON 405 for a known path with the wrong method.
-pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method {method} is not allowed on {}", uri.path()),
-    )
 }

@@ -1,11 +1,10 @@
 //! Standalone mode's object API: `POST|GET|DELETE /v1/objects` and the
 //! runtimed heartbeat helper.
 
-use super::AppState;
-use super::error::{ApiError, Body, Params};
+use super::RunApiState;
+use crate::transport::{ApiError, Body, Params};
 use crate::cluster::load::parse_documents;
 use crate::cluster::standalone::{Kind, StandaloneStore, StoreError};
-use crate::metrics::Endpoint;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -13,9 +12,8 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Instant;
 
-fn store(s: &AppState) -> Result<&Arc<StandaloneStore>, ApiError> {
+fn store(s: &RunApiState) -> Result<&Arc<StandaloneStore>, ApiError> {
     s.store.as_ref().ok_or_else(|| {
         ApiError::not_found("this endpoint is only served in standalone mode (serve --state PATH)")
     })
@@ -33,10 +31,9 @@ fn kind(params: &Params) -> Result<Kind, ApiError> {
 
 /// Upserts one object, a `List`, or multi-document YAML. All or nothing.
 pub(super) async fn upsert(
-    State(s): State<AppState>,
+    State(s): State<RunApiState>,
     Body(body): Body,
 ) -> Result<Json<Value>, ApiError> {
-    let start = Instant::now();
     let store = store(&s)?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
@@ -59,13 +56,12 @@ pub(super) async fn upsert(
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    s.metrics.observe(Endpoint::Objects, start);
     Ok(Json(json!({ "items": items })))
 }
 
 /// `GET /v1/objects?kind=K[&namespace=NS][&name=N]`.
 pub(super) async fn list(
-    State(s): State<AppState>,
+    State(s): State<RunApiState>,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     let store = store(&s)?;
@@ -77,7 +73,7 @@ pub(super) async fn list(
 
 /// `DELETE /v1/objects?kind=K&namespace=NS&name=N` → 204 or 404.
 pub(super) async fn delete(
-    State(s): State<AppState>,
+    State(s): State<RunApiState>,
     params: Params,
 ) -> Result<Response, ApiError> {
     let store = store(&s)?;
@@ -98,7 +94,7 @@ pub(super) async fn delete(
 /// stamps a fresh runtimed heartbeat on matching Runtime Pods, as runtimed
 /// would. Standalone mode only.
 pub(super) async fn heartbeat(
-    State(s): State<AppState>,
+    State(s): State<RunApiState>,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     let store = store(&s)?;

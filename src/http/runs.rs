@@ -1,10 +1,9 @@
 //! `POST /v1/runs/plan`, `GET /v1/runs`, `GET /v1/runtime-pods`.
 
-use super::AppState;
-use super::error::{ApiError, JsonBody, Params};
+use super::RunApiState;
+use crate::transport::{ApiError, JsonBody, Params};
 use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
 use crate::crd::Run;
-use crate::metrics::Endpoint;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::Score;
 use axum::Json;
@@ -13,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::time::Instant;
 
 /// The plan response, serialized straight from the plan result (ratios are
 /// written with `collect_str`, no intermediate strings).
@@ -97,11 +95,10 @@ fn plan_limit(params: &Params) -> Result<usize, ApiError> {
 /// `feasible` lists the best `limit` pods, `rejected` the first `limit` by
 /// name; `selected` and `reason` always consider every pod.
 pub(super) async fn plan(
-    State(s): State<AppState>,
+    State(s): State<RunApiState>,
     params: Params,
     JsonBody(run): JsonBody<Run>,
 ) -> Result<Response, ApiError> {
-    let start = Instant::now();
     let limit = plan_limit(&params)?;
     if run.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::unprocessable("metadata.name: Required value"));
@@ -125,26 +122,21 @@ pub(super) async fn plan(
         limit,
     );
     let response = Json(PlanView(result)).into_response();
-    s.metrics.observe(Endpoint::Plan, start);
     Ok(response)
 }
 
 /// Runs as the cache sees them (including the scheduler's own writes).
-pub(super) async fn list_runs(State(s): State<AppState>, params: Params) -> Json<Value> {
-    let start = Instant::now();
+pub(super) async fn list_runs(State(s): State<RunApiState>, params: Params) -> Json<Value> {
     let items = s.cache.runs(params.get("namespace"));
-    s.metrics.observe(Endpoint::Runs, start);
     Json(json!({ "items": items }))
 }
 
 /// Runtime Pods with capacity, usage and assumed reservations.
-pub(super) async fn list_runtime_pods(State(s): State<AppState>, params: Params) -> Json<Value> {
-    let start = Instant::now();
+pub(super) async fn list_runtime_pods(State(s): State<RunApiState>, params: Params) -> Json<Value> {
     let items = s.cache.runtime_pods(
         params.get("namespace"),
         params.get("runtime"),
         Timestamp::now(),
     );
-    s.metrics.observe(Endpoint::RuntimePods, start);
     Json(json!({ "items": items }))
 }

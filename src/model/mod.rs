@@ -1,7 +1,10 @@
 //! The pure domain: quantities, resource vectors, exact ratios, Runtime Pod
-//! facts and effective requests. No I/O, no clocks (time is passed in).
+//! facts and effective requests, and the small shared types every layer
+//! uses ([`refs`]: Run and group references, message bounds, name rules).
+//! No I/O, no clocks (time is passed in).
 
 pub mod pod;
 pub mod quantity;
 pub mod ratio;
+pub mod refs;
 pub mod resources;

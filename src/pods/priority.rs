@@ -28,6 +28,28 @@ pub struct Class {
 /// PriorityClasses by name.
 pub type Classes = HashMap<String, Class>;
 
+/// What a PriorityClass index knows about one name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassLookup {
+    /// The class exists, with this value.
+    Found(i32),
+    /// The index is synced and has no class of that name.
+    Missing,
+    /// The index has not seen its initial list yet.
+    NotSynced,
+}
+
+/// Looks `name` up in `classes`, or [`ClassLookup::NotSynced`] before the
+/// index has seen its initial list.
+pub fn lookup(classes: &Classes, synced: bool, name: &str) -> ClassLookup {
+    if !synced {
+        return ClassLookup::NotSynced;
+    }
+    classes
+        .get(name)
+        .map_or(ClassLookup::Missing, |c| ClassLookup::Found(c.value))
+}
+
 /// The priority fields of a pod spec or a PodGroup spec.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Declared<'a> {

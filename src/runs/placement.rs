@@ -259,22 +259,8 @@ impl RejectionCounts {
     }
 }
 
-/// Upper bound of a Pending message.
-pub const MAX_MESSAGE: usize = 256;
-
-/// Truncates on a char boundary, marking the cut with "...".
-pub fn truncate(mut s: String, max: usize) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    let mut cut = max.saturating_sub(3);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s.truncate(cut);
-    s.push_str("...");
-    s
-}
+/// Upper bound of a Pending message; truncation on a char boundary.
+pub use crate::model::refs::{MAX_MESSAGE, truncate};
 
 #[cfg(test)]
 mod tests {

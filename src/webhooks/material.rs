@@ -390,6 +390,16 @@ pub(crate) fn issue_serving(
     Ok((to_pem(cert.der()), key.serialize_pem()))
 }
 
+/// The DNS names a Service is reached by from inside the cluster.
+pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_owned(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,7 +407,7 @@ mod tests {
     const DAY: Duration = Duration::from_secs(86_400);
 
     fn names() -> Vec<String> {
-        crate::certs::service_dns_names("svc", "ns")
+        service_dns_names("svc", "ns")
     }
 
     fn lifetimes() -> Lifetimes {
@@ -519,7 +529,7 @@ mod tests {
             Assessment::RenewServing(_)
         ));
         // Names of another Service.
-        let other_names = crate::certs::service_dns_names("other", "ns");
+        let other_names = service_dns_names("other", "ns");
         assert!(matches!(
             m.assess(&other_names, &lifetimes(), now),
             Assessment::RenewServing(why) if why.contains("not valid for other")

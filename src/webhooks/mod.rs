@@ -359,7 +359,7 @@ pub struct ManageConfig {
 impl ManageConfig {
     /// The Service DNS names the serving certificate covers.
     pub fn dns_names(&self) -> Vec<String> {
-        crate::certs::service_dns_names(&self.target.service, &self.target.namespace)
+        material::service_dns_names(&self.target.service, &self.target.namespace)
     }
 }
 

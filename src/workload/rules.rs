@@ -12,7 +12,7 @@ use super::field::{FieldError, FieldErrorKind, child, index};
 /// At most this many templates (or child items) per list.
 pub const MAX_TEMPLATES: usize = 8;
 /// At most this many levels of templates (a root template is level 1).
-pub const MAX_DEPTH: usize = 4;
+pub const MAX_DEPTH: usize = crate::model::refs::MAX_GROUP_DEPTH;
 /// At most this many resource claims per group.
 pub const MAX_RESOURCE_CLAIMS: usize = 4;
 /// At most this many topology constraints per group.
@@ -20,41 +20,14 @@ pub const MAX_TOPOLOGY_CONSTRAINTS: usize = 1;
 /// Supported `preemptionPolicy` values.
 pub const PREEMPTION_POLICIES: &[&str] = &["Never", "PreemptLowerPriority"];
 
-const DNS_LABEL_MAX: usize = 63;
-const DNS_SUBDOMAIN_MAX: usize = 253;
+use crate::model::refs::{DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX};
 
 /// Errors collected by one validation pass.
 pub type Errors = Vec<FieldError>;
 
 // === names ===
 
-fn is_label_char(c: char) -> bool {
-    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'
-}
-
-/// RFC 1123 label: lowercase alphanumerics and '-', alphanumeric at both ends.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= DNS_LABEL_MAX
-        && s.chars().all(is_label_char)
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain as Kubernetes checks it (`IsDNS1123Subdomain`): at
-/// most 253 characters of dot-separated parts, each of lowercase
-/// alphanumerics and '-', alphanumeric at both ends. Unlike a label, a part
-/// has no length limit of its own.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= DNS_SUBDOMAIN_MAX
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part.chars().all(is_label_char)
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
+pub use crate::model::refs::{is_dns_label, is_dns_subdomain};
 
 /// Kubernetes qualified name (label key): optional DNS subdomain prefix and
 /// `/`, then a name of at most 63 characters of `[A-Za-z0-9_.-]`,

@@ -80,52 +80,8 @@ impl DomainIndex {
     }
 }
 
-/// A PodGroup or CompositePodGroup.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GroupRef {
-    /// A CompositePodGroup (else a PodGroup).
-    pub composite: bool,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl GroupRef {
-    pub fn group(namespace: &str, name: &str) -> Self {
-        GroupRef {
-            composite: false,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        }
-    }
-
-    pub fn composite(namespace: &str, name: &str) -> Self {
-        GroupRef {
-            composite: true,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        }
-    }
-
-    /// `PodGroup` or `CompositePodGroup`.
-    pub fn kind(&self) -> &'static str {
-        if self.composite {
-            "CompositePodGroup"
-        } else {
-            "PodGroup"
-        }
-    }
-}
-
-impl std::fmt::Display for GroupRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = if self.composite {
-            "composite pod group"
-        } else {
-            "pod group"
-        };
-        write!(f, "{kind} {}/{}", self.namespace, self.name)
-    }
-}
+/// A PodGroup or CompositePodGroup (it lives in the pure core).
+pub use crate::model::refs::GroupRef;
 
 /// The domain chosen for a group before any of its pods is placed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@
 use super::{Key, NodeState, PodEntry};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 
-/// Parent references followed at most (admission allows depth 4; a cycle
-/// of bad references ends here).
-const MAX_DEPTH: usize = 16;
+/// Parent references followed at most (the one hierarchy depth limit; a
+/// cycle of bad references ends here).
+use crate::model::refs::MAX_GROUP_DEPTH as MAX_DEPTH;
 
 /// The set of pods a victim's disruption takes with it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,0 +1,26 @@
+//! What the extender's handlers share: the cluster index they decide over,
+//! where binds are written, the bind gates and the metrics. The service's
+//! composite state hands this out (axum `FromRef`); the extender knows
+//! nothing of the other surfaces.
+
+use crate::cache::nodes::NodeCache;
+use crate::cluster::ClusterWriter;
+use crate::extender::binding::BindingGate;
+use crate::extender::hold::Gangs;
+use crate::metrics::Metrics;
+use std::sync::Arc;
+
+/// The extender's own state.
+#[derive(Clone)]
+pub struct ExtenderState {
+    /// The cluster model (Nodes, Pods, groups, DRA).
+    pub nodes: Arc<NodeCache>,
+    /// Where writes go (the store in standalone mode, the API otherwise).
+    pub writer: Arc<dyn ClusterWriter>,
+    /// Binds waiting on DRA device binding conditions.
+    pub binding: Arc<BindingGate>,
+    /// Gang members held in bind until their group's quorum (`--gang-wait`).
+    pub gangs: Arc<Gangs>,
+    /// Decision latency and bind outcomes.
+    pub metrics: Arc<Metrics>,
+}

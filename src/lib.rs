@@ -44,7 +44,8 @@
 //! | 5 | `extender`, `admission`, `controller`, `agent` | surfaces |
 //! | 6 | `http`, `webhooks` | the Run API and router composition; webhook management |
 //! | 7 | `certs` | the certs command (uses webhook material) |
-//! | 8 | `serve`, `main` | assembly |
+//! | 8 | `serve` | assembly: flags, listeners, watchers |
+//! | 9 | `main` | the binary (through the library's public paths) |
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,5 @@
 //! `kruntimes-scheduler`: the CLI. Everything else lives in the library.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kruntimes_scheduler::agent::{self, AgentArgs};

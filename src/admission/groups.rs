@@ -43,7 +43,10 @@ pub fn validate_pod_group(req: &Request, classes: &dyn PriorityLookup) -> Admiss
 }
 
 /// `POST /admission/validate/compositepodgroups`.
-pub fn validate_composite_pod_group(req: &Request, classes: &dyn PriorityLookup) -> AdmissionResponse {
+pub fn validate_composite_pod_group(
+    req: &Request,
+    classes: &dyn PriorityLookup,
+) -> AdmissionResponse {
     judge::<v1alpha3::CompositePodGroup>(
         req,
         classes,

@@ -9,8 +9,8 @@
 use super::metrics::Refusal;
 use super::{Agent, HoldView, Reservation, ReserveError, ReserveRequest};
 use crate::transport::MAX_BODY_BYTES;
-use crate::transport::{ApiError, JsonBody, Params};
 use crate::transport::parse_duration;
+use crate::transport::{ApiError, JsonBody, Params};
 use axum::Json;
 use axum::Router;
 use axum::extract::connect_info::{ConnectInfo, Connected};

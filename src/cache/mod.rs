@@ -315,7 +315,10 @@ impl Cache {
                 if let Some(o) = old.as_ref().filter(|_| !same_runtime) {
                     nss.detach(o.runtime_id, o.index);
                 }
-                #[allow(clippy::expect_used, reason = "the slot was inserted a few lines above, under the same lock")]
+                #[allow(
+                    clippy::expect_used,
+                    reason = "the slot was inserted a few lines above, under the same lock"
+                )]
                 let slot = nss.pods.get_mut(&key).expect("inserted above");
                 let cols = nss.columns.entry(n.runtime_id).or_default();
                 match old.filter(|_| same_runtime) {

@@ -302,7 +302,10 @@ impl Cache {
             }
             None => (None, RejectionCounts::default()),
         };
-        #[allow(clippy::expect_used, reason = "the Run was looked up above, under the same lock")]
+        #[allow(
+            clippy::expect_used,
+            reason = "the Run was looked up above, under the same lock"
+        )]
         let entry = nss.runs.get(&key.name).expect("present above");
 
         self.metrics
@@ -314,7 +317,10 @@ impl Cache {
 
         match best {
             Some(pod) => {
-                #[allow(clippy::expect_used, reason = "`best` is an index into columns of existing slots, under the same lock")]
+                #[allow(
+                    clippy::expect_used,
+                    reason = "`best` is an index into columns of existing slots, under the same lock"
+                )]
                 let slot = nss.pods.get_mut(&pod).expect("best pod has a slot");
                 let pod_uid = slot
                     .pod
@@ -323,7 +329,10 @@ impl Cache {
                     .unwrap_or_default();
                 slot.res.add_assumed(&request);
                 nss.sync_res(&pod);
-                #[allow(clippy::expect_used, reason = "the Run was looked up above, under the same lock")]
+                #[allow(
+                    clippy::expect_used,
+                    reason = "the Run was looked up above, under the same lock"
+                )]
                 let entry = nss.runs.get(&key.name).expect("present above");
                 let status =
                     status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);

@@ -7,8 +7,8 @@ pub mod load;
 pub mod standalone;
 pub mod watch;
 
-use crate::model::refs::GroupRef;
 use crate::crd::RunStatus;
+use crate::model::refs::GroupRef;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 

@@ -351,7 +351,10 @@ impl StandaloneStore {
         let existing_created = existing
             .and_then(|e| e.pointer("/metadata/creationTimestamp"))
             .cloned();
-        #[allow(clippy::expect_used, reason = "`prepare` rejected every object without an object `metadata`")]
+        #[allow(
+            clippy::expect_used,
+            reason = "`prepare` rejected every object without an object `metadata`"
+        )]
         let meta = p.value["metadata"]
             .as_object_mut()
             .expect("checked in prepare");
@@ -464,7 +467,10 @@ impl StandaloneStore {
             if !conds.is_array() {
                 *conds = json!([]);
             }
-            #[allow(clippy::expect_used, reason = "`conditions` was made an array just above")]
+            #[allow(
+                clippy::expect_used,
+                reason = "`conditions` was made an array just above"
+            )]
             let arr = conds.as_array_mut().expect("array");
             match arr.iter_mut().find(|c| c["type"] == RUNTIMED_READY) {
                 Some(c) => {

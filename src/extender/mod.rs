@@ -21,9 +21,9 @@ pub use state::ExtenderState;
 use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolved};
 use crate::cluster::PodBinding;
 use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
-use crate::transport::{ApiError, Body, decode_json};
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
+use crate::transport::{ApiError, Body, decode_json};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -458,7 +458,10 @@ async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Resp
     Ok(json_bytes(bytes))
 }
 
-async fn prioritize(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+async fn prioritize(
+    State(s): State<ExtenderState>,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let snap = s.nodes.read();
     let candidates = Candidates::of(&snap, &args)?;

@@ -2,9 +2,9 @@
 //! runtimed heartbeat helper.
 
 use super::RunApiState;
-use crate::transport::{ApiError, Body, Params};
 use crate::cluster::load::parse_documents;
 use crate::cluster::standalone::{Kind, StandaloneStore, StoreError};
+use crate::transport::{ApiError, Body, Params};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -1,11 +1,11 @@
 //! `POST /v1/runs/plan`, `GET /v1/runs`, `GET /v1/runtime-pods`.
 
 use super::RunApiState;
-use crate::transport::{ApiError, JsonBody, Params};
 use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
 use crate::crd::Run;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::Score;
+use crate::transport::{ApiError, JsonBody, Params};
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};

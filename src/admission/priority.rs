@@ -211,6 +211,26 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_index_is_the_lookup_and_fails_closed_until_listed() {
+        let nodes = NodeCache::new();
+        let lookup: &dyn PriorityLookup = &nodes;
+        nodes.apply_priority_class(&mk_class("high", 1000));
+        assert_eq!(lookup.lookup("high"), ClassLookup::NotSynced);
+        nodes.reset_priority_classes(&[mk_class("high", 1000)]);
+        assert!(nodes.priority_classes_synced());
+        assert_eq!(lookup.lookup("high"), ClassLookup::Found(1000));
+        assert_eq!(lookup.lookup("low"), ClassLookup::Missing);
+        nodes.apply_priority_class(&mk_class("low", 1));
+        nodes.delete_priority_class("high");
+        assert_eq!(lookup.lookup("low"), ClassLookup::Found(1));
+        assert_eq!(lookup.lookup("high"), ClassLookup::Missing);
+        // The same index the extender resolves priorities from.
+        assert_eq!(nodes.read().classes().get("low").map(|c| c.value), Some(1));
+        nodes.set_priority_classes_synced(false);
+        assert_eq!(lookup.lookup("low"), ClassLookup::NotSynced);
+    }
+
+    #[test]
     fn fails_closed_until_synced() {
         let index = PriorityClasses::new();
         index.apply(&mk_class("high", 1000));

@@ -1,6 +1,7 @@
 //! The write side of cluster state, behind one trait: the Kubernetes API in
 //! cluster mode, the in-memory [`standalone::StandaloneStore`] otherwise.
 
+pub mod kinds;
 pub mod kube;
 pub mod leader;
 pub mod load;

@@ -139,7 +139,7 @@ macro_rules! kinds {
             /// Decides whether this process watches the kind (what its
             /// components read, and what the cluster serves) and returns
             /// the watch to start; a kind not watched is reset to empty.
-            pub(super) async fn plan_watch(
+            pub async fn plan_watch(
                 self,
                 client: &Client,
                 ix: &Indexes,

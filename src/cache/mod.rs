@@ -11,7 +11,12 @@
 //! Per namespace the state keeps Runtime Pod slots (facts, actual usage,
 //! assumed usage), Run entries, assumed reservations keyed by Run uid, and an
 //! index of unscheduled Runs per runtime for targeted wakeups.
+//!
+//! Watchers and the standalone store reach this cache and the cluster
+//! index ([`nodes::NodeCache`]) through one trait, [`index::Index`]:
+//! `apply` / `delete` / `reset` per kind.
 
+pub mod index;
 pub mod nodes;
 mod runs;
 pub mod views;

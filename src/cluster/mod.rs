@@ -1,6 +1,12 @@
 //! The write side of cluster state, behind one trait: the Kubernetes API in
 //! cluster mode, the in-memory [`standalone::StandaloneStore`] otherwise.
+//!
+//! The read side feeds the caches through one index trait
+//! ([`crate::cache::index::Index`]): in cluster mode by one generic watcher
+//! ([`watch::watch`]), in standalone mode by the store; both are wired from
+//! the kind table ([`kinds`]), where adding a kind is one row.
 
+pub mod kinds;
 pub mod kube;
 pub mod leader;
 pub mod load;

@@ -2,96 +2,32 @@
 //!
 //! Objects are kept verbatim as JSON, keyed by kind, namespace and name, with
 //! a store-wide resourceVersion counter. Every change, including the
-//! scheduler's own status writes, is applied to the [`Cache`] exactly as a
-//! watch event would be, in store order.
+//! scheduler's own status writes, is applied to the caches exactly as a
+//! watch event would be, in store order, through the same [`Index`] calls.
+//!
+//! Which kinds are accepted, how each is checked and decoded, and which
+//! index receives it all come from the kind table ([`super::kinds`]):
+//! adding a kind there adds it here, to the object API and to `--state`
+//! loading.
 
 use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
 use crate::cache::Cache;
+#[cfg(doc)]
+use crate::cache::index::Index;
+use crate::cache::index::Indexes;
 use crate::cache::nodes::{GroupRef, NodeCache};
-use crate::crd::{Run, RunStatus, Runtime};
+use crate::crd::RunStatus;
 use crate::model::pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-/// Kinds the standalone store accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Pod,
-    Run,
-    Runtime,
-    Node,
-    PodGroup,
-    CompositePodGroup,
-    PriorityClass,
-    ResourceClaim,
-    ResourceSlice,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 9] = [
-        Kind::Pod,
-        Kind::Run,
-        Kind::Runtime,
-        Kind::Node,
-        Kind::PodGroup,
-        Kind::CompositePodGroup,
-        Kind::PriorityClass,
-        Kind::ResourceClaim,
-        Kind::ResourceSlice,
-    ];
-
-    /// Accepts the kind (`Run`), lower case (`run`) or plural (`runs`,
-    /// `priorityclasses`).
-    pub fn parse(s: &str) -> Option<Kind> {
-        let l = s.to_ascii_lowercase();
-        Kind::ALL.into_iter().find(|k| {
-            let n = k.as_str().to_ascii_lowercase();
-            l == n || l == format!("{n}s") || l == format!("{n}es")
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Pod => "Pod",
-            Kind::Run => "Run",
-            Kind::Runtime => "Runtime",
-            Kind::Node => "Node",
-            Kind::PodGroup => "PodGroup",
-            Kind::CompositePodGroup => "CompositePodGroup",
-            Kind::PriorityClass => "PriorityClass",
-            Kind::ResourceClaim => "ResourceClaim",
-            Kind::ResourceSlice => "ResourceSlice",
-        }
-    }
-
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::Pod | Kind::Node => "v1",
-            Kind::Run | Kind::Runtime => "kruntimes.io/v1alpha1",
-            Kind::PodGroup => "scheduling.k8s.io/v1beta1",
-            Kind::CompositePodGroup => "scheduling.k8s.io/v1alpha3",
-            Kind::PriorityClass => "scheduling.k8s.io/v1",
-            Kind::ResourceClaim | Kind::ResourceSlice => "resource.k8s.io/v1",
-        }
-    }
-
-    /// Cluster-scoped kinds have no namespace (stored under `""`).
-    pub fn cluster_scoped(self) -> bool {
-        matches!(self, Kind::Node | Kind::PriorityClass | Kind::ResourceSlice)
-    }
-}
+/// Kinds the standalone store accepts: the kind table's.
+pub use super::kinds::Kind;
 
 /// A rejected object: HTTP 409 for conflicts, 422 for everything else.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -137,9 +73,8 @@ pub const UPSERT_BATCH: usize = 256;
 
 /// The store. Share it behind an `Arc`.
 pub struct StandaloneStore {
-    cache: Arc<Cache>,
-    /// The extender's cluster model, fed like the Run cache.
-    nodes: Arc<NodeCache>,
+    /// The Run cache and the cluster index, fed like watchers feed them.
+    ix: Indexes,
     inner: Mutex<Inner>,
     /// Serializes the object API's writers (upsert, delete, heartbeat), so
     /// a batched upsert is never interleaved with another one.
@@ -152,18 +87,6 @@ struct Prepared {
     namespace: String,
     name: String,
     value: Value,
-}
-
-fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, StoreError> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." {
-            String::new()
-        } else {
-            format!("{path}: ")
-        };
-        StoreError::Invalid(format!("{what}: {path}{}", e.inner()))
-    })
 }
 
 fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
@@ -227,17 +150,15 @@ fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
         format!("object {index} ({} {namespace}/{name})", kind.as_str())
     };
     // Check the whole object against its Kubernetes type.
-    match kind {
-        Kind::Pod => typed::<Pod>(&v, &what).map(drop)?,
-        Kind::Run => typed::<Run>(&v, &what).map(drop)?,
-        Kind::Runtime => typed::<Runtime>(&v, &what).map(drop)?,
-        Kind::Node => typed::<Node>(&v, &what).map(drop)?,
-        Kind::PodGroup => typed::<PodGroup>(&v, &what).map(drop)?,
-        Kind::CompositePodGroup => typed::<CompositePodGroup>(&v, &what).map(drop)?,
-        Kind::PriorityClass => typed::<PriorityClass>(&v, &what).map(drop)?,
-        Kind::ResourceClaim => typed::<ResourceClaim>(&v, &what).map(drop)?,
-        Kind::ResourceSlice => typed::<ResourceSlice>(&v, &what).map(drop)?,
-    }
+    kind.check(&v).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        StoreError::Invalid(format!("{what}: {path}{}", e.inner()))
+    })?;
     Ok(Prepared {
         kind,
         namespace,
@@ -261,19 +182,18 @@ impl StandaloneStore {
     /// A store feeding both the Run cache and the extender's node cache.
     pub fn with_nodes(cache: Arc<Cache>, nodes: Arc<NodeCache>) -> Self {
         StandaloneStore {
-            cache,
-            nodes,
+            ix: Indexes::new(cache, nodes),
             inner: Mutex::new(Inner::default()),
             writes: Mutex::new(()),
         }
     }
 
     pub fn nodes(&self) -> &Arc<NodeCache> {
-        &self.nodes
+        &self.ix.nodes
     }
 
     pub fn cache(&self) -> &Arc<Cache> {
-        &self.cache
+        &self.ix.runs
     }
 
     /// Upserts objects all-or-nothing: every object is checked before any is
@@ -380,7 +300,7 @@ impl StandaloneStore {
         if p.kind != Kind::Pod && !meta.contains_key("generation") {
             meta.insert("generation".into(), json!(1));
         }
-        self.observe(key.0, &p.value, now);
+        self.observe(key.0, &p.value);
         inner.held.remove(&key);
         inner.objects.insert(key, Stored::new(&p.value));
         p.value
@@ -424,7 +344,7 @@ impl StandaloneStore {
         runtime: Option<&str>,
         now: Timestamp,
     ) -> Vec<String> {
-        let label_key = self.cache.config().runtime_label_key.clone();
+        let label_key = self.ix.runs.config().runtime_label_key.clone();
         let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
         let mut touched = Vec::new();
@@ -488,70 +408,22 @@ impl StandaloneStore {
             v["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key.clone(), Stored::new(&v));
             inner.resource_version += 1;
-            self.observe(Kind::Pod, &v, now);
+            self.observe(Kind::Pod, &v);
             touched.push(key.2.clone());
         }
         touched
     }
 
-    /// Feeds one stored object to the cache, as a watch event would.
-    fn observe(&self, kind: Kind, v: &Value, now: Timestamp) {
+    /// Feeds one stored object to its index, as a watch event would.
+    fn observe(&self, kind: Kind, v: &Value) {
         // Objects were type-checked in `prepare`; a failure here is a bug, logged, never a panic.
-        match kind {
-            Kind::Pod => match Pod::deserialize(v) {
-                Ok(p) => {
-                    self.cache.apply_pod(&p, now);
-                    self.nodes.apply_pod(&p);
-                }
-                Err(e) => tracing::error!(error = %e, "stored Pod no longer parses"),
-            },
-            Kind::Node => self.observe_typed(v, |n: Node| self.nodes.apply_node(&n)),
-            Kind::PodGroup => self.observe_typed(v, |g: PodGroup| self.nodes.apply_pod_group(&g)),
-            Kind::CompositePodGroup => {
-                self.observe_typed(v, |g: CompositePodGroup| self.nodes.apply_composite(&g))
-            }
-            Kind::PriorityClass => {
-                self.observe_typed(v, |c: PriorityClass| self.nodes.apply_priority_class(&c))
-            }
-            Kind::ResourceClaim => {
-                self.observe_typed(v, |c: ResourceClaim| self.nodes.apply_claim(&c))
-            }
-            Kind::ResourceSlice => {
-                self.observe_typed(v, |c: ResourceSlice| self.nodes.apply_slice(&c))
-            }
-            Kind::Run => match Run::deserialize(v) {
-                Ok(r) => self.cache.apply_run(&r),
-                Err(e) => tracing::error!(error = %e, "stored Run no longer parses"),
-            },
-            Kind::Runtime => match Runtime::deserialize(v) {
-                Ok(r) => self.cache.apply_runtime(&r),
-                Err(e) => tracing::error!(error = %e, "stored Runtime no longer parses"),
-            },
-        }
-    }
-
-    fn observe_typed<T: DeserializeOwned>(&self, v: &Value, apply: impl FnOnce(T)) {
-        match T::deserialize(v) {
-            Ok(o) => apply(o),
-            Err(e) => tracing::error!(error = %e, "stored object no longer parses"),
+        if let Err(e) = kind.apply(&self.ix, v) {
+            tracing::error!(kind = kind.as_str(), error = %e, "stored object no longer parses");
         }
     }
 
     fn forget(&self, (kind, ns, name): &Key) {
-        match kind {
-            Kind::Pod => {
-                self.cache.delete_pod(ns, name);
-                self.nodes.delete_pod(ns, name);
-            }
-            Kind::Node => self.nodes.delete_node(name),
-            Kind::PodGroup => self.nodes.delete_pod_group(ns, name),
-            Kind::CompositePodGroup => self.nodes.delete_composite(ns, name),
-            Kind::PriorityClass => self.nodes.delete_priority_class(name),
-            Kind::ResourceClaim => self.nodes.delete_claim(ns, name),
-            Kind::ResourceSlice => self.nodes.delete_slice(name),
-            Kind::Run => self.cache.delete_run(ns, name),
-            Kind::Runtime => self.cache.delete_runtime(ns, name),
-        }
+        kind.delete(&self.ix, ns, name)
     }
 }
 
@@ -605,7 +477,7 @@ impl ClusterWriter for StandaloneStore {
             let mut v = Value::Object(std::mem::take(obj));
             v["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key, Stored::new(&v));
-            self.observe(kind, &v, Timestamp::now());
+            self.observe(kind, &v);
             Ok(())
         })
     }
@@ -641,7 +513,7 @@ impl ClusterWriter for StandaloneStore {
             obj["status"] = status;
             obj["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key, Stored::new(&obj));
-            self.observe(Kind::Run, &obj, Timestamp::now());
+            self.observe(Kind::Run, &obj);
             Ok(())
         })
     }
@@ -680,7 +552,7 @@ impl ClusterWriter for StandaloneStore {
             }
             obj["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key, Stored::new(&obj));
-            self.observe(Kind::ResourceClaim, &obj, Timestamp::now());
+            self.observe(Kind::ResourceClaim, &obj);
             Ok(())
         })
     }
@@ -747,7 +619,7 @@ impl ClusterWriter for StandaloneStore {
             spec["nodeName"] = json!(b.node);
             obj["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key, Stored::new(&obj));
-            self.observe(Kind::Pod, &obj, Timestamp::now());
+            self.observe(Kind::Pod, &obj);
             Ok(())
         })
     }

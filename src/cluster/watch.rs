@@ -1,25 +1,26 @@
-//! Watchers that feed the [`Cache`] in cluster mode.
+//! Watchers that feed the caches in cluster mode: one generic watcher
+//! ([`watch`]) over the one index trait ([`Index`]), one task per kind,
+//! wired from the kind table ([`super::kinds`]).
 //!
-//! One task per kind runs a `kube-runtime` watcher (list, then watch from
-//! the list's resourceVersion; on `410 Gone`, disconnects or errors it
-//! relists with backoff). A relist arrives as `Init`, `InitApply`…,
-//! `InitDone` and is applied with the cache's `reset_*`, so usage is
-//! recomputed from what the API server says — never counted twice, never
-//! lost. The cache is ready once every served kind has listed once.
+//! A watcher runs `kube-runtime`'s watcher (list, then watch from the
+//! list's resourceVersion; on `410 Gone`, disconnects or errors it relists
+//! with backoff), strips what the index does not read, and hands each event
+//! to the index: `Apply` → `apply`, `Delete` → `delete`, and a relist
+//! (`Init`, `InitApply`…, `InitDone`) → `reset`, so usage is recomputed
+//! from what the API server says — never counted twice, never lost. An
+//! index with a paged relist (Pods) gets each listed object as its page
+//! arrives and `retain` at the end instead. The caches are ready once every
+//! watched kind has listed once; a kind the process does not watch, or the
+//! cluster does not serve, is reset to empty and does not hold readiness.
 
+use super::kinds::Kind;
 use crate::cache::Cache;
-use crate::cache::nodes::{Key, NodeCache, PodEntry};
-use crate::crd::{Run, Runtime};
+use crate::cache::index::{Index, Indexes};
+use crate::cache::nodes::{Key, NodeCache};
 use crate::model::pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -30,17 +31,28 @@ use std::collections::{BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 
-/// Which kinds have completed their first list.
-struct SyncTracker {
-    cache: Arc<Cache>,
+/// Which kinds have not completed their first list yet; calls `synced`
+/// once none is left.
+pub struct SyncTracker {
     pending: Mutex<BTreeSet<&'static str>>,
+    synced: Box<dyn Fn() + Send + Sync>,
 }
 
 impl SyncTracker {
+    pub fn new(
+        kinds: impl IntoIterator<Item = &'static str>,
+        synced: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        SyncTracker {
+            pending: Mutex::new(kinds.into_iter().collect()),
+            synced: Box::new(synced),
+        }
+    }
+
     fn done(&self, kind: &'static str) {
         let mut p = self.pending.lock();
         if p.remove(kind) && p.is_empty() {
-            self.cache.set_synced(true);
+            (self.synced)();
             tracing::info!("caches synced");
         }
     }
@@ -98,26 +110,46 @@ where
     }
 }
 
-/// Applies one watcher event stream to the cache until it ends.
-async fn drive<K, S>(
-    mut stream: S,
-    kind: &'static str,
-    sync: &SyncTracker,
-    mut apply: impl FnMut(K),
-    mut delete: impl FnMut(&K),
-    mut reset: impl FnMut(Vec<K>),
-) where
+fn key_of(meta: &ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Applies one watcher event stream to an index until it ends; marks the
+/// kind synced at the end of each list.
+pub async fn drive<K, I, S>(mut stream: S, kind: &'static str, index: &I, sync: &SyncTracker)
+where
+    K: Resource,
+    I: Index<K> + ?Sized,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
 {
+    // A whole relist (`reset`), or the keys of a paged one (`retain`).
     let mut buffer: Vec<K> = Vec::new();
+    let mut seen: HashSet<Key> = HashSet::new();
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(Event::Apply(o)) => apply(o),
-            Ok(Event::Delete(o)) => delete(&o),
-            Ok(Event::Init) => buffer.clear(),
+            Ok(Event::Apply(o)) => index.apply(o),
+            Ok(Event::Delete(o)) => {
+                let (ns, name) = key_of(o.meta());
+                index.delete(&ns, &name)
+            }
+            Ok(Event::Init) => {
+                buffer.clear();
+                seen.clear();
+            }
+            Ok(Event::InitApply(o)) if I::PAGED_RELIST => {
+                seen.insert(key_of(o.meta()));
+                index.apply(o)
+            }
             Ok(Event::InitApply(o)) => buffer.push(o),
             Ok(Event::InitDone) => {
-                reset(std::mem::take(&mut buffer));
+                if I::PAGED_RELIST {
+                    index.retain(&std::mem::take(&mut seen));
+                } else {
+                    index.reset(std::mem::take(&mut buffer));
+                }
                 sync.done(kind);
             }
             Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying with backoff"),
@@ -125,11 +157,66 @@ async fn drive<K, S>(
     }
 }
 
-fn key_of(meta: &ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
+/// The one watcher: watches every object of `K` (across namespaces) with
+/// `config`, strips each with `strip`, and feeds `index` until the stream
+/// ends (it does not: the watcher relists with backoff).
+pub async fn watch<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    index: Arc<I>,
+    kind: &'static str,
+    strip: fn(&mut K),
+    sync: Arc<SyncTracker>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    I: Index<K> + ?Sized,
+{
+    let stream = watcher::watcher(api, config)
+        .default_backoff()
+        .map(move |ev| ev.map(|e| e.modify(strip)));
+    drive(Box::pin(stream), kind, &*index, &sync).await;
+}
+
+/// A watch decided on, to start once every kind's readiness is counted.
+pub type Planned = (
+    &'static str,
+    Box<dyn FnOnce(Arc<SyncTracker>) -> tokio::task::JoinHandle<()> + Send>,
+);
+
+/// Plans one kind's watch: none when the process does not read the kind
+/// (`on` false) or the cluster does not serve it (logged once, naming the
+/// `feature` disabled); either way the index is reset to empty, which is
+/// what the process sees of the kind, so nothing waits on it.
+pub async fn plan<K, I>(
+    client: &Client,
+    index: &Arc<I>,
+    kind: &'static str,
+    feature: &'static str,
+    on: bool,
+    config: watcher::Config,
+    strip: fn(&mut K),
+) -> Option<Planned>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+    I: Index<K> + 'static,
+{
+    if !on {
+        index.reset(Vec::new());
+        return None;
+    }
+    let api: Api<K> = Api::all(client.clone());
+    if !served(&api).await {
+        let gv = K::api_version(&K::DynamicType::default()).into_owned();
+        tracing::warn!(kind, api_version = %gv, "{gv} {kind} is not served by this cluster: {feature} disabled");
+        index.reset(Vec::new());
+        return None;
+    }
+    let index = Arc::clone(index);
+    Some((
+        kind,
+        Box::new(move |sync| tokio::spawn(watch(api, config, index, kind, strip, sync))),
+    ))
 }
 
 /// Which watches a process starts: only what its components read, so a
@@ -146,344 +233,222 @@ pub struct Watches {
     pub priority_classes: bool,
 }
 
-/// Starts the watchers; returns their tasks. `/readyz` turns true once each
-/// served kind has been listed.
+/// Starts the watchers of every kind in the kind table this process reads;
+/// returns their tasks. `/readyz` turns true once each watched kind has
+/// been listed.
 pub async fn spawn(
     client: Client,
     cache: Arc<Cache>,
     nodes: Arc<NodeCache>,
     watches: Watches,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let sync = Arc::new(SyncTracker {
-        cache: Arc::clone(&cache),
-        pending: Mutex::new(BTreeSet::new()),
-    });
-    let runs: Api<Run> = Api::all(client.clone());
-    let runtimes: Api<Runtime> = Api::all(client.clone());
-    let runs_served = watches.runs && served(&runs).await;
-    let runtimes_served = watches.runs && served(&runtimes).await;
-    {
-        let mut p = sync.pending.lock();
-        if runs_served {
-            p.insert("Run");
-        }
-        if runtimes_served {
-            p.insert("Runtime");
-        }
+    let ix = Indexes::new(Arc::clone(&cache), nodes);
+    let mut planned = Vec::new();
+    for kind in Kind::ALL {
+        planned.extend(kind.plan_watch(&client, &ix, &watches).await);
     }
-    if watches.runs && !runs_served {
-        tracing::warn!(
-            "runs.kruntimes.io/v1alpha1 is not served by this cluster: Run scheduling is disabled"
-        );
-    }
-    if watches.runs && !runtimes_served {
-        tracing::warn!(
-            "runtimes.kruntimes.io/v1alpha1 is not served by this cluster: Runtimes are not watched"
-        );
-    }
-    let mut tasks = Vec::new();
-    if watches.extender {
-        spawn_extender(&client, &nodes, &sync, &mut tasks).await;
-    }
-    if watches.priority_classes {
-        spawn_priority_classes(&client, &nodes, &sync, &mut tasks).await;
-    } else {
-        // Nothing reads it, but admission's index must not hold readiness.
-        nodes.reset_priority_classes(&[]);
-    }
-    if watches.extender || watches.runs {
-        spawn_pods(&client, &cache, &nodes, &sync, &mut tasks, watches);
-    }
-    if sync.pending.lock().is_empty() {
+    // Every watched kind is pending before any watcher starts, so the
+    // first to list cannot declare the caches synced alone.
+    if planned.is_empty() {
         cache.set_synced(true);
     }
-
-    if runs_served {
-        let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
-        tasks.push(tokio::spawn(async move {
-            let stream = watcher::watcher(runs, watcher::Config::default())
-                .default_backoff()
-                .map(|ev| {
-                    ev.map(|e| {
-                        e.modify(|r: &mut Run| {
-                            r.metadata.managed_fields = None;
-                            r.metadata.annotations = None;
-                        })
-                    })
-                });
-            drive(
-                Box::pin(stream),
-                "Run",
-                &sync,
-                |r: Run| cache.apply_run(&r),
-                |r: &Run| {
-                    let (ns, name) = key_of(&r.metadata);
-                    cache.delete_run(&ns, &name)
-                },
-                |rs: Vec<Run>| cache.reset_runs(&rs),
-            )
-            .await;
-        }));
-    }
-    if runtimes_served {
-        let (cache, sync) = (Arc::clone(&cache), Arc::clone(&sync));
-        tasks.push(tokio::spawn(async move {
-            let stream = watcher::watcher(runtimes, watcher::Config::default()).default_backoff();
-            drive(
-                Box::pin(stream),
-                "Runtime",
-                &sync,
-                |r: Runtime| cache.apply_runtime(&r),
-                |r: &Runtime| {
-                    let (ns, name) = key_of(&r.metadata);
-                    cache.delete_runtime(&ns, &name)
-                },
-                |rs: Vec<Runtime>| cache.reset_runtimes(&rs),
-            )
-            .await;
-        }));
-    }
-    tasks
-}
-
-/// Starts one watcher of a kind when its API group is served (else logs
-/// once that `feature` is disabled and resets the index to empty, which is
-/// what the cluster holds); a served kind joins readiness.
-#[allow(clippy::too_many_arguments)]
-async fn watch_kind<K>(
-    client: &Client,
-    sync: &Arc<SyncTracker>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    kind: &'static str,
-    feature: &'static str,
-    apply: impl FnMut(K) + Send + 'static,
-    delete: impl FnMut(&K) + Send + 'static,
-    mut reset: impl FnMut(Vec<K>) + Send + 'static,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::all(client.clone());
-    if !served(&api).await {
-        let gv = K::api_version(&K::DynamicType::default()).into_owned();
-        tracing::warn!(kind, api_version = %gv, "{gv} {kind} is not served by this cluster: {feature} disabled");
-        reset(Vec::new());
-        return;
-    }
-    sync.pending.lock().insert(kind);
-    let sync = Arc::clone(sync);
-    tasks.push(tokio::spawn(async move {
-        let stream = watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .map(|ev| {
-                ev.map(|e| {
-                    e.modify(|o: &mut K| {
-                        o.meta_mut().managed_fields = None;
-                    })
-                })
-            });
-        drive(Box::pin(stream), kind, &sync, apply, delete, reset).await;
+    let sync = Arc::new(SyncTracker::new(planned.iter().map(|(k, _)| *k), {
+        let cache = Arc::clone(&cache);
+        move || cache.set_synced(true)
     }));
-}
-
-/// The extender's watchers: Nodes, PodGroups, CompositePodGroups,
-/// ResourceClaims and ResourceSlices (all Pods and PriorityClasses have
-/// their own, shared with the other components). A group the cluster does not serve disables what needs
-/// it, with one log line, and does not hold readiness back.
-async fn spawn_extender(
-    client: &Client,
-    nodes: &Arc<NodeCache>,
-    sync: &Arc<SyncTracker>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) {
-    let n = Arc::clone(nodes);
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<Node>(
-        client,
-        sync,
-        tasks,
-        "Node",
-        "the scheduler extender",
-        move |o| n1.apply_node(&o),
-        move |o| n2.delete_node(o.metadata.name.as_deref().unwrap_or_default()),
-        move |os| n3.reset_nodes(&os),
-    )
-    .await;
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<PodGroup>(
-        client,
-        sync,
-        tasks,
-        "PodGroup",
-        "workload-aware scheduling",
-        move |o| n1.apply_pod_group(&o),
-        move |o| {
-            let (ns, name) = key_of(&o.metadata);
-            n2.delete_pod_group(&ns, &name)
-        },
-        move |os| n3.reset_pod_groups(&os),
-    )
-    .await;
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<CompositePodGroup>(
-        client,
-        sync,
-        tasks,
-        "CompositePodGroup",
-        "gangs of gangs",
-        move |o| n1.apply_composite(&o),
-        move |o| {
-            let (ns, name) = key_of(&o.metadata);
-            n2.delete_composite(&ns, &name)
-        },
-        move |os| n3.reset_composites(&os),
-    )
-    .await;
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<ResourceClaim>(
-        client,
-        sync,
-        tasks,
-        "ResourceClaim",
-        "DRA node-allocatable accounting and device binding conditions",
-        move |o| n1.apply_claim(&o),
-        move |o| {
-            let (ns, name) = key_of(&o.metadata);
-            n2.delete_claim(&ns, &name)
-        },
-        move |os| n3.reset_claims(&os),
-    )
-    .await;
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<ResourceSlice>(
-        client,
-        sync,
-        tasks,
-        "ResourceSlice",
-        "DRA node-allocatable accounting",
-        move |o| n1.apply_slice(&o),
-        move |o| n2.delete_slice(o.metadata.name.as_deref().unwrap_or_default()),
-        move |os| n3.reset_slices(&os),
-    )
-    .await;
-}
-
-/// PriorityClasses, for admission's `priorityClassName` check and group
-/// priority.
-async fn spawn_priority_classes(
-    client: &Client,
-    nodes: &Arc<NodeCache>,
-    sync: &Arc<SyncTracker>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-) {
-    let n = Arc::clone(nodes);
-    let (n1, n2, n3) = (Arc::clone(&n), Arc::clone(&n), Arc::clone(&n));
-    watch_kind::<PriorityClass>(
-        client,
-        sync,
-        tasks,
-        "PriorityClass",
-        "priority class resolution",
-        move |o| n1.apply_priority_class(&o),
-        move |o| n2.delete_priority_class(o.metadata.name.as_deref().unwrap_or_default()),
-        move |os| n3.reset_priority_classes(&os),
-    )
-    .await;
-}
-
-/// One Pod watch for both caches: every Pod is reduced at once to what node
-/// fit reads (the extender's cache), and Pods carrying the runtime label are
-/// also stripped into the Run cache as Runtime Pods. A Pod that loses the
-/// label leaves the Run cache.
-fn spawn_pods(
-    client: &Client,
-    cache: &Arc<Cache>,
-    nodes: &Arc<NodeCache>,
-    sync: &Arc<SyncTracker>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    watches: Watches,
-) {
-    /// What one Pod event carries to the caches.
-    type Reduced = (Key, PodEntry, Option<Pod>);
-    sync.pending.lock().insert("Pod");
-    let pods: Api<Pod> = Api::all(client.clone());
-    let label_key = cache.config().runtime_label_key.clone();
-    let sync = Arc::clone(sync);
-    let (cache, nodes) = (Arc::clone(cache), Arc::clone(nodes));
-    // Without the extender only Runtime Pods are read: select them by the
-    // runtime label at the API server.
-    let config = if watches.extender {
-        watcher::Config::default()
-    } else {
-        watcher::Config::default().labels(&label_key)
-    };
-    tasks.push(tokio::spawn(async move {
-        let reduce = move |p: Pod| -> Reduced {
-            let key = key_of(&p.metadata);
-            let entry = PodEntry::from_pod(&p);
-            let runtime = p
-                .metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.contains_key(&label_key));
-            (key, entry, runtime.then(|| strip_pod(p, &label_key)))
-        };
-        let stream = watcher::watcher(pods, config)
-            .default_backoff()
-            .map(move |ev| {
-                ev.map(|e| match e {
-                    Event::Apply(p) => Event::Apply(reduce(p)),
-                    Event::InitApply(p) => Event::InitApply(reduce(p)),
-                    Event::Delete(p) => Event::Delete(reduce(p)),
-                    Event::Init => Event::Init,
-                    Event::InitDone => Event::InitDone,
-                })
-            });
-        // A relist is applied pod by pod as its pages arrive, and pods it
-        // did not show are deleted at its end: memory holds the list's keys,
-        // never the whole list.
-        let mut stream = Box::pin(stream);
-        let mut seen: HashSet<Key> = HashSet::new();
-        while let Some(ev) = stream.next().await {
-            let (k, e, runtime) = match ev {
-                Ok(Event::Apply(r)) => r,
-                Ok(Event::InitApply(r)) => {
-                    seen.insert(r.0.clone());
-                    r
-                }
-                Ok(Event::Delete((k, _, _))) => {
-                    cache.delete_pod(&k.0, &k.1);
-                    nodes.delete_pod(&k.0, &k.1);
-                    continue;
-                }
-                Ok(Event::Init) => {
-                    seen.clear();
-                    continue;
-                }
-                Ok(Event::InitDone) => {
-                    let keep = std::mem::take(&mut seen);
-                    cache.retain_pods(|ns, name| keep.contains(&(ns.to_owned(), name.to_owned())));
-                    nodes.retain_pods(&keep);
-                    sync.done("Pod");
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(kind = "Pod", error = %e, "watch failed; retrying with backoff");
-                    continue;
-                }
-            };
-            match runtime {
-                Some(p) => cache.apply_pod(&p, Timestamp::now()),
-                None => cache.delete_pod(&k.0, &k.1),
-            }
-            nodes.apply_pod_entry(k, e)
-        }
-    }));
+    planned
+        .into_iter()
+        .map(|(_, start)| start(Arc::clone(&sync)))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::CacheConfig;
+    use crate::metrics::Metrics;
+    use crate::runs::queue::WorkQueue;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::jiff::Timestamp;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Records what reached it, in order.
+    #[derive(Default)]
+    struct Fake(Mutex<Vec<String>>);
+
+    impl Fake {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock())
+        }
+    }
+
+    fn names(objs: &[Node]) -> String {
+        objs.iter()
+            .map(|n| n.metadata.name.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    impl Index<Node> for Fake {
+        fn apply(&self, obj: Node) {
+            self.0.lock().push(format!("apply {}", names(&[obj])));
+        }
+        fn delete(&self, namespace: &str, name: &str) {
+            self.0.lock().push(format!("delete {namespace}/{name}"));
+        }
+        fn reset(&self, objs: Vec<Node>) {
+            self.0.lock().push(format!("reset [{}]", names(&objs)));
+        }
+    }
+
+    /// The same, relisting page by page.
+    #[derive(Default)]
+    struct Paged(Fake);
+
+    impl Index<Node> for Paged {
+        fn apply(&self, obj: Node) {
+            self.0.apply(obj)
+        }
+        fn delete(&self, namespace: &str, name: &str) {
+            self.0.delete(namespace, name)
+        }
+        fn reset(&self, objs: Vec<Node>) {
+            self.0.reset(objs)
+        }
+        const PAGED_RELIST: bool = true;
+        fn retain(&self, keep: &HashSet<Key>) {
+            let mut keep: Vec<_> = keep.iter().map(|(_, n)| n.as_str()).collect();
+            keep.sort();
+            self.0.0.lock().push(format!("retain [{}]", keep.join(",")));
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n
+    }
+
+    /// A list, changes, a failed watch, a relist.
+    fn events() -> Vec<Result<Event<Node>, watcher::Error>> {
+        vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("a"))),
+            Ok(Event::InitApply(node("b"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(node("c"))),
+            Ok(Event::Delete(node("a"))),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("b"))),
+            Ok(Event::InitApply(node("c"))),
+            Ok(Event::InitDone),
+        ]
+    }
+
+    fn tracker(kinds: &[&'static str]) -> (SyncTracker, Arc<AtomicUsize>) {
+        let synced = Arc::new(AtomicUsize::new(0));
+        let s = Arc::clone(&synced);
+        let t = SyncTracker::new(kinds.iter().copied(), move || {
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        (t, synced)
+    }
+
+    #[tokio::test]
+    async fn watcher_applies_deletes_and_resets_through_the_index() {
+        let index = Fake::default();
+        let (sync, synced) = tracker(&["Node"]);
+        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        assert_eq!(
+            index.take(),
+            ["reset [a,b]", "apply c", "delete default/a", "reset [b,c]"]
+        );
+        // Ready after the first list, once.
+        assert_eq!(synced.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn paged_relist_applies_as_it_arrives_and_retains_what_it_showed() {
+        let index = Paged::default();
+        let (sync, _) = tracker(&["Node"]);
+        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        assert_eq!(
+            index.0.take(),
+            [
+                "apply a",
+                "apply b",
+                "retain [a,b]",
+                "apply c",
+                "delete default/a",
+                "apply b",
+                "apply c",
+                "retain [b,c]"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn readiness_waits_for_every_watched_kind() {
+        let (sync, synced) = tracker(&["Node", "PodGroup"]);
+        let index = Fake::default();
+        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        assert_eq!(synced.load(Ordering::SeqCst), 0);
+        let list = vec![Ok(Event::Init), Ok(Event::InitDone)];
+        drive(futures::stream::iter(list), "PodGroup", &index, &sync).await;
+        assert_eq!(synced.load(Ordering::SeqCst), 1);
+    }
+
+    /// The Pod index behind the watcher: both caches follow a paged relist,
+    /// and a Pod that loses the runtime label leaves the Run cache only.
+    #[tokio::test]
+    async fn pods_reach_both_caches_through_the_watcher() {
+        let cache = Arc::new(Cache::new(
+            CacheConfig::default(),
+            Arc::new(WorkQueue::default()),
+            Arc::new(Metrics::default()),
+        ));
+        let ix = Indexes::new(Arc::clone(&cache), Arc::new(NodeCache::new()));
+        let pod = |name: &str, runtime: bool| {
+            let mut p = Pod::default();
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some("ns".into());
+            if runtime {
+                p.metadata.labels = Some([("runtime".to_owned(), "py".to_owned())].into());
+            }
+            p
+        };
+        let runtime_pods = || {
+            cache
+                .runtime_pods(Some("ns"), None, Timestamp::now())
+                .into_iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+        };
+        let (sync, synced) = tracker(&["Pod"]);
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("r1", true))),
+            Ok(Event::InitApply(pod("r2", true))),
+            Ok(Event::InitApply(pod("plain", false))),
+            Ok(Event::InitDone),
+        ];
+        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync).await;
+        assert_eq!(synced.load(Ordering::SeqCst), 1);
+        assert_eq!(runtime_pods(), ["r1", "r2"]);
+        assert!(ix.nodes.read().pod("ns", "plain").is_some());
+        let events = vec![
+            Ok(Event::Apply(pod("r2", false))),
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("r2", false))),
+            Ok(Event::InitDone),
+        ];
+        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync).await;
+        assert!(runtime_pods().is_empty());
+        let nodes = ix.nodes.read();
+        assert!(nodes.pod("ns", "r2").is_some());
+        assert!(nodes.pod("ns", "r1").is_none() && nodes.pod("ns", "plain").is_none());
+    }
 
     #[test]
     fn stripping_keeps_what_scheduling_reads() {

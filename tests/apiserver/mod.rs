@@ -43,45 +43,127 @@ pub enum Res {
     ClusterRoles,
 }
 
+/// How the server answers `PATCH .../{name}/status` of a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StatusPatch {
+    /// Runs: resourceVersion precondition, injected conflicts, recorded writes.
+    Run,
+    /// ResourceClaims: uid and resourceVersion preconditions, merge patch only.
+    Claim,
+    /// PodGroups and CompositePodGroups: server-side apply of conditions,
+    /// or a merge patch.
+    Group,
+}
+
+/// One row per resource the server knows. The kind and apiVersion of
+/// stored objects come from it, and so do the routes of the watched kinds:
+/// the collection across namespaces (list or watch) and the status
+/// subresource. Serving a new watched kind is one row.
+struct Row {
+    res: Res,
+    kind: &'static str,
+    api_version: &'static str,
+    plural: &'static str,
+    /// `GET /api(s)/{apiVersion}/{plural}`: list, or watch with `?watch=true`.
+    list_watch: bool,
+    status: Option<StatusPatch>,
+}
+
+#[rustfmt::skip]
+static TABLE: [Row; 15] = [
+    Row { res: Res::Pods, kind: "Pod", api_version: "v1", plural: "pods", list_watch: true, status: None },
+    Row { res: Res::Runs, kind: "Run", api_version: "kruntimes.io/v1alpha1", plural: "runs", list_watch: true, status: Some(StatusPatch::Run) },
+    Row { res: Res::Runtimes, kind: "Runtime", api_version: "kruntimes.io/v1alpha1", plural: "runtimes", list_watch: true, status: None },
+    Row { res: Res::Leases, kind: "Lease", api_version: "coordination.k8s.io/v1", plural: "leases", list_watch: false, status: None },
+    Row { res: Res::Events, kind: "Event", api_version: "events.k8s.io/v1", plural: "events", list_watch: false, status: None },
+    Row { res: Res::Nodes, kind: "Node", api_version: "v1", plural: "nodes", list_watch: true, status: None },
+    Row { res: Res::ResourceClaims, kind: "ResourceClaim", api_version: "resource.k8s.io/v1", plural: "resourceclaims", list_watch: true, status: Some(StatusPatch::Claim) },
+    Row { res: Res::PodGroups, kind: "PodGroup", api_version: "scheduling.k8s.io/v1beta1", plural: "podgroups", list_watch: true, status: Some(StatusPatch::Group) },
+    Row { res: Res::CompositePodGroups, kind: "CompositePodGroup", api_version: "scheduling.k8s.io/v1alpha3", plural: "compositepodgroups", list_watch: true, status: Some(StatusPatch::Group) },
+    Row { res: Res::PriorityClasses, kind: "PriorityClass", api_version: "scheduling.k8s.io/v1", plural: "priorityclasses", list_watch: true, status: None },
+    Row { res: Res::ResourceSlices, kind: "ResourceSlice", api_version: "resource.k8s.io/v1", plural: "resourceslices", list_watch: true, status: None },
+    Row { res: Res::Secrets, kind: "Secret", api_version: "v1", plural: "secrets", list_watch: false, status: None },
+    Row { res: Res::ValidatingWebhookConfigurations, kind: "ValidatingWebhookConfiguration", api_version: "admissionregistration.k8s.io/v1", plural: "validatingwebhookconfigurations", list_watch: false, status: None },
+    Row { res: Res::MutatingWebhookConfigurations, kind: "MutatingWebhookConfiguration", api_version: "admissionregistration.k8s.io/v1", plural: "mutatingwebhookconfigurations", list_watch: false, status: None },
+    Row { res: Res::ClusterRoles, kind: "ClusterRole", api_version: "rbac.authorization.k8s.io/v1", plural: "clusterroles", list_watch: false, status: None },
+];
+
 impl Res {
+    fn row(self) -> &'static Row {
+        TABLE
+            .iter()
+            .find(|r| r.res == self)
+            .expect("every resource has a row")
+    }
+
     fn kind(self) -> &'static str {
-        match self {
-            Res::Pods => "Pod",
-            Res::Runs => "Run",
-            Res::Runtimes => "Runtime",
-            Res::Leases => "Lease",
-            Res::Events => "Event",
-            Res::Nodes => "Node",
-            Res::ResourceClaims => "ResourceClaim",
-            Res::PodGroups => "PodGroup",
-            Res::CompositePodGroups => "CompositePodGroup",
-            Res::PriorityClasses => "PriorityClass",
-            Res::ResourceSlices => "ResourceSlice",
-            Res::Secrets => "Secret",
-            Res::ValidatingWebhookConfigurations => "ValidatingWebhookConfiguration",
-            Res::MutatingWebhookConfigurations => "MutatingWebhookConfiguration",
-            Res::ClusterRoles => "ClusterRole",
-        }
+        self.row().kind
     }
 
     fn api_version(self) -> &'static str {
-        match self {
-            Res::Pods | Res::Nodes => "v1",
-            Res::Runs | Res::Runtimes => "kruntimes.io/v1alpha1",
-            Res::Leases => "coordination.k8s.io/v1",
-            Res::Events => "events.k8s.io/v1",
-            Res::ResourceClaims => "resource.k8s.io/v1",
-            Res::PodGroups => "scheduling.k8s.io/v1beta1",
-            Res::CompositePodGroups => "scheduling.k8s.io/v1alpha3",
-            Res::PriorityClasses => "scheduling.k8s.io/v1",
-            Res::ResourceSlices => "resource.k8s.io/v1",
-            Res::Secrets => "v1",
-            Res::ValidatingWebhookConfigurations | Res::MutatingWebhookConfigurations => {
-                "admissionregistration.k8s.io/v1"
-            }
-            Res::ClusterRoles => "rbac.authorization.k8s.io/v1",
+        self.row().api_version
+    }
+
+    /// `/api/v1` for the core group, else `/apis/{group}/{version}`.
+    fn prefix(self) -> String {
+        match self.api_version() {
+            "v1" => "/api/v1".to_owned(),
+            gv => format!("/apis/{gv}"),
         }
     }
+
+    /// `{plural}.{group}` (`{plural}` in the core group), as API errors name it.
+    fn qualified(self) -> String {
+        let row = self.row();
+        match row.api_version.split_once('/') {
+            Some((group, _)) => format!("{}.{group}", row.plural),
+            None => row.plural.to_owned(),
+        }
+    }
+}
+
+/// The routes of every watched kind in [`TABLE`].
+fn table_routes() -> Router<FakeApi> {
+    let mut router = Router::new();
+    for row in &TABLE {
+        let res = row.res;
+        if row.list_watch {
+            router = router.route(
+                &format!("{}/{}", res.prefix(), row.plural),
+                get(
+                    move |State(api): State<FakeApi>, Query(p): Query<HashMap<String, String>>| {
+                        list_or_watch(api, res, p)
+                    },
+                ),
+            );
+        }
+        let status_path = format!(
+            "{}/namespaces/{{ns}}/{}/{{name}}/status",
+            res.prefix(),
+            row.plural
+        );
+        router = match row.status {
+            None => router,
+            Some(StatusPatch::Run) => {
+                router.route(&status_path, axum::routing::patch(patch_run_status))
+            }
+            Some(StatusPatch::Claim) => {
+                router.route(&status_path, axum::routing::patch(patch_claim_status))
+            }
+            Some(StatusPatch::Group) => router.route(
+                &status_path,
+                axum::routing::patch(
+                    move |State(api): State<FakeApi>,
+                          Path((ns, name)): Path<(String, String)>,
+                          headers: HeaderMap,
+                          body: Bytes| async move {
+                        patch_group_status(api, res, ns, name, headers, body)
+                    },
+                ),
+            ),
+        };
+    }
+    router
 }
 
 struct Entry {
@@ -140,26 +222,6 @@ fn status(code: u16, reason: &str, message: &str) -> Response {
     (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
 }
 
-/// RFC 7386 JSON merge patch.
-pub fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().unwrap();
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
 fn matches(selector: Option<&str>, obj: &Value) -> bool {
     let Some(sel) = selector.filter(|s| !s.is_empty()) else {
         return true;
@@ -187,16 +249,6 @@ impl FakeApi {
             url,
         };
         let router = Router::new()
-            .route("/api/v1/pods", get(list_or_watch_pods))
-            .route("/apis/kruntimes.io/v1alpha1/runs", get(list_or_watch_runs))
-            .route(
-                "/apis/kruntimes.io/v1alpha1/runtimes",
-                get(list_or_watch_runtimes),
-            )
-            .route(
-                "/apis/kruntimes.io/v1alpha1/namespaces/{ns}/runs/{name}/status",
-                axum::routing::patch(patch_run_status),
-            )
             .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 axum::routing::post(create_event),
@@ -213,7 +265,6 @@ impl FakeApi {
                 "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
                 get(get_lease).patch(patch_lease).put(put_lease),
             )
-            .route("/api/v1/nodes", get(list_or_watch_nodes))
             .route(
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 axum::routing::post(token_review),
@@ -223,49 +274,10 @@ impl FakeApi {
                 axum::routing::post(subject_access_review),
             )
             .route(
-                "/apis/scheduling.k8s.io/v1/priorityclasses",
-                get(
-                    |State(api): State<FakeApi>, Query(p): Query<HashMap<String, String>>| {
-                        list_or_watch(api, Res::PriorityClasses, p)
-                    },
-                ),
-            )
-            .route(
-                "/apis/resource.k8s.io/v1/resourceslices",
-                get(
-                    |State(api): State<FakeApi>, Query(p): Query<HashMap<String, String>>| {
-                        list_or_watch(api, Res::ResourceSlices, p)
-                    },
-                ),
-            )
-            .route(
-                "/apis/resource.k8s.io/v1/resourceclaims",
-                get(list_or_watch_claims),
-            )
-            .route(
-                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}/status",
-                axum::routing::patch(patch_claim_status),
-            )
-            .route(
-                "/apis/scheduling.k8s.io/v1beta1/podgroups",
-                get(list_or_watch_pod_groups),
-            )
-            .route(
-                "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups/{name}/status",
-                axum::routing::patch(patch_pod_group_status),
-            )
-            .route(
-                "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups",
-                get(list_or_watch_composites),
-            )
-            .route(
-                "/apis/scheduling.k8s.io/v1alpha3/namespaces/{ns}/compositepodgroups/{name}/status",
-                axum::routing::patch(patch_composite_status),
-            )
-            .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 axum::routing::post(create_binding),
             )
+            .merge(table_routes())
             .merge(webhook_routes())
             .fallback(|| async {
                 status(
@@ -480,41 +492,6 @@ async fn list_or_watch(api: FakeApi, res: Res, params: HashMap<String, String>) 
     }
 }
 
-async fn list_or_watch_pods(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::Pods, p).await
-}
-
-async fn list_or_watch_runs(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::Runs, p).await
-}
-
-async fn list_or_watch_runtimes(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::Runtimes, p).await
-}
-
-async fn list_or_watch_nodes(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::Nodes, p).await
-}
-
-async fn list_or_watch_claims(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::ResourceClaims, p).await
-}
-
 /// `PATCH resourceclaims/{name}/status` (JSON merge patch): `metadata.uid`
 /// and `metadata.resourceVersion` in the patch are preconditions (409);
 /// only `status` is changed.
@@ -563,7 +540,7 @@ async fn patch_claim_status(
     }
     let mut obj = cur.clone();
     if let Some(st) = patch.get("status") {
-        merge(
+        json_patch::merge(
             obj.as_object_mut()
                 .unwrap()
                 .entry("status")
@@ -579,53 +556,12 @@ async fn patch_claim_status(
     axum::Json(obj).into_response()
 }
 
-async fn list_or_watch_pod_groups(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::PodGroups, p).await
-}
-
-async fn list_or_watch_composites(
-    State(api): State<FakeApi>,
-    Query(p): Query<HashMap<String, String>>,
-) -> Response {
-    list_or_watch(api, Res::CompositePodGroups, p).await
-}
-
-async fn patch_pod_group_status(
-    State(api): State<FakeApi>,
-    Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    patch_group_status(api, Res::PodGroups, "podgroups", ns, name, headers, body)
-}
-
-async fn patch_composite_status(
-    State(api): State<FakeApi>,
-    Path((ns, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    patch_group_status(
-        api,
-        Res::CompositePodGroups,
-        "compositepodgroups",
-        ns,
-        name,
-        headers,
-        body,
-    )
-}
-
 /// `PATCH {podgroups,compositepodgroups}/{name}/status`: server-side apply
 /// (conditions merged by type, as their `listType=map` says) or a JSON
 /// merge patch.
 fn patch_group_status(
     api: FakeApi,
     res: Res,
-    plural: &str,
     ns: String,
     name: String,
     headers: HeaderMap,
@@ -638,7 +574,7 @@ fn patch_group_status(
         return status(
             404,
             "NotFound",
-            &format!("{plural}.scheduling.k8s.io \"{name}\" not found"),
+            &format!("{} \"{name}\" not found", res.qualified()),
         );
     };
     let apply = headers
@@ -664,7 +600,7 @@ fn patch_group_status(
         }
         cur["status"]["conditions"] = json!(conds);
     } else if let Some(s) = patch.get("status") {
-        merge(
+        json_patch::merge(
             cur.as_object_mut()
                 .unwrap()
                 .entry("status")
@@ -770,7 +706,7 @@ async fn patch_run_status(
     }
     let mut obj = cur.clone();
     if let Some(s) = patch.get("status") {
-        merge(
+        json_patch::merge(
             obj.as_object_mut()
                 .unwrap()
                 .entry("status")
@@ -805,7 +741,7 @@ async fn patch_event(
         return status(404, "NotFound", "event not found");
     };
     if let Ok(p) = serde_json::from_slice::<Value>(&body) {
-        merge(&mut cur, &p);
+        json_patch::merge(&mut cur, &p);
     }
     axum::Json(api.put(Res::Events, cur)).into_response()
 }
@@ -913,7 +849,7 @@ async fn patch_lease(
         o.remove("apiVersion");
         o.remove("kind");
     }
-    merge(&mut lease, &p);
+    json_patch::merge(&mut lease, &p);
     axum::Json(api.put(Res::Leases, lease)).into_response()
 }
 

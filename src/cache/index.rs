@@ -1,0 +1,237 @@
+//! One trait for every watched kind: how an add or update, a deletion and a
+//! relist of objects reach a cache.
+//!
+//! Shaped after `kubert::index` (`IndexNamespacedResource` /
+//! `IndexClusterResource`): an index is told `apply(obj)`,
+//! `delete(namespace, name)` and `reset(objs)`; it never sees a watch
+//! stream. The cluster watcher (`cluster::watch::watch`), the standalone
+//! store and tests drive the same calls, so a kind behaves alike in both
+//! modes.
+//!
+//! Both caches implement it: the Run cache ([`Cache`]: Runs, Runtimes,
+//! Runtime Pods) and the cluster index ([`NodeCache`]: Nodes, Pods,
+//! PodGroups, CompositePodGroups, PriorityClasses, ResourceClaims,
+//! ResourceSlices). [`Pods`] feeds one Pod stream to both. [`Indexes`] is
+//! the set of indexes a watched object can land in; the kind table
+//! (`cluster::kinds`) names, per kind, which one.
+
+use super::Cache;
+use super::nodes::{Key, NodeCache, PodEntry};
+use crate::crd::{Run, Runtime};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Where the objects of one kind `K` land.
+///
+/// Keys are `(namespace, name)`; a cluster-scoped kind ignores the
+/// namespace (callers pass `""`, or the watcher's `"default"`).
+pub trait Index<K>: Send + Sync {
+    /// An object was added or changed.
+    fn apply(&self, obj: K);
+
+    /// An object was deleted.
+    fn delete(&self, namespace: &str, name: &str);
+
+    /// A relist: `objs` is every object of the kind; anything else the
+    /// index holds is gone.
+    fn reset(&self, objs: Vec<K>);
+
+    /// How a relist reaches the index. `false` (the default): the watcher
+    /// buffers the list and calls [`Index::reset`]. `true`: each listed
+    /// object is [`Index::apply`]d as its page arrives, then
+    /// [`Index::retain`] drops what the list did not show, so memory holds
+    /// the list's keys, never the list (for kinds with very many objects).
+    const PAGED_RELIST: bool = false;
+
+    /// The end of a paged relist: drops every object whose key is not in
+    /// `keep`. Called only when [`Index::PAGED_RELIST`] is true, and such
+    /// an index must override it.
+    fn retain(&self, keep: &HashSet<Key>) {
+        let _ = keep;
+    }
+}
+
+/// Every index a watched object can land in (the kind table picks one per
+/// kind by field name).
+#[derive(Clone)]
+pub struct Indexes {
+    /// The Run cache: Runs and Runtimes.
+    pub runs: Arc<Cache>,
+    /// The cluster index: what the extender and admission read.
+    pub nodes: Arc<NodeCache>,
+    /// Pods, into both.
+    pub pods: Arc<Pods>,
+}
+
+impl Indexes {
+    pub fn new(runs: Arc<Cache>, nodes: Arc<NodeCache>) -> Self {
+        let pods = Arc::new(Pods {
+            runs: Arc::clone(&runs),
+            nodes: Arc::clone(&nodes),
+        });
+        Indexes { runs, nodes, pods }
+    }
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+// === the Run cache ===
+
+impl Index<Run> for Cache {
+    fn apply(&self, obj: Run) {
+        self.apply_run(&obj)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_run(namespace, name)
+    }
+    fn reset(&self, objs: Vec<Run>) {
+        self.reset_runs(&objs)
+    }
+}
+
+impl Index<Runtime> for Cache {
+    fn apply(&self, obj: Runtime) {
+        self.apply_runtime(&obj)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_runtime(namespace, name)
+    }
+    fn reset(&self, objs: Vec<Runtime>) {
+        self.reset_runtimes(&objs)
+    }
+}
+
+/// Runtime Pods, read at the current time (heartbeat staleness).
+impl Index<Pod> for Cache {
+    fn apply(&self, obj: Pod) {
+        self.apply_pod(&obj, Timestamp::now())
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_pod(namespace, name)
+    }
+    fn reset(&self, objs: Vec<Pod>) {
+        self.reset_pods(&objs, Timestamp::now())
+    }
+    const PAGED_RELIST: bool = true;
+    fn retain(&self, keep: &HashSet<Key>) {
+        self.retain_pods(|ns, name| keep.contains(&(ns.to_owned(), name.to_owned())))
+    }
+}
+
+// === the cluster index ===
+
+/// Implements [`Index`] for the cluster index by delegating to its
+/// `apply_*` / `delete_*` / `reset_*` methods. `namespaced` kinds are keyed
+/// by namespace and name, `cluster` kinds by name.
+macro_rules! node_index {
+    ($($ty:ty => $apply:ident, $delete:ident($scope:ident), $reset:ident;)*) => {$(
+        impl Index<$ty> for NodeCache {
+            fn apply(&self, obj: $ty) {
+                self.$apply(&obj)
+            }
+            fn delete(&self, namespace: &str, name: &str) {
+                node_index!(@delete self, $delete, $scope, namespace, name)
+            }
+            fn reset(&self, objs: Vec<$ty>) {
+                self.$reset(&objs)
+            }
+        }
+    )*};
+    (@delete $self:ident, $delete:ident, namespaced, $ns:ident, $name:ident) => {
+        $self.$delete($ns, $name)
+    };
+    (@delete $self:ident, $delete:ident, cluster, $ns:ident, $name:ident) => {{
+        let _ = $ns;
+        $self.$delete($name)
+    }};
+}
+
+node_index! {
+    Node => apply_node, delete_node(cluster), reset_nodes;
+    PodGroup => apply_pod_group, delete_pod_group(namespaced), reset_pod_groups;
+    CompositePodGroup => apply_composite, delete_composite(namespaced), reset_composites;
+    PriorityClass => apply_priority_class, delete_priority_class(cluster), reset_priority_classes;
+    ResourceClaim => apply_claim, delete_claim(namespaced), reset_claims;
+    ResourceSlice => apply_slice, delete_slice(cluster), reset_slices;
+}
+
+/// Every Pod, reduced at once to what node fit reads.
+impl Index<Pod> for NodeCache {
+    fn apply(&self, obj: Pod) {
+        self.apply_pod_entry(key_of(&obj.metadata), PodEntry::from_pod(&obj))
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_pod(namespace, name)
+    }
+    fn reset(&self, objs: Vec<Pod>) {
+        self.reset_pods(
+            objs.iter()
+                .map(|p| (key_of(&p.metadata), PodEntry::from_pod(p)))
+                .collect(),
+        )
+    }
+    const PAGED_RELIST: bool = true;
+    fn retain(&self, keep: &HashSet<Key>) {
+        self.retain_pods(keep)
+    }
+}
+
+// === both ===
+
+/// One Pod stream for both caches: every Pod goes to the cluster index;
+/// Pods carrying the runtime label also go to the Run cache as Runtime
+/// Pods, and a Pod that loses the label leaves it.
+pub struct Pods {
+    runs: Arc<Cache>,
+    nodes: Arc<NodeCache>,
+}
+
+impl Pods {
+    fn is_runtime_pod(&self, pod: &Pod) -> bool {
+        let key = &self.runs.config().runtime_label_key;
+        pod.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(key))
+    }
+}
+
+impl Index<Pod> for Pods {
+    fn apply(&self, obj: Pod) {
+        let key = key_of(&obj.metadata);
+        let entry = PodEntry::from_pod(&obj);
+        if self.is_runtime_pod(&obj) {
+            self.runs.apply_pod(&obj, Timestamp::now());
+        } else {
+            self.runs.delete_pod(&key.0, &key.1);
+        }
+        self.nodes.apply_pod_entry(key, entry)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.runs.delete_pod(namespace, name);
+        self.nodes.delete_pod(namespace, name);
+    }
+    fn reset(&self, objs: Vec<Pod>) {
+        let keep: HashSet<Key> = objs.iter().map(|p| key_of(&p.metadata)).collect();
+        for p in objs {
+            self.apply(p);
+        }
+        self.retain(&keep);
+    }
+    const PAGED_RELIST: bool = true;
+    fn retain(&self, keep: &HashSet<Key>) {
+        Index::<Pod>::retain(&*self.runs, keep);
+        Index::<Pod>::retain(&*self.nodes, keep);
+    }
+}

@@ -33,6 +33,8 @@ pub mod model;
 pub mod pods;
 pub mod runs;
 pub mod serve;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod tls;
 pub mod webhooks;
 pub mod workload;

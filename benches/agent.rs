@@ -5,7 +5,8 @@
 //! journal on tmpfs (as in the example's in-memory `emptyDir`), then a
 //! bounded load loop (4 concurrent clients, 4 000 round trips each, at most
 //! 20 s) for each journal setting — none, tmpfs (`/dev/shm`), and the temp
-//! directory's file system — printing admit and release latency p50/p99 and
+//! directory's file system — printing admit and release latency p50/p99
+//! (nearest rank, `testkit::percentile`) and
 //! admissions per second. Every 201 waits for its journal record to be
 //! synced; concurrent admissions share one sync.
 
@@ -21,6 +22,7 @@ use kruntimes_scheduler::agent::Agent;
 use kruntimes_scheduler::agent::metrics::AgentMetrics;
 use kruntimes_scheduler::agent::server;
 use kruntimes_scheduler::agent::source::AgentConfig;
+use kruntimes_scheduler::testkit::percentile;
 use kube::runtime::watcher::Event;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -131,14 +133,6 @@ async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> (Duration, D
     (admit, t1.elapsed())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
 fn load_report(rt: &tokio::runtime::Runtime, label: &str, path: &Path) {
     let (lat, elapsed) = rt.block_on(async {
         let t0 = Instant::now();
@@ -167,6 +161,10 @@ fn load_report(rt: &tokio::runtime::Runtime, label: &str, path: &Path) {
     admit.sort();
     release.sort();
     let n = admit.len();
+    if n == 0 {
+        println!("agent load, journal {label}: no round trip finished");
+        return;
+    }
     println!(
         "agent load, journal {label}: {CLIENTS} clients, {n} admit+release round trips in {:.2}s: admit p50 {:?}, p99 {:?}; release p50 {:?}, p99 {:?}; {:.0} admissions/s",
         elapsed.as_secs_f64(),

@@ -2,7 +2,7 @@
 //! loopback HTTP: watch delivery, decision, reservation, status patch with
 //! resourceVersion precondition, and the watch handing the reservation over.
 
-#[path = "../tests/apiserver/mod.rs"]
+#[path = "../tests/it/apiserver/mod.rs"]
 mod apiserver;
 
 use apiserver::{FakeApi, Res};

@@ -7,16 +7,17 @@
 //! - `filter+prioritize/cache/N`: both calls for one pod, the per-pod cost.
 //! - `filter/full/N`, `prioritize/full/N`: full NodeList bodies (500, 1,000).
 //!
-//! Criterion reports the mean per call with its confidence interval; the
-//! closing lines print p50/p99 over 200 timed calls per case.
+//! Each call is [`filter_bytes`] / [`prioritize_bytes`], the functions the
+//! handlers serve. Criterion reports the mean per call with its confidence
+//! interval; the closing lines print p50/p99 (nearest rank,
+//! `testkit::percentile`) over 200 timed calls per case.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
-use kruntimes_scheduler::extender::types::{ExtenderArgs, write_priorities};
-use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize};
+use kruntimes_scheduler::extender::{filter_bytes, prioritize_bytes};
+use kruntimes_scheduler::testkit::{percentile, time_calls};
 use serde_json::{Value, json};
 use std::hint::black_box;
-use std::time::Instant;
 
 fn node_json(i: usize) -> Value {
     json!({"metadata": {"name": format!("node-{i:05}"), "uid": format!("uid-{i}"),
@@ -72,28 +73,15 @@ fn full_body(n: usize) -> Vec<u8> {
     .expect("json")
 }
 
-/// One filter call as the handler does it: decode, resolve the nodes,
+/// One filter call as the handler makes it: decode, resolve the nodes,
 /// decide, encode.
 fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
-    let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
-    let snap = cache.read();
-    let candidates = Candidates::of(&snap, &args).expect("nodes");
-    let out = decide_filter(&snap, &args, &candidates);
-    drop(snap);
-    let mut bytes = Vec::with_capacity(body.len() + 1024);
-    out.write_json(&mut bytes);
-    bytes
+    filter_bytes(cache, body).expect("a valid extender call")
 }
 
+/// One prioritize call as the handler makes it.
 fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
-    let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
-    let snap = cache.read();
-    let candidates = Candidates::of(&snap, &args).expect("nodes");
-    let out = decide_prioritize(&snap, &args, &candidates);
-    drop(snap);
-    let mut bytes = Vec::with_capacity(body.len() + 1024);
-    write_priorities(&out, candidates.all_plain(), &mut bytes);
-    bytes
+    prioritize_bytes(cache, body).expect("a valid extender call")
 }
 
 /// The prioritize body kube-scheduler sends after filter: the feasible names.
@@ -101,16 +89,11 @@ fn prioritize_body(names: &Value) -> Vec<u8> {
     serde_json::to_vec(&json!({"Pod": pod(), "Nodes": null, "NodeNames": names})).expect("json")
 }
 
-fn percentiles(mut f: impl FnMut()) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..200)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[100], t[197])
+/// p50 and p99 (nearest rank) of 200 timed calls, in milliseconds.
+fn percentiles(f: impl FnMut()) -> (f64, f64) {
+    let t = time_calls(200, f);
+    let ms = |p| percentile(&t, p).as_secs_f64() * 1e3;
+    (ms(0.5), ms(0.99))
 }
 
 fn benches(c: &mut Criterion) {

@@ -7,110 +7,19 @@
 //! - `loop/runs_bound`: the standalone scheduling loop binding 2,000 Runs on
 //!   200 Runtime Pods, status writes included; Runs/s = 2000 / time.
 
+mod common;
+
+use common::{run, runtime_pod, runtime_pods};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_scheduler::cache::{Cache, CacheConfig, Decision};
-use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
-use kruntimes_scheduler::metrics::Metrics;
+use kruntimes_scheduler::cache::{CacheConfig, Decision};
 use kruntimes_scheduler::model::resources::effective_requests;
-use kruntimes_scheduler::runs::queue::{RunKey, WorkQueue};
+use kruntimes_scheduler::runs::queue::RunKey;
 use kruntimes_scheduler::serve::standalone;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn mk_pod(i: usize, now: Timestamp) -> Pod {
-    let ann: BTreeMap<String, String> = [
-        ("runs", "8"),
-        ("gpu", "4"),
-        ("mem", "64Gi"),
-        ("slots", "16"),
-    ]
-    .iter()
-    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
-    .collect();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("rp-{i:05}")),
-            namespace: Some("bench".into()),
-            uid: Some(format!("uid-{i}")),
-            labels: Some([("runtime".to_string(), "py".to_string())].into()),
-            annotations: Some(ann),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![
-                PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    ..Default::default()
-                },
-                PodCondition {
-                    type_: "kruntimes.io/RuntimedReady".into(),
-                    status: "True".into(),
-                    last_probe_time: Some(Time(now)),
-                    ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        }),
-    }
-}
-
-fn mk_run(name: &str, reqs: &[(&str, &str)], assigned: Option<&str>) -> Run {
-    let mut r = Run::new(
-        name,
-        RunSpec {
-            runtime: "py".into(),
-            resources: Some(RunResources {
-                requests: Some(
-                    reqs.iter()
-                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                        .collect(),
-                ),
-            }),
-        },
-    );
-    r.metadata.namespace = Some("bench".into());
-    r.metadata.uid = Some(format!("uid-{name}"));
-    r.metadata.resource_version = Some("1".into());
-    if let Some(p) = assigned {
-        r.status = Some(RunStatus {
-            phase: Some("Running".into()),
-            assigned_pod: Some(p.into()),
-            ..Default::default()
-        });
-    }
-    r
-}
-
-/// N pods with 4 resources; every other pod runs a Run using part of each.
-fn mk_cache(n: usize, now: Timestamp) -> Cache {
-    let cache = Cache::new(
-        CacheConfig::default(),
-        Arc::new(WorkQueue::default()),
-        Arc::new(Metrics::default()),
-    );
-    for i in 0..n {
-        cache.apply_pod(&mk_pod(i, now), now);
-        if i % 2 == 0 {
-            let pod = format!("rp-{i:05}");
-            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-            cache.apply_run(&mk_run(&format!("busy-{i}"), &busy, Some(&pod)));
-        }
-    }
-    while let Some(k) = cache.queue().try_next() {
-        cache.queue().done(&k);
-    }
-    cache
-}
 
 fn plan(c: &mut Criterion) {
     let now = Timestamp::now();
@@ -123,7 +32,7 @@ fn plan(c: &mut Criterion) {
     .unwrap();
     let mut g = c.benchmark_group("plan");
     for n in [100usize, 1_000, 10_000] {
-        let cache = mk_cache(n, now);
+        let cache = runtime_pods(n, now);
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
@@ -135,8 +44,8 @@ fn plan(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("decide");
     for n in [100usize, 1_000, 10_000] {
-        let cache = mk_cache(n, now);
-        cache.apply_run(&mk_run(
+        let cache = runtime_pods(n, now);
+        cache.apply_run(&run(
             "r",
             &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")],
             None,
@@ -214,10 +123,10 @@ fn plan_http(c: &mut Criterion) {
         let now = Timestamp::now();
         let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
         for i in 0..n {
-            app.state.cache.apply_pod(&mk_pod(i, now), now);
+            app.state.cache.apply_pod(&runtime_pod(i, now), now);
             if i % 2 == 0 {
                 let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-                app.state.cache.apply_run(&mk_run(
+                app.state.cache.apply_run(&run(
                     &format!("busy-{i}"),
                     &busy,
                     Some(&format!("rp-{i:05}")),

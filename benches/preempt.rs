@@ -10,16 +10,16 @@
 //! rest are not in a group; on every 10th node the `All` group has its
 //! other member on the next node, so 10 of the 100 candidates are dropped.
 //!
-//! Criterion reports the mean per call; the closing lines print p50/p99 over
-//! 200 timed calls per form.
+//! Criterion reports the mean per call; the closing lines print p50/p99
+//! (nearest rank, `testkit::percentile`) over 200 timed calls per form.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
 use kruntimes_scheduler::extender::decide_preempt;
 use kruntimes_scheduler::extender::types::ExtenderPreemptionArgs;
+use kruntimes_scheduler::testkit::{node, percentile, pod_group, time_calls};
 use serde_json::{Value, json};
 use std::hint::black_box;
-use std::time::Instant;
 
 const NODES: usize = 5_000;
 const CANDIDATES: usize = 100;
@@ -45,16 +45,13 @@ fn group_of(i: usize, j: usize) -> Option<String> {
 fn cluster() -> NodeCache {
     let cache = NodeCache::new();
     for i in 0..NODES {
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-            "metadata": {"name": node_name(i)},
-            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}))
-        .expect("node");
-        cache.apply_node(&node);
-        let all: k8s_openapi::api::scheduling::v1beta1::PodGroup = serde_json::from_value(json!({
-            "metadata": {"name": format!("all-{i}"), "namespace": "bench"},
-            "spec": {"priority": 10, "schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}}}))
-        .expect("group");
-        cache.apply_pod_group(&all);
+        cache.apply_node(&node(&node_name(i)).allocatable("32", "128Gi").typed());
+        let all = pod_group(&format!("all-{i}"))
+            .namespace("bench")
+            .priority(10)
+            .gang(2)
+            .disrupt_all();
+        cache.apply_pod_group(&all.typed());
         for j in 0..PODS {
             // Every 10th node's All group has its second member elsewhere.
             let on = if j == 1 && i % 10 == 5 {
@@ -78,12 +75,10 @@ fn cluster() -> NodeCache {
         }
     }
     for g in 0..50 {
-        let single: k8s_openapi::api::scheduling::v1beta1::PodGroup =
-            serde_json::from_value(json!({
-                "metadata": {"name": format!("single-{g}"), "namespace": "bench"},
-                "spec": {"priority": 10, "schedulingPolicy": {"basic": {}}}}))
-            .expect("group");
-        cache.apply_pod_group(&single);
+        let single = pod_group(&format!("single-{g}"))
+            .namespace("bench")
+            .priority(10);
+        cache.apply_pod_group(&single.typed());
     }
     cache
 }
@@ -162,16 +157,11 @@ fn preempt_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&out).expect("encode")
 }
 
-fn percentiles(mut f: impl FnMut()) -> (f64, f64) {
-    let mut t: Vec<f64> = (0..200)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    (t[100], t[197])
+/// p50 and p99 (nearest rank) of 200 timed calls, in milliseconds.
+fn percentiles(f: impl FnMut()) -> (f64, f64) {
+    let t = time_calls(200, f);
+    let ms = |p| percentile(&t, p).as_secs_f64() * 1e3;
+    (ms(0.5), ms(0.99))
 }
 
 fn benches(c: &mut Criterion) {

@@ -9,24 +9,23 @@
 //! cargo bench --bench scale -- rss-cluster  # cluster-mode RSS, same state, test API server
 //! ```
 //!
-//! `decide` runs in process; the others start the real binary (`serve`) on
+//! Percentiles are nearest rank (`testkit::percentile`). `decide` runs in
+//! process; the others start the real binary (`serve`) on
 //! a loopback port and talk HTTP to it, as an operator would.
 
-#[path = "../tests/apiserver/mod.rs"]
+#[path = "../tests/it/apiserver/mod.rs"]
 mod apiserver;
+mod common;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use common::{run, runtime_pods};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_scheduler::cache::{Cache, CacheConfig, Decision};
+use kruntimes_scheduler::cache::Decision;
 use kruntimes_scheduler::cluster::standalone::kube_time;
-use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
-use kruntimes_scheduler::metrics::Metrics;
 use kruntimes_scheduler::model::resources::effective_requests;
-use kruntimes_scheduler::runs::queue::{RunKey, WorkQueue};
+use kruntimes_scheduler::runs::queue::RunKey;
+use kruntimes_scheduler::testkit::{self, percentile};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -56,105 +55,12 @@ fn main() {
 
 // --- helpers ---
 
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn us(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-fn bench_pod(i: usize, now: Timestamp) -> Pod {
-    let ann: BTreeMap<String, String> = [
-        ("runs", "8"),
-        ("gpu", "4"),
-        ("mem", "64Gi"),
-        ("slots", "16"),
-    ]
-    .iter()
-    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
-    .collect();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("rp-{i:05}")),
-            namespace: Some("bench".into()),
-            uid: Some(format!("uid-{i}")),
-            labels: Some([("runtime".to_string(), "py".to_string())].into()),
-            annotations: Some(ann),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![
-                PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    ..Default::default()
-                },
-                PodCondition {
-                    type_: "kruntimes.io/RuntimedReady".into(),
-                    status: "True".into(),
-                    last_probe_time: Some(Time(now)),
-                    ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        }),
-    }
-}
-
-fn bench_run(name: &str, reqs: &[(&str, &str)], assigned: Option<&str>) -> Run {
-    let mut r = Run::new(
-        name,
-        RunSpec {
-            runtime: "py".into(),
-            resources: Some(RunResources {
-                requests: Some(
-                    reqs.iter()
-                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                        .collect(),
-                ),
-            }),
-        },
-    );
-    r.metadata.namespace = Some("bench".into());
-    r.metadata.uid = Some(format!("uid-{name}"));
-    r.metadata.resource_version = Some("1".into());
-    if let Some(p) = assigned {
-        r.status = Some(RunStatus {
-            phase: Some("Running".into()),
-            assigned_pod: Some(p.into()),
-            ..Default::default()
-        });
-    }
-    r
-}
-
-/// N Runtime Pods × 4 resources; every other pod runs a Run using part of each.
-fn bench_cache(n: usize, now: Timestamp) -> Cache {
-    let cache = Cache::new(
-        CacheConfig::default(),
-        Arc::new(WorkQueue::default()),
-        Arc::new(Metrics::default()),
-    );
-    for i in 0..n {
-        cache.apply_pod(&bench_pod(i, now), now);
-        if i % 2 == 0 {
-            let pod = format!("rp-{i:05}");
-            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-            cache.apply_run(&bench_run(&format!("busy-{i}"), &busy, Some(&pod)));
-        }
-    }
-    while let Some(k) = cache.queue().try_next() {
-        cache.queue().done(&k);
-    }
-    cache
 }
 
 // --- decide ---
@@ -172,8 +78,8 @@ fn decide() {
         "decision: one Run over N Runtime Pods × 4 resources (filter, score, reserve; then release)"
     );
     for n in [100usize, 1_000, 10_000, 50_000] {
-        let cache = bench_cache(n, now);
-        cache.apply_run(&bench_run(
+        let cache = runtime_pods(n, now);
+        cache.apply_run(&run(
             "r",
             &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")],
             None,
@@ -202,10 +108,10 @@ fn decide() {
         p.sort();
         println!(
             "  pods {n:>6}: decide p50 {} p99 {} | plan (in process) p50 {} p99 {}  ({samples} samples)",
-            us(quantile(&t, 0.5)),
-            us(quantile(&t, 0.99)),
-            us(quantile(&p, 0.5)),
-            us(quantile(&p, 0.99)),
+            us(percentile(&t, 0.5)),
+            us(percentile(&t, 0.99)),
+            us(percentile(&p, 0.5)),
+            us(percentile(&p, 0.99)),
         );
     }
 }
@@ -295,24 +201,36 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Res
     Ok((code, body))
 }
 
+/// A Runtime Pod as the state file and the test API server hold it: with
+/// its runtimed container and, if given, its node.
 fn runtime_pod_json(name: &str, ns: &str, node: Option<&str>, stamp: &str) -> Value {
-    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": {"runtime": "py", "app": "runtimed"},
-            "annotations": {"kruntimes.io/capacity.runs": "8", "kruntimes.io/capacity.gpu": "4",
-                "kruntimes.io/capacity.mem": "64Gi", "kruntimes.io/capacity.slots": "16"}},
-        "spec": {"containers": [{"name": "runtimed", "image": "kruntimes/runtimed:1.0",
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": stamp}]}});
-    if let Some(n) = node {
-        pod["spec"]["nodeName"] = json!(n);
+    let caps = [
+        ("runs", "8"),
+        ("gpu", "4"),
+        ("mem", "64Gi"),
+        ("slots", "16"),
+    ];
+    let pod = testkit::runtime_pod(name, &caps, stamp)
+        .namespace(ns)
+        .unset(&["metadata", "uid"])
+        .label("app", "runtimed")
+        .set(
+            &["spec", "containers"],
+            json!([{"name": "runtimed", "image": "kruntimes/runtimed:1.0",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]),
+        );
+    match node {
+        Some(n) => pod.set(&["spec", "nodeName"], n).value(),
+        None => pod.value(),
     }
-    pod
 }
 
 fn node_json(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"zone": "z1"}},
-        "status": {"allocatable": {"cpu": "512", "memory": "2048Gi", "pods": "2000"}}})
+    testkit::node(name)
+        .label("zone", "z1")
+        .allocatable("512", "2048Gi")
+        .set(&["status", "allocatable", "pods"], "2000")
+        .value()
 }
 
 /// Writes a state file of `nodes` Nodes and `pods` Runtime Pods spread
@@ -374,8 +292,8 @@ fn plan() {
         t.sort();
         println!(
             "  {path:<24} p50 {} p99 {} ({len} bytes)",
-            ms(quantile(&t, 0.5)),
-            ms(quantile(&t, 0.99))
+            ms(percentile(&t, 0.5)),
+            ms(percentile(&t, 0.99))
         );
     }
     let _ = std::fs::remove_file(path);
@@ -464,8 +382,8 @@ fn bulk() {
     println!(
         "  meanwhile GET /v1/runtime-pods: {} requests, p50 {} p99 {} max {}",
         t.len(),
-        ms(quantile(&t, 0.5)),
-        ms(quantile(&t, 0.99)),
+        ms(percentile(&t, 0.5)),
+        ms(percentile(&t, 0.99)),
         ms(*t.last().unwrap())
     );
     let _ = std::fs::remove_file(path);

@@ -137,10 +137,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
 
     latencies.sort();
-    let pct = |p: f64| {
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i]
-    };
+    let pct = |p: f64| kruntimes_scheduler::testkit::percentile(&latencies, p);
     println!(
         "{} reviews of {} ({} bytes) to {} over {} HTTPS keep-alive connections in {:.2?}",
         latencies.len(),

@@ -8,6 +8,7 @@
 use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::standalone;
+use kruntimes_scheduler::testkit::percentile;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -44,10 +45,13 @@ async fn call(conn: &mut BufReader<TcpStream>, path: &str, body: &[u8]) -> anyho
     Ok(buf)
 }
 
+/// The `p` quantile in milliseconds (nearest rank, `testkit::percentile`).
 fn pct(v: &mut [Duration], p: f64) -> f64 {
     v.sort();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    if v.is_empty() {
+        return 0.0;
+    }
+    percentile(v, p).as_secs_f64() * 1e3
 }
 
 #[tokio::main]

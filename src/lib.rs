@@ -37,7 +37,7 @@
 //! | layer | modules | what they are |
 //! |-------|---------|---------------|
 //! | 0 | `transport`, `crd`, `model`, `tls` | leaves: HTTP plumbing, the CRD, the pure core, TLS |
-//! | 1 | `workload`, `pods`, `runs` | pure domain |
+//! | 1 | `workload`, `pods`, `runs`, `testkit` | pure domain; the test kit (fixtures, under `cfg(test)` or the `testkit` feature) |
 //! | 2 | `metrics` | the metrics registry |
 //! | 3 | `cache` | storage and indexes |
 //! | 4 | `cluster` | ports and adapters |
@@ -64,6 +64,8 @@ pub mod model;
 pub mod pods;
 pub mod runs;
 pub mod serve;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod tls;
 pub mod transport;
 pub mod webhooks;

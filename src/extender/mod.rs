@@ -18,7 +18,7 @@ pub mod types;
 pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
-use crate::cache::nodes::{Fit, NOT_FOUND, NodeRefs, NodeState, Rejection, Resolved};
+use crate::cache::nodes::{Fit, NOT_FOUND, NodeCache, NodeRefs, NodeState, Rejection, Resolved};
 use crate::cluster::PodBinding;
 use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
 use crate::pods::fit::{self, Amounts};
@@ -446,14 +446,36 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
-    let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
-    let snap = s.nodes.read();
+/// One filter call's work, body in, answer out: decode kube-scheduler's
+/// `ExtenderArgs`, resolve its nodes and decide over one snapshot of
+/// `nodes`, encode the `ExtenderFilterResult`. The handler and the benches
+/// both call this, so the benches measure what is served.
+pub fn filter_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let args: ExtenderArgs<'_> = decode_borrowed(body)?;
+    let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
     let out = decide_filter(&snap, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
+    Ok(bytes)
+}
+
+/// [`filter_bytes`] for prioritize: the `HostPriorityList` of the body's
+/// nodes.
+pub fn prioritize_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let args: ExtenderArgs<'_> = decode_borrowed(body)?;
+    let snap = nodes.read();
+    let candidates = Candidates::of(&snap, &args)?;
+    let out = decide_prioritize(&snap, &args, &candidates);
+    drop(snap);
+    let mut bytes = Vec::with_capacity(body.len() + 1024);
+    write_priorities(&out, candidates.all_plain(), &mut bytes);
+    Ok(bytes)
+}
+
+async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+    let bytes = filter_bytes(&s.nodes, &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
     Ok(json_bytes(bytes))
 }
@@ -462,13 +484,7 @@ async fn prioritize(
     State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
-    let snap = s.nodes.read();
-    let candidates = Candidates::of(&snap, &args)?;
-    let out = decide_prioritize(&snap, &args, &candidates);
-    drop(snap);
-    let mut bytes = Vec::with_capacity(body.len() + 1024);
-    write_priorities(&out, candidates.all_plain(), &mut bytes);
+    let bytes = prioritize_bytes(&s.nodes, &body)?;
     Ok(json_bytes(bytes))
 }
 

@@ -1,7 +1,7 @@
 //! Cluster mode against the test API server: the real `kube::Client`,
 //! watchers, status patches, events and leases.
 
-mod apiserver;
+use crate::apiserver;
 
 use apiserver::{FakeApi, Res};
 use k8s_openapi::jiff::Timestamp;
@@ -9,6 +9,7 @@ use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::cluster::leader::LeaderConfig;
 use kruntimes_scheduler::cluster::standalone::kube_time;
 use kruntimes_scheduler::serve::{Cluster, cluster, lead};
+use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,14 +42,8 @@ fn config() -> CacheConfig {
     }
 }
 
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
+async fn wait_for(what: &str, cond: impl FnMut() -> bool) {
+    testkit::wait_until(what, Duration::from_secs(10), cond).await;
 }
 
 fn phase(api: &FakeApi, name: &str) -> Option<String> {

@@ -1,7 +1,7 @@
 //! Per-route latency is a middleware: failed requests (decode errors, 4xx)
 //! are timed under their endpoint as well as successful ones.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, get, post};

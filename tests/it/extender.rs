@@ -2,7 +2,7 @@
 //! bodies exactly as kube-scheduler marshals them (`tests/data/extender`),
 //! answers checked the way Go's `encoding/json` would decode them.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, data, get, post};

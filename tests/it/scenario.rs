@@ -4,10 +4,12 @@
 //! fits nowhere (with the reason its status claims), and completing Runs
 //! lets Pending ones in.
 
-mod common;
+use crate::common;
 
 use common::*;
+use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::model::quantity::parse_amount;
+use kruntimes_scheduler::serve::standalone;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -127,7 +129,13 @@ async fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_runs_never_overbook_and_pending_runs_get_in() {
-    let app = app("");
+    // The pods' heartbeats are set once: keep them fresh for the whole run,
+    // however slowly the other tests in the process let it go.
+    let config = CacheConfig {
+        heartbeat_stale_after: Duration::from_secs(3600),
+        ..CacheConfig::default()
+    };
+    let app = standalone(config, Vec::new()).expect("empty state");
     let controller = Arc::clone(&app.controller);
     let loop_task = tokio::spawn(controller.run(4, Duration::from_secs(3600)));
 

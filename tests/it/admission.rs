@@ -5,13 +5,13 @@
 //! causes name every offending field path. Patches are applied to the
 //! object and the result checked.
 
+use kruntimes_scheduler::testkit;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::admission::{self, AdmissionState, PriorityClasses};
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -85,14 +85,7 @@ fn apply_edits(mut doc: Value, edits: &[Edit]) -> Value {
 }
 
 fn mk_class(name: &str, value: i32) -> PriorityClass {
-    PriorityClass {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        value: Some(value),
-        ..Default::default()
-    }
+    testkit::priority_class(name, value).typed()
 }
 
 fn state() -> AdmissionState {

@@ -1,7 +1,7 @@
 //! `POST /v1/runs/plan?limit=N` through the real router: the lists are cut,
 //! the shape, the selection and the reason are not.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::*;

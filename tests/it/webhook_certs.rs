@@ -4,7 +4,7 @@
 //! under handshakes, the ownerReference that cleans up on uninstall, and
 //! repair of a corrupt Secret or a blanked `caBundle`.
 
-mod apiserver;
+use crate::apiserver;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,11 +3,12 @@
 //! authoritative for every group and pod beneath it (filter's member check
 //! and preempt), and the feature-gate-off rule for preemption policies.
 
-mod common;
+use crate::common;
 
 use common::{app, post};
 use kruntimes_scheduler::cache::nodes::Semantics;
 use kruntimes_scheduler::serve::Standalone;
+use kruntimes_scheduler::testkit::{self, Obj};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -17,47 +18,37 @@ const POLICY_MISMATCH: &str = "all pods in a single pod group should have the sa
 const POLICY_SHARED: &str = "all pods in a single pod group should have the same preemption policy";
 
 fn node(name: &str) -> Value {
-    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
+    testkit::node(name).value()
 }
 
 fn pod(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Value {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i",
-        "resources": {"requests": {"cpu": "1"}}}], "priority": priority});
+    let mut p = testkit::pod(name).priority(priority);
     if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
+        p = p.group(g);
     }
-    if let Some(n) = node {
-        spec["nodeName"] = json!(n);
+    match node {
+        Some(n) => p.on_node(n),
+        None => p.phase("Pending"),
     }
-    json!({"kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")},
-        "spec": spec, "status": {"phase": if node.is_some() { "Running" } else { "Pending" }}})
+    .value()
 }
 
 fn composite(name: &str, parent: Option<&str>, priority: i32, policy: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"basic": {}}, "priority": priority,
-        "workloadRef": {"workloadName": "w", "templateName": name}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
-    }
-    if let Some(p) = policy {
-        spec["preemptionPolicy"] = json!(p);
-    }
-    json!({"kind": "CompositePodGroup", "apiVersion": "scheduling.k8s.io/v1alpha3",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    with_parent_and_policy(testkit::composite(name).priority(priority), parent, policy)
 }
 
 fn group(name: &str, parent: Option<&str>, priority: i32, policy: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"basic": {}}, "priority": priority});
+    with_parent_and_policy(testkit::pod_group(name).priority(priority), parent, policy)
+}
+
+fn with_parent_and_policy(mut g: Obj, parent: Option<&str>, policy: Option<&str>) -> Value {
     if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+        g = g.parent(p);
     }
     if let Some(p) = policy {
-        spec["preemptionPolicy"] = json!(p);
+        g = g.preemption_policy(p);
     }
-    json!({"kind": "PodGroup", "apiVersion": "scheduling.k8s.io/v1beta1",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    g.value()
 }
 
 async fn cluster(objects: Vec<Value>) -> Standalone {

@@ -5,8 +5,8 @@
 //! pods whose bind answered `Error`, or that no node passed, are retried.
 //! Time is paused, so `--gang-wait` expiries take no real time.
 
-mod apiserver;
-mod common;
+use crate::apiserver;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::Request;
@@ -14,6 +14,7 @@ use common::{app, get, post};
 use kruntimes_scheduler::extender::hold::Gangs;
 use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::Standalone;
+use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,50 +32,54 @@ fn nodes(racks: usize, per_rack: usize, cpu: u32, zones: usize) -> Vec<Value> {
     let mut v = Vec::new();
     for r in 0..racks {
         for n in 0..per_rack {
-            v.push(json!({"kind": "Node", "apiVersion": "v1",
-                "metadata": {"name": format!("r{r}-n{n}"), "labels": {RACK: format!("r{r}"), ZONE: format!("z{}", r % zones.max(1))}},
-                "status": {"allocatable": {"cpu": cpu.to_string(), "memory": "64Gi", "pods": "110"}}}));
+            v.push(
+                testkit::node(&format!("r{r}-n{n}"))
+                    .label(RACK, &format!("r{r}"))
+                    .label(ZONE, &format!("z{}", r % zones.max(1)))
+                    .allocatable(&cpu.to_string(), "64Gi")
+                    .value(),
+            );
         }
     }
     v
 }
 
 fn pod(name: &str, group: Option<&str>, cpu: u32) -> Value {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i",
-        "resources": {"requests": {"cpu": cpu.to_string(), "memory": "1Gi"}}}]});
-    if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
+    let p = testkit::pod(name).requests(&[("cpu", &cpu.to_string()), ("memory", "1Gi")]);
+    match group {
+        Some(g) => p.group(g),
+        None => p,
     }
-    json!({"kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")}, "spec": spec})
+    .value()
 }
 
 fn gang(name: &str, min: u32, key: Option<&str>, parent: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": min}}});
+    let mut g = testkit::pod_group(name).gang(min);
     if let Some(k) = key {
-        spec["schedulingConstraints"] = json!({"topology": [{"key": k}]});
+        g = g.topology(k);
     }
     if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+        g = g.parent(p);
     }
-    json!({"kind": "PodGroup", "apiVersion": "scheduling.k8s.io/v1beta1",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    g.value()
 }
 
 fn basic(name: &str, key: Option<&str>) -> Value {
-    let mut g = gang(name, 1, key, None);
-    g["spec"]["schedulingPolicy"] = json!({"basic": {}});
-    g
+    let g = testkit::pod_group(name);
+    match key {
+        Some(k) => g.topology(k),
+        None => g,
+    }
+    .value()
 }
 
 fn composite(name: &str, min_groups: u32, key: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
-        "workloadRef": {"workloadName": "w", "templateName": name}});
-    if let Some(k) = key {
-        spec["schedulingConstraints"] = json!({"topology": [{"key": k}]});
+    let g = testkit::composite(name).gang(min_groups);
+    match key {
+        Some(k) => g.topology(k),
+        None => g,
     }
-    json!({"kind": "CompositePodGroup", "apiVersion": "scheduling.k8s.io/v1alpha3",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    .value()
 }
 
 fn members(prefix: &str, group: &str, n: usize, cpu: u32) -> Vec<Value> {

@@ -1,6 +1,6 @@
 //! The HTTP API through the real router, on the standalone service.
 
-mod common;
+use crate::common;
 
 use axum::http::{Method, StatusCode};
 use common::*;

@@ -1,7 +1,7 @@
 //! DRA binding conditions through `POST /scheduler/bind`, standalone mode,
 //! on tokio's paused clock: waits take no real time.
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, get, post};

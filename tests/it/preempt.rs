@@ -3,7 +3,7 @@
 //! field names, `null` for nil) in both forms: full victim Pods
 //! (`NodeNameToVictims`) and UIDs only (`NodeNameToMetaVictims`).
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, data, post};

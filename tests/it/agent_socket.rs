@@ -404,7 +404,7 @@ async fn agent_wait_times_out_or_returns_on_admission() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("b", gpu("1"), "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "b").await;
     let t0 = Instant::now();
     h.release("a").await;
     let (s, v) = waiter.await.expect("join");
@@ -476,7 +476,7 @@ async fn agent_watch_events_release() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("b", None, "?wait=10s").await.0 })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "b").await;
     // Terminal.
     h.agent
         .apply_run_event(Event::Apply(mk_run("a", "Succeeded", Some(POD), &[])));
@@ -594,7 +594,7 @@ async fn agent_capacity_changes_both_ways() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("c", gpu("1"), "?wait=10s").await.0 })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "c").await;
     h.agent
         .apply_pod_event(Event::Apply(mk_pod(&[("runs", "3"), ("gpu", "4")])));
     assert_eq!(waiter.await.expect("join"), StatusCode::CREATED);
@@ -818,7 +818,7 @@ async fn agent_shutdown_answers_waiters() {
         let h = Arc::clone(&h);
         tokio::spawn(async move { h.reserve("b", runs("1"), "?wait=10s").await })
     };
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_queued(&h, "b").await;
     let t0 = Instant::now();
     h.agent.close();
     let (s, v) = waiter.await.expect("join");

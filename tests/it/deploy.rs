@@ -22,7 +22,7 @@
 //! Without kubectl the tests say so and pass, except under CI (`CI` set),
 //! where `.ci/run` installs kubectl and its absence is a failure.
 
-mod apiserver;
+use crate::apiserver;
 
 use apiserver::{FakeApi, Request, Res};
 use serde_json::{Value, json};
@@ -962,7 +962,7 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
     ),
     (
         "Role/kruntimes-scheduler-webhook-certs /secrets update",
-        "renewal before expiry (tests/webhook_certs.rs renews on short-lived certificates)",
+        "renewal before expiry (tests/it/webhook_certs.rs renews on short-lived certificates)",
     ),
     (
         "Role/kruntimes-kube-scheduler-lease coordination.k8s.io/leases create",
@@ -978,7 +978,7 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
     ),
     (
         "ClusterRole/kruntimes-scheduler-extender events.k8s.io/events create",
-        "a gang whose --gang-wait expires records GangWaitExpired (tests/gang.rs drives it on paused time)",
+        "a gang whose --gang-wait expires records GangWaitExpired (tests/it/gang.rs drives it on paused time)",
     ),
     (
         "ClusterRole/kruntimes-scheduler-extender events.k8s.io/events patch",
@@ -986,11 +986,11 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
     ),
     (
         "ClusterRole/kruntimes-scheduler-extender resource.k8s.io/resourceclaims/status patch",
-        "a claim whose devices failed to bind, or not within --binding-timeout, is cleared (tests/binding.rs)",
+        "a claim whose devices failed to bind, or not within --binding-timeout, is cleared (tests/it/binding.rs)",
     ),
     (
         "ClusterRole/kruntimes-scheduler-extender scheduling.k8s.io/compositepodgroups/status patch",
-        "a gang of gangs reaching quorum sets CompositePodGroupInitiallyScheduled (tests/gang.rs, cluster mode)",
+        "a gang of gangs reaching quorum sets CompositePodGroupInitiallyScheduled (tests/it/gang.rs, cluster mode)",
     ),
     (
         "ClusterRole/kruntimes-scheduler events.k8s.io/events patch",

@@ -1,5 +1,5 @@
 //! The CRDs in `manifests/components/crds/` are generated from the Rust types; this
-//! fails when they drift. Regenerate with `UPDATE_MANIFESTS=1 cargo test --test manifests`.
+//! fails when they drift. Regenerate with `UPDATE_MANIFESTS=1 cargo test --test it manifests::`.
 
 use kruntimes_scheduler::crd::{Run, Runtime};
 use kube::CustomResourceExt;
@@ -10,7 +10,7 @@ fn check(file: &str, crd: &impl serde::Serialize) {
         .join("manifests/components/crds")
         .join(file);
     let generated = format!(
-        "# Generated from src/crd.rs by `UPDATE_MANIFESTS=1 cargo test --test manifests`; do not edit.\n{}",
+        "# Generated from src/crd.rs by `UPDATE_MANIFESTS=1 cargo test --test it manifests::`; do not edit.\n{}",
         serde_saphyr::to_string(crd).expect("CRD serializes")
     );
     if std::env::var_os("UPDATE_MANIFESTS").is_some() {
@@ -20,7 +20,7 @@ fn check(file: &str, crd: &impl serde::Serialize) {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "{} differs from the CRD generated from src/crd.rs; run UPDATE_MANIFESTS=1 cargo test --test manifests",
+        "{} differs from the CRD generated from src/crd.rs; run UPDATE_MANIFESTS=1 cargo test --test it manifests::",
         path.display()
     );
 }

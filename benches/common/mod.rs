@@ -1,0 +1,58 @@
+//! The Runtime Pod cluster the placement and scale benches plan over, built
+//! from the test kit's fixtures.
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kruntimes_scheduler::cache::{Cache, CacheConfig};
+use kruntimes_scheduler::crd::Run;
+use kruntimes_scheduler::metrics::Metrics;
+use kruntimes_scheduler::runs::queue::WorkQueue;
+use kruntimes_scheduler::testkit;
+use std::sync::Arc;
+
+/// Runtime Pod `bench/rp-<i>` of runtime `py` declaring runs 8, gpu 4,
+/// mem 64Gi, slots 16, with a heartbeat at `now`.
+pub fn runtime_pod(i: usize, now: Timestamp) -> Pod {
+    let caps = [
+        ("runs", "8"),
+        ("gpu", "4"),
+        ("mem", "64Gi"),
+        ("slots", "16"),
+    ];
+    testkit::runtime_pod(&format!("rp-{i:05}"), &caps, &now.to_string())
+        .namespace("bench")
+        .uid(&format!("uid-{i}"))
+        .typed()
+}
+
+/// Run `bench/<name>` of runtime `py`, Running on `assigned` if given.
+pub fn run(name: &str, requests: &[(&str, &str)], assigned: Option<&str>) -> Run {
+    let r = testkit::run(name, requests).namespace("bench");
+    match assigned {
+        Some(p) => r.status("Running", Some(p)).typed(),
+        None => r.typed(),
+    }
+}
+
+/// N Runtime Pods × 4 resources; every other pod runs a Run using part of
+/// each. The work queue is drained.
+pub fn runtime_pods(n: usize, now: Timestamp) -> Cache {
+    let cache = Cache::new(
+        CacheConfig::default(),
+        Arc::new(WorkQueue::default()),
+        Arc::new(Metrics::default()),
+    );
+    for i in 0..n {
+        cache.apply_pod(&runtime_pod(i, now), now);
+        if i % 2 == 0 {
+            let pod = format!("rp-{i:05}");
+            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
+            cache.apply_run(&run(&format!("busy-{i}"), &busy, Some(&pod)));
+        }
+    }
+    while let Some(k) = cache.queue().try_next() {
+        cache.queue().done(&k);
+    }
+    cache
+}

@@ -1,0 +1,383 @@
+//! Fixture builders. Each starts from the defaults most tests share and
+//! takes chained setters for what a test cares about:
+//!
+//! ```
+//! use kruntimes_scheduler::testkit::{node, pod, pod_group};
+//! let n = node("n1").allocatable("8", "16Gi").label("zone", "z1");
+//! let p = pod("w-0").requests(&[("cpu", "2")]).group("g").priority(10);
+//! let g = pod_group("g").gang(2).topology("topology.kubernetes.io/rack");
+//! let typed: k8s_openapi::api::core::v1::Pod = p.typed();
+//! # let _ = (n, g, typed);
+//! ```
+//!
+//! Objects are JSON ([`Obj`]) because that is what the standalone object
+//! API, the test API server and kube-scheduler's extender bodies take;
+//! [`Obj::typed`] deserializes into the k8s-openapi or crate type.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// The annotation prefix of a Runtime Pod's declared capacity.
+pub const CAPACITY_PREFIX: &str = "kruntimes.io/capacity.";
+
+/// A Kubernetes object (or a Run) under construction, as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Obj(pub Value);
+
+impl Obj {
+    /// Sets the value at `path` (object keys), creating missing objects.
+    pub fn set(mut self, path: &[&str], value: impl Into<Value>) -> Self {
+        let (last, parents) = path.split_last().expect("a non-empty path");
+        let mut at = &mut self.0;
+        for k in parents {
+            if !at.get(*k).is_some_and(Value::is_object) {
+                at[*k] = Value::Object(Map::new());
+            }
+            at = &mut at[*k];
+        }
+        at[*last] = value.into();
+        self
+    }
+
+    /// Removes the value at `path`, if there is one.
+    pub fn unset(mut self, path: &[&str]) -> Self {
+        let (last, parents) = path.split_last().expect("a non-empty path");
+        let mut at = &mut self.0;
+        for k in parents {
+            match at.get_mut(*k) {
+                Some(v) => at = v,
+                None => return self,
+            }
+        }
+        if let Some(m) = at.as_object_mut() {
+            m.remove(*last);
+        }
+        self
+    }
+
+    /// `metadata.namespace`.
+    pub fn namespace(self, ns: &str) -> Self {
+        self.set(&["metadata", "namespace"], ns)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(self, uid: &str) -> Self {
+        self.set(&["metadata", "uid"], uid)
+    }
+
+    /// One `metadata.labels` entry.
+    pub fn label(self, key: &str, value: &str) -> Self {
+        self.set(&["metadata", "labels", key], value)
+    }
+
+    /// One `metadata.annotations` entry.
+    pub fn annotation(self, key: &str, value: &str) -> Self {
+        self.set(&["metadata", "annotations", key], value)
+    }
+
+    /// The JSON value.
+    pub fn value(self) -> Value {
+        self.0
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> String {
+        self.0.to_string()
+    }
+
+    /// The typed object (`Pod`, `Node`, `PodGroup`, [`crate::crd::Run`], …).
+    pub fn typed<T: DeserializeOwned>(self) -> T {
+        serde_json::from_value(self.0).expect("the fixture is a valid object of that type")
+    }
+}
+
+impl From<Obj> for Value {
+    fn from(o: Obj) -> Value {
+        o.0
+    }
+}
+
+impl serde::Serialize for Obj {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect(),
+    )
+}
+
+// === Nodes and workload Pods ===
+
+/// A Ready-less Node `name` with allocatable cpu 4, memory 8Gi, 110 pods.
+pub fn node(name: &str) -> Obj {
+    Obj(
+        json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+    )
+}
+
+impl Obj {
+    /// A Node's allocatable cpu and memory (pods stay 110).
+    pub fn allocatable(self, cpu: &str, memory: &str) -> Self {
+        self.set(&["status", "allocatable", "cpu"], cpu)
+            .set(&["status", "allocatable", "memory"], memory)
+    }
+}
+
+/// A pending workload Pod `ml/name` (uid `<name>-uid`) with one container
+/// `c` requesting cpu 1.
+pub fn pod(name: &str) -> Obj {
+    Obj(json!({"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}))
+}
+
+impl Obj {
+    /// The first container's requests (replacing them).
+    pub fn requests(self, pairs: &[(&str, &str)]) -> Self {
+        let mut o = self;
+        if o.0.pointer("/spec/containers/0").is_some() {
+            o.0["spec"]["containers"][0]["resources"]["requests"] = quantities(pairs);
+            o
+        } else {
+            // A Run.
+            o.set(&["spec", "resources", "requests"], quantities(pairs))
+        }
+    }
+
+    /// `spec.schedulingGroup.podGroupName`.
+    pub fn group(self, group: &str) -> Self {
+        self.set(&["spec", "schedulingGroup", "podGroupName"], group)
+    }
+
+    /// Bound to `node` (`spec.nodeName`) and Running.
+    pub fn on_node(self, node: &str) -> Self {
+        self.set(&["spec", "nodeName"], node)
+            .set(&["status", "phase"], "Running")
+    }
+
+    /// `spec.priority`.
+    pub fn priority(self, priority: i32) -> Self {
+        self.set(&["spec", "priority"], priority)
+    }
+
+    /// `spec.schedulerName`.
+    pub fn scheduler(self, name: &str) -> Self {
+        self.set(&["spec", "schedulerName"], name)
+    }
+
+    /// `status.phase`.
+    pub fn phase(self, phase: &str) -> Self {
+        self.set(&["status", "phase"], phase)
+    }
+}
+
+// === kruntimes: Runtime Pods and Runs ===
+
+/// A Ready Runtime Pod `ns/name` of runtime `py` (uid `uid-<name>`)
+/// declaring `capacity` (`kruntimes.io/capacity.<k>` annotations), with a
+/// runtimed heartbeat (`kruntimes.io/RuntimedReady` probe time) at
+/// `heartbeat` (RFC 3339).
+pub fn runtime_pod(name: &str, capacity: &[(&str, &str)], heartbeat: &str) -> Obj {
+    let ann: Map<String, Value> = capacity
+        .iter()
+        .map(|(k, v)| (format!("{CAPACITY_PREFIX}{k}"), json!(v)))
+        .collect();
+    Obj(json!({"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "labels": {"runtime": "py"}, "annotations": ann},
+        "status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": heartbeat}]}}))
+}
+
+impl Obj {
+    /// A Runtime Pod's `runtime` label, or a Run's `spec.runtime`.
+    pub fn runtime(self, runtime: &str) -> Self {
+        if self.0["kind"] == "Run" {
+            self.set(&["spec", "runtime"], runtime)
+        } else {
+            self.label("runtime", runtime)
+        }
+    }
+}
+
+/// A Run `ns/name` of runtime `py` (uid `uid-<name>`, resourceVersion 1)
+/// requesting `requests`.
+pub fn run(name: &str, requests: &[(&str, &str)]) -> Obj {
+    Obj(json!({"kind": "Run", "apiVersion": "kruntimes.io/v1alpha1",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1"},
+        "spec": {"runtime": "py", "resources": {"requests": quantities(requests)}}}))
+}
+
+impl Obj {
+    /// A Run's status: `phase`, and the Runtime Pod it is assigned to.
+    pub fn status(self, phase: &str, assigned_pod: Option<&str>) -> Self {
+        let o = self.set(&["status", "phase"], phase);
+        match assigned_pod {
+            Some(p) => o.set(&["status", "assignedPod"], p),
+            None => o,
+        }
+    }
+}
+
+// === groups, priority, devices ===
+
+/// A PodGroup `ml/name` with the `basic` scheduling policy.
+pub fn pod_group(name: &str) -> Obj {
+    Obj(
+        json!({"kind": "PodGroup", "apiVersion": "scheduling.k8s.io/v1beta1",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"basic": {}}}}),
+    )
+}
+
+/// A CompositePodGroup `ml/name` with the `basic` scheduling policy and a
+/// workload reference (workload `w`, template `name`).
+pub fn composite(name: &str) -> Obj {
+    Obj(
+        json!({"kind": "CompositePodGroup", "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"basic": {}}, "workloadRef": {"workloadName": "w", "templateName": name}}}),
+    )
+}
+
+impl Obj {
+    /// Gang policy with `minCount` (a PodGroup) or `minGroupCount` (a
+    /// CompositePodGroup).
+    pub fn gang(self, min: u32) -> Self {
+        let field = if self.0["kind"] == "CompositePodGroup" {
+            "minGroupCount"
+        } else {
+            "minCount"
+        };
+        self.set(&["spec", "schedulingPolicy"], json!({"gang": {field: min}}))
+    }
+
+    /// One topology constraint on `key`.
+    pub fn topology(self, key: &str) -> Self {
+        self.set(
+            &["spec", "schedulingConstraints"],
+            json!({"topology": [{"key": key}]}),
+        )
+    }
+
+    /// `spec.parentCompositePodGroupName`.
+    pub fn parent(self, parent: &str) -> Self {
+        self.set(&["spec", "parentCompositePodGroupName"], parent)
+    }
+
+    /// `spec.preemptionPolicy`.
+    pub fn preemption_policy(self, policy: &str) -> Self {
+        self.set(&["spec", "preemptionPolicy"], policy)
+    }
+
+    /// `spec.disruptionMode: {all: {}}`.
+    pub fn disrupt_all(self) -> Self {
+        self.set(&["spec", "disruptionMode"], json!({"all": {}}))
+    }
+}
+
+/// A PriorityClass `name` of `value`.
+pub fn priority_class(name: &str, value: i32) -> Obj {
+    Obj(
+        json!({"kind": "PriorityClass", "apiVersion": "scheduling.k8s.io/v1",
+        "metadata": {"name": name}, "value": value}),
+    )
+}
+
+/// A ResourceClaim `ns/name` asking for one device of `class`, unallocated.
+pub fn claim(name: &str, class: &str) -> Obj {
+    Obj(
+        json!({"kind": "ResourceClaim", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}}}),
+    )
+}
+
+/// A ResourceSlice `name` of `driver` on `node` publishing `devices`.
+pub fn slice(name: &str, driver: &str, node: &str, devices: &[&str]) -> Obj {
+    let devices: Vec<Value> = devices.iter().map(|d| json!({"name": d})).collect();
+    Obj(
+        json!({"kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
+    )
+}
+
+/// `{"kind": "List", "items": objects}`, the body of `POST /v1/objects`.
+pub fn list<I: IntoIterator<Item = O>, O: Into<Value>>(objects: I) -> Value {
+    let items: Vec<Value> = objects.into_iter().map(Into::into).collect();
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::Run;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+
+    #[test]
+    fn every_builder_makes_a_valid_typed_object() {
+        let n: Node = node("n1")
+            .allocatable("8", "16Gi")
+            .label("zone", "z")
+            .typed();
+        assert_eq!(n.metadata.labels.unwrap()["zone"], "z");
+        let p: Pod = pod("p")
+            .requests(&[("cpu", "2"), ("memory", "1Gi")])
+            .group("g")
+            .priority(7)
+            .on_node("n1")
+            .typed();
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.priority, Some(7));
+        assert_eq!(
+            spec.scheduling_group.unwrap().pod_group_name.as_deref(),
+            Some("g")
+        );
+        assert_eq!(p.metadata.uid.as_deref(), Some("p-uid"));
+        let rp: Pod = runtime_pod("rp", &[("gpu", "4")], "2026-03-01T12:00:00Z")
+            .runtime("rust")
+            .typed();
+        let meta = rp.metadata;
+        assert_eq!(meta.annotations.unwrap()["kruntimes.io/capacity.gpu"], "4");
+        assert_eq!(meta.labels.unwrap()["runtime"], "rust");
+        let r: Run = run("r", &[("gpu", "1")])
+            .runtime("rust")
+            .status("Running", Some("rp"))
+            .typed();
+        assert_eq!(r.spec.runtime, "rust");
+        assert_eq!(r.status.unwrap().assigned_pod.as_deref(), Some("rp"));
+        let g: PodGroup = pod_group("g").gang(3).topology("rack").parent("c").typed();
+        assert!(g.spec.scheduling_policy.gang.is_some());
+        let c: CompositePodGroup = composite("c").gang(2).typed();
+        assert!(c.spec.scheduling_policy.gang.is_some());
+        let pc: PriorityClass = priority_class("high", 1000).typed();
+        assert_eq!(pc.value, Some(1000));
+        let _: ResourceClaim = claim("gpu", "gpu.example.com").typed();
+        let s: ResourceSlice = slice("s", "gpu.example.com", "n1", &["gpu-0"]).typed();
+        assert_eq!(s.spec.devices.map(|d| d.len()), Some(1));
+    }
+
+    #[test]
+    fn set_and_unset_create_and_remove_nested_fields() {
+        let o = Obj(json!({"a": 1})).set(&["b", "c"], 2).set(&["a"], "x");
+        assert_eq!(o.0, json!({"a": "x", "b": {"c": 2}}));
+        let o = o.unset(&["b", "c"]).unset(&["missing", "x"]);
+        assert_eq!(o.0, json!({"a": "x", "b": {}}));
+        assert_eq!(list([o.clone()])["items"][0], o.0);
+    }
+}

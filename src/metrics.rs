@@ -97,11 +97,48 @@ pub enum GangWait {
     Released,
     /// `--gang-wait` expired (or the wait ended otherwise): bind failed.
     Expired,
+    /// The member was refused without a wait: its group hierarchy is
+    /// broken (a parent cycle, deeper than the limit).
+    Refused,
+    /// The bind was cancelled (caller gone, timeout) while held: the
+    /// member left the hold and its assumption was dropped.
+    Cancelled,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GangWaitLabels {
     pub outcome: GangWait,
+}
+
+/// Why an extender bind failed (`Error` answered, or the call dropped).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum BindFailureCause {
+    /// `PodName` or `Node` missing.
+    Invalid,
+    /// The node is not in the cache.
+    NodeGone,
+    /// The cache lacks the pod, its group hierarchy or its claims (fail
+    /// closed: kube-scheduler retries).
+    NotCached,
+    /// The cache holds the pod with another uid.
+    Replaced,
+    /// Device binding conditions not met within `--binding-wait`.
+    DevicesNotReady,
+    /// A device binding failure condition, or `--binding-timeout`.
+    DevicesFailed,
+    /// The group hierarchy is broken (cycle, too deep).
+    Hierarchy,
+    /// `--gang-wait` ran out before quorum.
+    GangExpired,
+    /// The API server refused the binding (or the call failed).
+    Binding,
+    /// The call was dropped (caller gone, timeout) before it answered.
+    Cancelled,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BindFailureLabels {
+    pub cause: BindFailureCause,
 }
 
 /// An admission verdict.
@@ -157,6 +194,8 @@ pub struct Metrics {
     pub assumed_reservations: Gauge,
     pub admission_verdicts: Family<AdmissionLabels, Counter>,
     pub gang_waits: Family<GangWaitLabels, Counter>,
+    /// Extender binds that failed, by cause.
+    pub bind_failures: Family<BindFailureLabels, Counter>,
     /// `notAfter` of the self-managed webhook certificates (`--manage-webhooks`).
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
 }
@@ -214,6 +253,12 @@ impl Default for Metrics {
             "Gang members whose bind waited for the group's quorum, by outcome",
             gang_waits.clone(),
         );
+        let bind_failures = Family::default();
+        registry.register(
+            "extender_bind_failures",
+            "Extender binds that failed or were cancelled, by cause",
+            bind_failures.clone(),
+        );
         let certificate_expiry = Family::default();
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -224,6 +269,7 @@ impl Default for Metrics {
             certificate_expiry,
             admission_verdicts,
             gang_waits,
+            bind_failures,
             registry,
             decision_seconds,
             filter_rejections,
@@ -292,6 +338,20 @@ impl Metrics {
     pub fn write(&self, result: WriteResult) {
         self.status_writes
             .get_or_create(&WriteLabels { result })
+            .inc();
+    }
+
+    /// Counts a gang member's way through the quorum hold.
+    pub fn gang_wait(&self, outcome: GangWait) {
+        self.gang_waits
+            .get_or_create(&GangWaitLabels { outcome })
+            .inc();
+    }
+
+    /// Counts a failed (or cancelled) extender bind.
+    pub fn bind_failure(&self, cause: BindFailureCause) {
+        self.bind_failures
+            .get_or_create(&BindFailureLabels { cause })
             .inc();
     }
 

@@ -7,20 +7,19 @@
 //! HTTP 200; failures inside the extender are reported in `Error`. Only a
 //! body that is not the protocol at all is an HTTP 4xx.
 
-pub mod binding;
+pub mod bind;
 pub mod gang;
-pub mod hold;
 pub mod preempt;
 pub mod selector;
 pub mod state;
 pub mod types;
 
+/// The device gate and the permit kept their old paths.
+pub use bind::{device_gate as binding, permit as hold};
 pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
 use crate::cache::nodes::{Fit, NOT_FOUND, NodeCache, NodeRefs, NodeState, Rejection, Resolved};
-use crate::cluster::PodBinding;
-use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
 use crate::transport::{ApiError, Body, decode_json};
@@ -29,7 +28,6 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use hold::Held;
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -497,90 +495,42 @@ async fn preempt(
     Ok(Json(out))
 }
 
-/// Binds: the node must exist; the pod is assumed on it (counted there at
-/// once), its devices' binding conditions are awaited
-/// ([`binding::BindingGate`]) and the binding created; on failure the
-/// assumption is dropped and the reason returned in `Error`.
+/// Binds through [`bind::Binder`]: node check, cache check (fail closed),
+/// assume, device binding conditions, the gang's quorum, binding; on
+/// failure the assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Json<ExtenderBindingResult>, ApiError> {
     let args: ExtenderBindingArgs = decode(&body)?;
-    let error = match bind_one(&s, &args).await {
+    let req = bind::BindRequest {
+        namespace: if args.pod_namespace.is_empty() {
+            "default".to_owned()
+        } else {
+            args.pod_namespace
+        },
+        name: args.pod_name,
+        uid: args.pod_uid,
+        node: args.node,
+    };
+    let error = match bind_one(&s, &req).await {
         Ok(()) => String::new(),
         Err(e) => {
-            tracing::info!(pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node, error = %e, "bind failed");
-            e
+            tracing::info!(pod = %format!("{}/{}", req.namespace, req.name), node = %req.node, error = %e, "bind failed");
+            e.to_string()
         }
     };
     Ok(Json(ExtenderBindingResult { error }))
 }
 
-async fn bind_one(s: &ExtenderState, args: &ExtenderBindingArgs) -> Result<(), String> {
-    if args.pod_name.is_empty() || args.node.is_empty() {
-        return Err("PodName and Node are required".into());
-    }
-    let namespace = if args.pod_namespace.is_empty() {
-        "default"
-    } else {
-        &args.pod_namespace
+/// One bind with the service's cache, writer, permit and device gate.
+async fn bind_one(s: &ExtenderState, req: &bind::BindRequest) -> Result<(), bind::BindFailure> {
+    let binder = bind::Binder {
+        nodes: Arc::clone(&s.nodes),
+        writer: Arc::clone(&s.writer),
+        permit: Arc::clone(&s.gangs),
+        devices: Arc::clone(&s.binding),
+        metrics: Arc::clone(&s.metrics),
     };
-    if !s.nodes.read().has_node(&args.node) {
-        return Err(crate::cluster::BindError::NodeGone(args.node.clone()).to_string());
-    }
-    let binding = PodBinding {
-        namespace: namespace.to_owned(),
-        name: args.pod_name.clone(),
-        uid: args.pod_uid.clone(),
-        node: args.node.clone(),
-    };
-    let assumed = s
-        .nodes
-        .assume(namespace, &args.pod_name, &args.pod_uid, &args.node);
-    // Order: node check, assume, device binding conditions, the group's
-    // quorum (gang members wait here, assumed), binding.
-    let result = async {
-        s.binding
-            .wait_for_devices(
-                &s.nodes,
-                s.writer.as_ref(),
-                namespace,
-                &args.pod_name,
-                &args.pod_uid,
-            )
-            .await?;
-        let held = s
-            .gangs
-            .hold(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
-            .await;
-        let outcome = match held {
-            Ok(Held::Free) => None,
-            Ok(Held::Quorum) => Some(GangWait::Quorum),
-            Ok(Held::Waited) => Some(GangWait::Released),
-            Err(_) => Some(GangWait::Expired),
-        };
-        if let Some(outcome) = outcome {
-            s.metrics
-                .gang_waits
-                .get_or_create(&GangWaitLabels { outcome })
-                .inc();
-        }
-        held?;
-        s.writer.bind_pod(&binding).await.map_err(|e| e.to_string())
-    }
-    .await;
-    match result {
-        Ok(()) => {
-            s.gangs
-                .bound(&s.nodes, s.writer.as_ref(), namespace, &args.pod_name)
-                .await;
-            Ok(())
-        }
-        Err(e) => {
-            if assumed {
-                s.nodes.forget(namespace, &args.pod_name);
-            }
-            Err(e)
-        }
-    }
+    binder.bind(req).await
 }

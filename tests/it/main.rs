@@ -33,6 +33,8 @@ mod common;
 mod admission;
 mod agent_manifest;
 mod agent_socket;
+mod bind_cancel;
+mod bind_fail_closed;
 mod binding;
 mod cluster;
 mod deploy;

@@ -128,6 +128,11 @@ impl NodeState {
         self.claim_bindings.get(qualified)
     }
 
+    /// Whether the cache holds the claim (`namespace/name`) allocated.
+    pub fn claim_allocated(&self, qualified: &str) -> bool {
+        self.claims.contains_key(qualified)
+    }
+
     pub(super) fn set_claim_binding(&mut self, qualified: &str, claim: &ResourceClaim) {
         match ClaimBinding::from_claim(claim) {
             Some(b) => {

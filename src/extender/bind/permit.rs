@@ -21,10 +21,15 @@
 //! with reason `Unschedulable` while filter cannot place it or when its wait
 //! expires. Writes happen only when the condition changes, and never after
 //! `True` (the condition is terminal).
+//!
+//! Cancellation: a bind future dropped while its member is held takes the
+//! member out of its unit and forgets its assumption under the table's
+//! lock (a drop guard), so a cancelled member never counts toward quorum
+//! and a unit without members does not stay in the table.
 
-use super::gang::{self, bounded};
 use crate::cache::nodes::{GroupRef, NodeCache};
 use crate::cluster::{ClusterWriter, EventKind, ObjectRef};
+use crate::extender::gang::{self, bounded};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -63,6 +68,57 @@ struct Unit {
     /// `(namespace, pod)` held.
     held: BTreeSet<(String, String)>,
     tx: watch::Sender<Outcome>,
+}
+
+/// Why the hold failed a bind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldFailure {
+    /// The group hierarchy is broken (a parent cycle, deeper than the
+    /// limit): the member is refused, never held.
+    #[error("{0}")]
+    Hierarchy(String),
+    /// `--gang-wait` ran out: every held member of the unit was released.
+    #[error("{0}")]
+    Expired(String),
+    /// The unit's wait ended without quorum or expiry.
+    #[error("{0}")]
+    Ended(String),
+}
+
+/// A member in its unit's held set while its bind waits. Dropped before
+/// the wait ended (the bind future was cancelled), it takes the member
+/// out of the set and forgets its assumption under the table's lock, so
+/// no quorum evaluated afterwards counts it, and removes the unit with its
+/// last member.
+struct Waiter<'a> {
+    gangs: &'a Gangs,
+    nodes: &'a NodeCache,
+    unit: GroupRef,
+    generation: u64,
+    /// `(namespace, pod)`.
+    member: (String, String),
+    /// The wait ended through the unit's outcome: nothing to undo.
+    done: bool,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut units = self.gangs.units.lock();
+        if let Some(u) = units.get_mut(&self.unit)
+            && u.generation == self.generation
+        {
+            u.held.remove(&self.member);
+            if u.held.is_empty() {
+                units.remove(&self.unit);
+            }
+        }
+        self.nodes.forget(&self.member.0, &self.member.1);
+        drop(units);
+        tracing::debug!(unit = %self.unit, pod = %format!("{}/{}", self.member.0, self.member.1), "held gang member cancelled");
+    }
 }
 
 /// How a bind passed the quorum hold.
@@ -113,19 +169,35 @@ impl Gangs {
         self.units.lock().values().map(|u| u.held.len()).sum()
     }
 
+    /// Units with members held now.
+    pub fn units(&self) -> usize {
+        self.units.lock().len()
+    }
+
+    /// Whether a member is held now.
+    pub fn is_held(&self, namespace: &str, pod: &str) -> bool {
+        let member = (namespace.to_owned(), pod.to_owned());
+        self.units.lock().values().any(|u| u.held.contains(&member))
+    }
+
     /// Holds a member already assumed on its node until its unit reaches
     /// quorum (`Ok`: bind it) or the wait expires (`Err`: the bind's Error;
     /// the member and every other held one were forgotten from the cache).
+    ///
+    /// Cancellation: dropped while held, the member leaves its unit's held
+    /// set and is forgotten from the cache under the table's lock, so no
+    /// quorum evaluated later counts it; a unit whose last member left is
+    /// removed (nothing stays in the table).
     pub async fn hold(
         &self,
         nodes: &NodeCache,
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod: &str,
-    ) -> Result<Held, String> {
-        let (mut rx, generation, deadline, unit) = {
+    ) -> Result<Held, HoldFailure> {
+        let (mut rx, mut waiter, deadline) = {
             let mut units = self.units.lock();
-            let q = gang::quorum(&nodes.read(), namespace, pod)?;
+            let q = gang::quorum(&nodes.read(), namespace, pod).map_err(HoldFailure::Hierarchy)?;
             let Some(q) = q else { return Ok(Held::Free) };
             if q.reached {
                 if let Some(u) = units.remove(&q.unit) {
@@ -144,74 +216,97 @@ impl Gangs {
                 held: BTreeSet::new(),
                 tx: watch::channel(Outcome::Waiting).0,
             });
-            u.held.insert((namespace.to_owned(), pod.to_owned()));
+            let member = (namespace.to_owned(), pod.to_owned());
+            u.held.insert(member.clone());
             tracing::debug!(unit = %q.unit, have = q.have, need = q.need, pod = %format!("{namespace}/{pod}"), "holding gang member");
-            (u.tx.subscribe(), u.generation, u.deadline, q.unit)
+            let waiter = Waiter {
+                gangs: self,
+                nodes,
+                unit: q.unit,
+                generation: u.generation,
+                member,
+                done: false,
+            };
+            (u.tx.subscribe(), waiter, u.deadline)
         };
-        loop {
+        // From here every return leaves the table through the unit's
+        // outcome (quorum or expiry); only a drop mid-wait goes through
+        // the waiter.
+        let unit = waiter.unit.clone();
+        let ended = || HoldFailure::Ended(format!("{unit}: the wait for quorum ended"));
+        let result = loop {
             let now = rx.borrow_and_update().clone();
             match now {
-                Outcome::Go => return Ok(Held::Waited),
-                Outcome::Expired(m) => return Err(m),
+                Outcome::Go => break Ok(Held::Waited),
+                Outcome::Expired(m) => break Err(HoldFailure::Expired(m)),
                 Outcome::Waiting => {}
             }
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() && *rx.borrow() == Outcome::Waiting {
-                        return Err(format!("{unit}: the wait for quorum ended"));
+                        break Err(ended());
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    self.expire(nodes, writer, &unit, generation).await;
+                    // Under the table's lock the unit is gone (with every
+                    // member forgotten) before the writes below.
+                    if let Some(w) = self.expire_now(nodes, &unit, waiter.generation) {
+                        waiter.done = true;
+                        self.record_expiry(nodes, writer, &unit, &w).await;
+                    }
                     // The outcome is now Expired (or Go, if quorum won the race).
                     let now = rx.borrow().clone();
-                    return match now {
+                    break match now {
                         Outcome::Go => Ok(Held::Waited),
-                        Outcome::Expired(m) => Err(m),
-                        Outcome::Waiting => Err(format!("{unit}: the wait for quorum ended")),
+                        Outcome::Expired(m) => Err(HoldFailure::Expired(m)),
+                        Outcome::Waiting => Err(ended()),
                     };
                 }
             }
-        }
+        };
+        waiter.done = true;
+        result
     }
 
     /// Ends a unit's wait: forgets every held member (capacity visible to
-    /// the next cycle at once) and fails their binds; records an Event and
-    /// the Unschedulable condition.
-    async fn expire(
+    /// the next cycle at once) and fails their binds. `None` when that unit
+    /// (that generation) is no longer waiting.
+    fn expire_now(&self, nodes: &NodeCache, unit: &GroupRef, generation: u64) -> Option<String> {
+        let mut units = self.units.lock();
+        match units.get(unit) {
+            Some(u) if u.generation == generation => {}
+            _ => return None,
+        }
+        let u = units.remove(unit)?;
+        let (have, need) = gang::quorum(
+            &nodes.read(),
+            &u.held.first().map(|k| k.0.clone()).unwrap_or_default(),
+            &u.held.first().map(|k| k.1.clone()).unwrap_or_default(),
+        )
+        .ok()
+        .flatten()
+        .map_or((0, 0), |q| (q.have, q.need));
+        // Under the lock: a bind evaluating quorum next sees them gone.
+        for (ns, name) in &u.held {
+            nodes.forget(ns, name);
+        }
+        let message = bounded(format!(
+            "{unit}: quorum not reached within {} ({have} of {need} placed); released {} held pods",
+            humantime::format_duration(self.wait),
+            u.held.len()
+        ));
+        u.tx.send_replace(Outcome::Expired(message.clone()));
+        Some(message)
+    }
+
+    /// Records an expired wait: an Event and the Unschedulable condition.
+    async fn record_expiry(
         &self,
         nodes: &NodeCache,
         writer: &dyn ClusterWriter,
         unit: &GroupRef,
-        generation: u64,
+        message: &str,
     ) {
-        let message = {
-            let mut units = self.units.lock();
-            match units.get(unit) {
-                Some(u) if u.generation == generation => {}
-                _ => return,
-            }
-            let Some(u) = units.remove(unit) else { return };
-            let (have, need) = gang::quorum(
-                &nodes.read(),
-                &u.held.first().map(|k| k.0.clone()).unwrap_or_default(),
-                &u.held.first().map(|k| k.1.clone()).unwrap_or_default(),
-            )
-            .ok()
-            .flatten()
-            .map_or((0, 0), |q| (q.have, q.need));
-            // Under the lock: a bind evaluating quorum next sees them gone.
-            for (ns, name) in &u.held {
-                nodes.forget(ns, name);
-            }
-            let message = bounded(format!(
-                "{unit}: quorum not reached within {} ({have} of {need} placed); released {} held pods",
-                humantime::format_duration(self.wait),
-                u.held.len()
-            ));
-            u.tx.send_replace(Outcome::Expired(message.clone()));
-            message
-        };
         tracing::info!(%unit, %message, "gang wait expired");
         let uid = uid_of(nodes, unit);
         writer
@@ -219,10 +314,10 @@ impl Gangs {
                 &ObjectRef::group(unit, uid.as_deref()),
                 EventKind::Warning,
                 WAIT_EXPIRED,
-                &message,
+                message,
             )
             .await;
-        self.set_condition(nodes, writer, unit, false, UNSCHEDULABLE, &message)
+        self.set_condition(nodes, writer, unit, false, UNSCHEDULABLE, message)
             .await;
     }
 

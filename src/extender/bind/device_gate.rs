@@ -102,6 +102,19 @@ pub fn claim_verdict(b: &ClaimBinding) -> Verdict {
     }
 }
 
+/// Why the gate stopped a bind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceFailure {
+    /// Conditions still missing after `--binding-wait`, described per
+    /// claim: kube-scheduler retries.
+    #[error("waiting for device binding conditions: {0}; retry")]
+    NotReady(String),
+    /// A claim failed or timed out: its allocation was cleared (or kept,
+    /// when other pods use it), described per claim.
+    #[error("device binding failed: {0}")]
+    Failed(String),
+}
+
 /// The gate: its settings and when each claim allocation was first waited for.
 #[derive(Debug, Default)]
 pub struct BindingGate {
@@ -160,10 +173,7 @@ impl BindingGate {
         self.first_wait.lock().remove(&Self::id(b));
     }
 
-    /// Waits until every gated device of the pod's claims is ready (`Ok`),
-    /// or fails: conditions still missing after `--binding-wait`, or a
-    /// claim failed or timed out (its allocation is then cleared). A pod
-    /// the cache does not know has no known claims and passes.
+    /// [`BindingGate::wait`] with the failure as its message.
     pub async fn wait_for_devices(
         &self,
         nodes: &NodeCache,
@@ -172,6 +182,28 @@ impl BindingGate {
         pod_name: &str,
         pod_uid: &str,
     ) -> Result<(), String> {
+        self.wait(nodes, writer, namespace, pod_name, pod_uid)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits until every gated device of the pod's claims is ready (`Ok`),
+    /// or fails: conditions still missing after `--binding-wait`, or a
+    /// claim failed or timed out (its allocation is then cleared). The gate
+    /// reads what the cache holds: a pod the cache does not know has no
+    /// known claims and passes, so bind checks first that the cache has
+    /// the pod and its claims (see [`super::bind`]).
+    ///
+    /// Cancellation: dropped at its await, nothing is left but the first
+    /// wait of each claim allocation, which is meant to outlive the call.
+    pub async fn wait(
+        &self,
+        nodes: &NodeCache,
+        writer: &dyn ClusterWriter,
+        namespace: &str,
+        pod_name: &str,
+        pod_uid: &str,
+    ) -> Result<(), DeviceFailure> {
         let call_deadline = Instant::now() + self.config.wait;
         loop {
             // Registered before reading, so no change is missed.
@@ -235,10 +267,7 @@ impl BindingGate {
             };
             if now >= call_deadline {
                 let what: Vec<String> = waiting.into_iter().map(|(w, _)| w).collect();
-                return Err(format!(
-                    "waiting for device binding conditions: {}; retry",
-                    what.join("; ")
-                ));
+                return Err(DeviceFailure::NotReady(what.join("; ")));
             }
             tokio::select! {
                 _ = &mut changed => {}
@@ -248,7 +277,7 @@ impl BindingGate {
     }
 
     /// Clears failed claims' allocations; the bind error naming each.
-    async fn clear(&self, writer: &dyn ClusterWriter, clear: Vec<Clear>) -> String {
+    async fn clear(&self, writer: &dyn ClusterWriter, clear: Vec<Clear>) -> DeviceFailure {
         let mut parts = Vec::new();
         for c in clear {
             let outcome = if c.in_use {
@@ -262,7 +291,7 @@ impl BindingGate {
             tracing::info!(claim = %c.qualified, reason = %c.reason, outcome = %outcome, "device binding failed");
             parts.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
         }
-        format!("device binding failed: {}", parts.join("; "))
+        DeviceFailure::Failed(parts.join("; "))
     }
 }
 

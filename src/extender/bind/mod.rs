@@ -1,0 +1,357 @@
+//! Permit and Bind: the extender's bind sequence and the gang quorum hold,
+//! in one place.
+//!
+//! ```text
+//!   bind(pod, node) ── node cached? ── pod, group hierarchy, claims cached? ── assume on node
+//!        │                                     (no: Error naming what is missing)
+//!        ▼
+//!   device gate (DRA binding conditions, ≤ --binding-wait)
+//!        ▼
+//!   permit: hold until the unit's quorum (≤ --gang-wait)
+//!        ▼
+//!   pods/binding (in an owning task) ── ok: stays assumed, group conditions written
+//!                                     └─ failed: forgotten
+//! ```
+//!
+//! Every failure answers a typed [`BindFailure`] whose text is the bind's
+//! `Error`, and drops the assumption.
+//!
+//! **Fail closed.** The checks read the cache, so a pod the cache does not
+//! know, whose PodGroup or any parent CompositePodGroup it does not hold,
+//! or whose ResourceClaims it does not hold allocated, is not bound
+//! unchecked: the bind answers `Error` naming what is missing
+//! (`pod group ns/g is not in the cache yet`) and kube-scheduler retries.
+//!
+//! **Cancellation.** kube-scheduler's `httpTimeout`, a closed connection or
+//! the server's own timeout can drop the bind future at any await point.
+//! Nothing is trusted to run to the end:
+//! - until the binding call starts, a drop guard owns the assumption and
+//!   forgets it when dropped;
+//! - while held, the permit's own guard takes the member out of its unit
+//!   and forgets it under the hold table's lock, so no later quorum counts
+//!   it, and removes a unit left without members;
+//! - the binding call runs in a task that owns the assumption from then
+//!   on: whatever happens to the caller, the task learns whether the
+//!   Binding was created, keeps the assumption if it was and forgets it if
+//!   it was not.
+
+pub mod device_gate;
+pub mod permit;
+
+use crate::cache::nodes::{GroupRef, NodeCache, NodeState};
+use crate::cluster::{BindError, ClusterWriter, PodBinding};
+use crate::extender::gang;
+use crate::metrics::{BindFailureCause, GangWait, Metrics};
+use device_gate::{BindingGate, DeviceFailure};
+use permit::{Gangs, Held, HoldFailure};
+use std::sync::Arc;
+
+/// What a bind works with: the cache, the write side, the permit (quorum
+/// hold), the device gate and the metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct Binder {
+    pub nodes: Arc<NodeCache>,
+    pub writer: Arc<dyn ClusterWriter>,
+    pub permit: Arc<Gangs>,
+    pub devices: Arc<BindingGate>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// One bind as kube-scheduler asks for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindRequest {
+    pub namespace: String,
+    pub name: String,
+    /// The uid kube-scheduler decided for (empty: any).
+    pub uid: String,
+    pub node: String,
+}
+
+/// What the cache lacks for a bind to be checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// The pod itself.
+    Pod { namespace: String, name: String },
+    /// The pod's PodGroup or a parent CompositePodGroup.
+    Group(GroupRef),
+    /// A ResourceClaim of the pod (`namespace/name`), or its allocation.
+    Claim(String),
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Pod { namespace, name } => {
+                write!(f, "pod {namespace}/{name} not found in the cache yet")
+            }
+            Missing::Group(g) => write!(f, "{g} is not in the cache yet"),
+            Missing::Claim(c) => write!(f, "resource claim {c} is not allocated in the cache yet"),
+        }
+    }
+}
+
+/// Why a bind failed. Its text is the bind's `Error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindFailure {
+    #[error("PodName and Node are required")]
+    Invalid,
+    #[error("node {0} not found")]
+    NodeGone(String),
+    /// Fail closed: the cache lacks what the checks read.
+    #[error("{0}")]
+    NotCached(Missing),
+    /// The cache holds the pod with another uid.
+    #[error("pod {namespace}/{name} has uid {cached}, not {requested}: it was replaced")]
+    Replaced {
+        namespace: String,
+        name: String,
+        cached: String,
+        requested: String,
+    },
+    #[error(transparent)]
+    Devices(#[from] DeviceFailure),
+    #[error(transparent)]
+    Hold(#[from] HoldFailure),
+    /// The `pods/binding` call failed.
+    #[error(transparent)]
+    Binding(#[from] BindError),
+}
+
+impl BindFailure {
+    /// The metrics label of the cause.
+    pub fn cause(&self) -> BindFailureCause {
+        match self {
+            BindFailure::Invalid => BindFailureCause::Invalid,
+            BindFailure::NodeGone(_) | BindFailure::Binding(BindError::NodeGone(_)) => {
+                BindFailureCause::NodeGone
+            }
+            BindFailure::NotCached(_) => BindFailureCause::NotCached,
+            BindFailure::Replaced { .. } => BindFailureCause::Replaced,
+            BindFailure::Devices(DeviceFailure::NotReady(_)) => BindFailureCause::DevicesNotReady,
+            BindFailure::Devices(DeviceFailure::Failed(_)) => BindFailureCause::DevicesFailed,
+            BindFailure::Hold(HoldFailure::Hierarchy(_)) => BindFailureCause::Hierarchy,
+            BindFailure::Hold(HoldFailure::Expired(_) | HoldFailure::Ended(_)) => {
+                BindFailureCause::GangExpired
+            }
+            BindFailure::Binding(_) => BindFailureCause::Binding,
+        }
+    }
+}
+
+/// Where a bind stands, for what a drop undoes and counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Devices,
+    Held,
+    Binding,
+}
+
+/// Owns a pod's assumption until the bind ends. Dropped while still live
+/// (the bind future was cancelled, or the binding task died), it forgets
+/// the assumption and counts the cancellation.
+struct Assumption {
+    binder: Binder,
+    namespace: String,
+    name: String,
+    stage: Stage,
+    live: bool,
+}
+
+impl Assumption {
+    /// The bind failed: the pod is no longer counted on the node.
+    fn release(mut self) {
+        self.live = false;
+        self.binder.nodes.forget(&self.namespace, &self.name);
+    }
+
+    /// The Binding was created: the assumption stays until the watch shows
+    /// the pod bound.
+    fn keep(mut self) {
+        self.live = false;
+    }
+}
+
+impl Drop for Assumption {
+    fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
+        self.binder.nodes.forget(&self.namespace, &self.name);
+        self.binder
+            .metrics
+            .bind_failure(BindFailureCause::Cancelled);
+        if self.stage == Stage::Held {
+            self.binder.metrics.gang_wait(GangWait::Cancelled);
+        }
+        tracing::info!(pod = %format!("{}/{}", self.namespace, self.name), stage = ?self.stage, "bind cancelled; assumption dropped");
+    }
+}
+
+/// The checks' inputs the cache must hold: the pod (with that uid), its
+/// PodGroup and every parent CompositePodGroup, and each of its
+/// ResourceClaims allocated. A broken hierarchy (a cycle, too deep) is left
+/// to the permit, which refuses it with the reason.
+pub fn check_cached(
+    snap: &NodeState,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), BindFailure> {
+    let Some(pod) = snap.pod(namespace, name) else {
+        return Err(BindFailure::NotCached(Missing::Pod {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }));
+    };
+    if !uid.is_empty() && pod.uid != uid {
+        return Err(BindFailure::Replaced {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            cached: pod.uid.clone(),
+            requested: uid.to_owned(),
+        });
+    }
+    if let Some(group) = pod.group.as_deref().filter(|g| !g.is_empty()) {
+        let mut at = GroupRef::group(namespace, group);
+        let mut seen: Vec<GroupRef> = Vec::new();
+        loop {
+            let Some(spec) = gang::spec_of(snap, &at) else {
+                return Err(BindFailure::NotCached(Missing::Group(at)));
+            };
+            seen.push(at);
+            let Some(parent) = spec.parent.filter(|p| !p.is_empty()) else {
+                break;
+            };
+            let next = GroupRef::composite(namespace, &parent);
+            if seen.contains(&next) || seen.len() >= gang::MAX_DEPTH {
+                break;
+            }
+            at = next;
+        }
+    }
+    if let Some(c) = pod.claims.iter().find(|c| !snap.claim_allocated(&c.claim)) {
+        return Err(BindFailure::NotCached(Missing::Claim(c.claim.clone())));
+    }
+    Ok(())
+}
+
+// === impl Binder ===
+
+impl Binder {
+    /// Binds a pod: node check, cache check, assume, device gate, quorum
+    /// hold, binding; on failure the assumption is dropped. Failures are
+    /// counted by cause; see the module docs for cancellation.
+    pub async fn bind(&self, req: &BindRequest) -> Result<(), BindFailure> {
+        let r = self.sequence(req).await;
+        if let Err(e) = &r {
+            self.metrics.bind_failure(e.cause());
+        }
+        r
+    }
+
+    async fn sequence(&self, req: &BindRequest) -> Result<(), BindFailure> {
+        if req.name.is_empty() || req.node.is_empty() {
+            return Err(BindFailure::Invalid);
+        }
+        let (ns, name) = (req.namespace.as_str(), req.name.as_str());
+        {
+            let snap = self.nodes.read();
+            if !snap.has_node(&req.node) {
+                return Err(BindFailure::NodeGone(req.node.clone()));
+            }
+            check_cached(&snap, ns, name, &req.uid)?;
+        }
+        if !self.nodes.assume(ns, name, &req.uid, &req.node) {
+            // The pod left the cache (or was replaced) since the check.
+            check_cached(&self.nodes.read(), ns, name, &req.uid)?;
+            return Err(BindFailure::NotCached(Missing::Pod {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+            }));
+        }
+        let mut assumption = Assumption {
+            binder: self.clone(),
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            stage: Stage::Devices,
+            live: true,
+        };
+        if let Err(e) = self.permit_stage(req, &mut assumption).await {
+            assumption.release();
+            return Err(e);
+        }
+        assumption.stage = Stage::Binding;
+        let binding = PodBinding {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            uid: req.uid.clone(),
+            node: req.node.clone(),
+        };
+        // The task owns the assumption from here: the caller may go, the
+        // outcome of the call still decides whether the pod stays assumed.
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            match me.writer.bind_pod(&binding).await {
+                Ok(()) => {
+                    assumption.keep();
+                    me.permit
+                        .bound(
+                            &me.nodes,
+                            me.writer.as_ref(),
+                            &binding.namespace,
+                            &binding.name,
+                        )
+                        .await;
+                    Ok(())
+                }
+                Err(e) => {
+                    assumption.release();
+                    Err(BindFailure::Binding(e))
+                }
+            }
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(BindFailure::Binding(BindError::Other {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                message: format!("the binding task ended: {e}"),
+            })),
+        }
+    }
+
+    /// Device gate, then the quorum hold (the Permit stage).
+    async fn permit_stage(
+        &self,
+        req: &BindRequest,
+        assumption: &mut Assumption,
+    ) -> Result<(), BindFailure> {
+        let (ns, name) = (req.namespace.as_str(), req.name.as_str());
+        self.devices
+            .wait(&self.nodes, self.writer.as_ref(), ns, name, &req.uid)
+            .await?;
+        // The wait may have taken seconds: what the hold reads must still
+        // be there.
+        check_cached(&self.nodes.read(), ns, name, &req.uid)?;
+        assumption.stage = Stage::Held;
+        let held = self
+            .permit
+            .hold(&self.nodes, self.writer.as_ref(), ns, name)
+            .await;
+        let outcome = match &held {
+            Ok(Held::Free) => None,
+            Ok(Held::Quorum) => Some(GangWait::Quorum),
+            Ok(Held::Waited) => Some(GangWait::Released),
+            Err(HoldFailure::Hierarchy(_)) => Some(GangWait::Refused),
+            Err(HoldFailure::Expired(_) | HoldFailure::Ended(_)) => Some(GangWait::Expired),
+        };
+        if let Some(outcome) = outcome {
+            self.metrics.gang_wait(outcome);
+        }
+        held?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

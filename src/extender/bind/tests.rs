@@ -1,0 +1,553 @@
+//! The bind sequence with no router and no HTTP, on tokio's paused clock:
+//! cancelled at each await point (device wait, quorum hold, API call) it
+//! leaves no assumption, no held member and no quorum contribution; and it
+//! fails closed when the cache lacks the pod's group, parents or claims.
+
+use super::*;
+use crate::cluster::{ClaimAllocationRef, WriteError};
+use crate::crd::RunStatus;
+use crate::metrics::{BindFailureLabels, GangWaitLabels};
+use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// A writer whose `bind_pod` may block until the test lets it answer.
+struct SlowWriter {
+    /// `bind_pod` waits for a permit when `blocking`.
+    blocking: bool,
+    release: Semaphore,
+    /// Calls that started.
+    started: AtomicUsize,
+    /// What `bind_pod` answers.
+    answer: Mutex<Result<(), BindError>>,
+    /// Bindings created, `ns/name → node`.
+    bound: Mutex<Vec<(String, String)>>,
+}
+
+impl SlowWriter {
+    fn new(blocking: bool) -> Arc<Self> {
+        Arc::new(SlowWriter {
+            blocking,
+            release: Semaphore::new(0),
+            started: AtomicUsize::new(0),
+            answer: Mutex::new(Ok(())),
+            bound: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+}
+
+impl ClusterWriter for SlowWriter {
+    fn write_run_status<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<&'a str>,
+        _: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::Other("not expected here".into())) })
+    }
+    fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async move {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            if self.blocking {
+                self.release
+                    .acquire()
+                    .await
+                    .map_err(|e| BindError::Other {
+                        namespace: b.namespace.clone(),
+                        name: b.name.clone(),
+                        message: e.to_string(),
+                    })?
+                    .forget();
+            }
+            let answer = self.answer.lock().clone();
+            if answer.is_ok() {
+                self.bound
+                    .lock()
+                    .push((format!("{}/{}", b.namespace, b.name), b.node.clone()));
+            }
+            answer
+        })
+    }
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        _: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn write_group_condition<'a>(
+        &'a self,
+        _: &'a GroupRef,
+        _: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn node(name: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({"metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}))
+    .expect("node")
+}
+
+/// Pod `name` in namespace `ns` (uid `<name>-uid`), 1 cpu, in `group`,
+/// using the named claims.
+fn pod(name: &str, group: Option<&str>, claims: &[&str]) -> k8s_openapi::api::core::v1::Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "i",
+        "resources": {"requests": {"cpu": "1"}}}]});
+    if let Some(g) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": g});
+    }
+    if !claims.is_empty() {
+        let rc: Vec<Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "resourceClaimName": c}))
+            .collect();
+        spec["resourceClaims"] = json!(rc);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
+        "uid": format!("{name}-uid")}, "spec": spec}))
+    .expect("pod")
+}
+
+fn gang(
+    name: &str,
+    min: u32,
+    parent: Option<&str>,
+) -> k8s_openapi::api::scheduling::v1beta1::PodGroup {
+    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": min}}});
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .expect("pod group")
+}
+
+fn composite(
+    name: &str,
+    min_groups: u32,
+    parent: Option<&str>,
+) -> k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
+    let mut spec = json!({"schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+        "workloadRef": {"workloadName": "w", "templateName": name}});
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
+        .expect("composite pod group")
+}
+
+/// Claim `name`, allocated, its device gated on `Attached` (not yet True).
+fn gated_claim(name: &str, pod_uid: &str) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"), "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
+        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "drv",
+            "pool": "pool", "device": "d0", "bindingConditions": ["Attached"]}]}},
+            "reservedFor": [{"resource": "pods", "name": "x", "uid": pod_uid}]}}))
+    .expect("claim")
+}
+
+/// A node `n1`, a gang `g` of `min` pods `p0..p<pods>`, and the binder.
+struct Fixture {
+    binder: Binder,
+    writer: Arc<SlowWriter>,
+}
+
+fn fixture(min: u32, pods: usize, blocking: bool) -> Fixture {
+    let nodes = Arc::new(NodeCache::new());
+    nodes.apply_node(&node("n1"));
+    nodes.apply_pod_group(&gang("g", min, None));
+    for i in 0..pods {
+        nodes.apply_pod(&pod(&format!("p{i}"), Some("g"), &[]));
+    }
+    let writer = SlowWriter::new(blocking);
+    Fixture {
+        binder: Binder {
+            nodes,
+            writer: writer.clone(),
+            permit: Arc::new(Gangs::new(Duration::from_secs(20))),
+            devices: Arc::new(BindingGate::default()),
+            metrics: Arc::new(Metrics::default()),
+        },
+        writer,
+    }
+}
+
+fn req(name: &str) -> BindRequest {
+    BindRequest {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("{name}-uid"),
+        node: "n1".into(),
+    }
+}
+
+impl Fixture {
+    fn spawn(&self, name: &str) -> tokio::task::JoinHandle<Result<(), BindFailure>> {
+        let (binder, req) = (self.binder.clone(), req(name));
+        tokio::spawn(async move { binder.bind(&req).await })
+    }
+
+    fn assumed(&self, name: &str) -> bool {
+        self.binder.nodes.read().is_assumed("ns", name)
+    }
+
+    /// Members of `g` placed (bound or assumed) as its quorum counts them.
+    fn placed(&self) -> usize {
+        let snap = self.binder.nodes.read();
+        snap.member_pods("ns", "g")
+            .filter(|(_, p)| p.node.is_some())
+            .count()
+    }
+
+    fn cpu_used(&self) -> u64 {
+        self.binder.nodes.read().used("n1", "cpu").unwrap_or(0)
+    }
+
+    /// No assumption, no held member, no unit, no quorum contribution.
+    fn assert_clean(&self, name: &str) {
+        assert!(!self.assumed(name), "{name} still assumed");
+        assert!(!self.binder.permit.is_held("ns", name), "{name} still held");
+        assert_eq!(self.binder.permit.held(), 0, "members left in the hold");
+        assert_eq!(self.binder.permit.units(), 0, "units left in the hold");
+        assert_eq!(self.placed(), 0, "a quorum contribution is left");
+        assert_eq!(self.cpu_used(), 0, "capacity is still taken");
+    }
+
+    fn failures(&self, cause: BindFailureCause) -> u64 {
+        self.binder
+            .metrics
+            .bind_failures
+            .get_or_create(&BindFailureLabels { cause })
+            .get()
+    }
+
+    fn waits(&self, outcome: GangWait) -> u64 {
+        self.binder
+            .metrics
+            .gang_waits
+            .get_or_create(&GangWaitLabels { outcome })
+            .get()
+    }
+}
+
+/// Lets spawned tasks run until they block (paused time does not move).
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Cancels a bind task as a dropped connection would: its future is dropped.
+async fn cancel(task: tokio::task::JoinHandle<Result<(), BindFailure>>) {
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+}
+
+// === cancellation ===
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_before_assume_leaves_nothing() {
+    let f = fixture(2, 2, false);
+    let r = req("p0");
+    let fut = f.binder.bind(&r);
+    // Dropped before it first ran: nothing was assumed or held.
+    drop(fut);
+    f.assert_clean("p0");
+    assert_eq!(f.writer.started(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_during_the_device_wait_drops_the_assumption() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_pod(&pod("p0", Some("g"), &["gpu"]));
+    f.binder.nodes.apply_claim(&gated_claim("gpu", "p0-uid"));
+    let task = f.spawn("p0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    assert!(f.assumed("p0"), "assumed while its devices are awaited");
+    assert_eq!(f.binder.devices.waiting(), 1);
+    cancel(task).await;
+    f.assert_clean("p0");
+    assert_eq!(f.writer.started(), 0);
+    assert_eq!(f.failures(BindFailureCause::Cancelled), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_while_held_leaves_the_hold_and_the_quorum() {
+    let f = fixture(2, 2, false);
+    let held = f.spawn("p0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(f.binder.permit.is_held("ns", "p0"));
+    assert!(f.assumed("p0"));
+    assert_eq!(f.placed(), 1);
+    cancel(held).await;
+    f.assert_clean("p0");
+    assert_eq!(f.waits(GangWait::Cancelled), 1);
+    assert_eq!(f.failures(BindFailureCause::Cancelled), 1);
+    // The next member does not complete a quorum with the cancelled one:
+    // it is held, alone, and nothing is bound.
+    let p1 = f.spawn("p1");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!p1.is_finished());
+    assert!(f.binder.permit.is_held("ns", "p1"));
+    assert_eq!(f.placed(), 1);
+    assert!(f.writer.bound.lock().is_empty());
+    // p0 again completes the quorum: both bind.
+    let p0 = f.spawn("p0");
+    assert_eq!(p0.await.unwrap(), Ok(()));
+    assert_eq!(p1.await.unwrap(), Ok(()));
+    assert_eq!(f.writer.bound.lock().len(), 2);
+    assert_eq!(f.binder.permit.units(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_member_leaves_the_others_held_and_the_unit_waiting() {
+    let f = fixture(3, 3, false);
+    let p0 = f.spawn("p0");
+    let p1 = f.spawn("p1");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(f.binder.permit.held(), 2);
+    cancel(p1).await;
+    assert!(!f.assumed("p1"));
+    assert_eq!(f.binder.permit.held(), 1);
+    assert_eq!(f.binder.permit.units(), 1);
+    assert_eq!(f.placed(), 1);
+    // p2 makes two of three: still held.
+    let p2 = f.spawn("p2");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!p0.is_finished() && !p2.is_finished());
+    assert!(f.writer.bound.lock().is_empty());
+    // The unit's wait still ends at --gang-wait from its first hold.
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Expired(_))),
+        "{e0}"
+    );
+    assert!(
+        e0.to_string()
+            .contains("(2 of 3 placed); released 2 held pods"),
+        "{e0}"
+    );
+    assert!(p2.await.unwrap().is_err());
+    f.assert_clean("p0");
+    assert_eq!(f.waits(GangWait::Expired), 2);
+    assert_eq!(f.waits(GangWait::Cancelled), 1);
+    assert_eq!(f.failures(BindFailureCause::GangExpired), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_during_the_api_call_the_outcome_of_the_call_decides() {
+    // The call fails after the caller is gone: the assumption is dropped.
+    let f = fixture(1, 1, true);
+    let task = f.spawn("p0");
+    settle().await;
+    assert_eq!(f.writer.started(), 1);
+    cancel(task).await;
+    assert!(
+        f.assumed("p0"),
+        "the call is in flight: it may create the Binding"
+    );
+    *f.writer.answer.lock() = Err(BindError::PodGone {
+        namespace: "ns".into(),
+        name: "p0".into(),
+    });
+    f.writer.release.add_permits(1);
+    settle().await;
+    f.assert_clean("p0");
+    assert_eq!(
+        f.failures(BindFailureCause::Binding),
+        0,
+        "nobody got that answer"
+    );
+
+    // The call succeeds after the caller is gone: the Binding exists, so
+    // the pod stays assumed and counts toward its quorum.
+    let f = fixture(1, 1, true);
+    let task = f.spawn("p0");
+    settle().await;
+    cancel(task).await;
+    f.writer.release.add_permits(1);
+    settle().await;
+    assert!(f.assumed("p0"));
+    assert_eq!(f.placed(), 1);
+    assert_eq!(f.cpu_used(), 1000);
+    assert_eq!(
+        *f.writer.bound.lock(),
+        vec![("ns/p0".to_owned(), "n1".to_owned())]
+    );
+    assert_eq!(f.binder.permit.units(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_member_cancelled_during_its_api_call_is_forgotten_when_the_call_fails() {
+    let f = fixture(2, 2, true);
+    let p0 = f.spawn("p0");
+    settle().await;
+    let p1 = f.spawn("p1");
+    settle().await;
+    // Quorum reached: both are in their API calls.
+    assert_eq!(f.writer.started(), 2);
+    assert_eq!(f.binder.permit.held(), 0);
+    cancel(p1).await;
+    *f.writer.answer.lock() = Err(BindError::Other {
+        namespace: "ns".into(),
+        name: "p1".into(),
+        message: "connection reset".into(),
+    });
+    f.writer.release.add_permits(2);
+    assert!(p0.await.unwrap().is_err());
+    settle().await;
+    f.assert_clean("p1");
+}
+
+// === fail closed ===
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_group_is_not_cached_is_not_bound() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_pod(&pod("x", Some("missing"), &[]));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pod group ns/missing is not in the cache yet"
+    );
+    assert_eq!(
+        e,
+        BindFailure::NotCached(Missing::Group(GroupRef::group("ns", "missing")))
+    );
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    assert_eq!(f.failures(BindFailureCause::NotCached), 1);
+    // Once the group is there, a gang of one binds.
+    f.binder.nodes.apply_pod_group(&gang("missing", 1, None));
+    assert_eq!(f.binder.bind(&req("x")).await, Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_parent_composite_is_not_cached_is_not_bound() {
+    let f = fixture(1, 0, false);
+    // g2 → c1 (cached) → c0 (not cached): a missing level anywhere fails.
+    f.binder.nodes.apply_pod_group(&gang("g2", 1, Some("c1")));
+    f.binder
+        .nodes
+        .apply_composite(&composite("c1", 1, Some("c0")));
+    f.binder.nodes.apply_pod(&pod("x", Some("g2"), &[]));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "composite pod group ns/c0 is not in the cache yet"
+    );
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    f.binder.nodes.apply_composite(&composite("c0", 1, None));
+    assert_eq!(f.binder.bind(&req("x")).await, Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_claims_are_not_cached_is_not_bound() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "resource claim ns/gpu is not allocated in the cache yet"
+    );
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    assert_eq!(f.failures(BindFailureCause::NotCached), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_the_cache_does_not_know_or_knows_with_another_uid_is_not_bound() {
+    let f = fixture(1, 1, false);
+    let e = f.binder.bind(&req("nobody")).await.unwrap_err();
+    assert_eq!(e.to_string(), "pod ns/nobody not found in the cache yet");
+    let mut r = req("p0");
+    r.uid = "newer".into();
+    let e = f.binder.bind(&r).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pod ns/p0 has uid p0-uid, not newer: it was replaced"
+    );
+    assert_eq!(f.failures(BindFailureCause::Replaced), 1);
+    assert_eq!(f.writer.started(), 0);
+    f.assert_clean("p0");
+}
+
+// === causes ===
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_hierarchy_is_refused_not_counted_as_expired() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_pod_group(&gang("g2", 1, Some("a")));
+    f.binder
+        .nodes
+        .apply_composite(&composite("a", 1, Some("b")));
+    f.binder
+        .nodes
+        .apply_composite(&composite("b", 1, Some("a")));
+    f.binder.nodes.apply_pod(&pod("x", Some("g2"), &[]));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert!(
+        matches!(e, BindFailure::Hold(HoldFailure::Hierarchy(_))),
+        "{e}"
+    );
+    assert!(e.to_string().starts_with("parent cycle: "), "{e}");
+    assert_eq!(f.waits(GangWait::Refused), 1);
+    assert_eq!(f.waits(GangWait::Expired), 0);
+    assert_eq!(f.failures(BindFailureCause::Hierarchy), 1);
+    assert!(!f.assumed("x"));
+    assert_eq!(f.binder.permit.units(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_keep_their_texts_and_causes() {
+    let f = fixture(1, 1, false);
+    let cases = [
+        (
+            BindRequest {
+                name: String::new(),
+                ..req("p0")
+            },
+            "PodName and Node are required",
+            BindFailureCause::Invalid,
+        ),
+        (
+            BindRequest {
+                node: "ghost".into(),
+                ..req("p0")
+            },
+            "node ghost not found",
+            BindFailureCause::NodeGone,
+        ),
+    ];
+    for (r, text, cause) in cases {
+        let e = f.binder.bind(&r).await.unwrap_err();
+        assert_eq!(e.to_string(), text);
+        assert_eq!(e.cause(), cause);
+        assert_eq!(f.failures(cause), 1);
+    }
+    *f.writer.answer.lock() = Err(BindError::AlreadyBound {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        node: "n2".into(),
+    });
+    let e = f.binder.bind(&req("p0")).await.unwrap_err();
+    assert_eq!(e.to_string(), "pod ns/p0 is already bound to node n2");
+    assert_eq!(f.failures(BindFailureCause::Binding), 1);
+    f.assert_clean("p0");
+    // A quorum of one completed on arrival.
+    *f.writer.answer.lock() = Ok(());
+    assert_eq!(f.binder.bind(&req("p0")).await, Ok(()));
+    assert_eq!(f.waits(GangWait::Quorum), 2);
+}

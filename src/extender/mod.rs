@@ -20,6 +20,7 @@ pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
 use crate::cache::nodes::{Fit, NOT_FOUND, NodeCache, NodeRefs, NodeState, Rejection, Resolved};
+use crate::metrics::Endpoint;
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
 use crate::transport::{ApiError, Body, decode_json};

@@ -12,6 +12,7 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::extender::gang::GangPlanner;
 use kruntimes_scheduler::extender::types::{ExtenderArgs, write_priorities};
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize};
 use serde_json::{Value, json};
@@ -72,13 +73,16 @@ fn full_body(n: usize) -> Vec<u8> {
     .expect("json")
 }
 
+/// The extender's gang planner (no group in these pods plans anything).
+static PLANNER: std::sync::LazyLock<GangPlanner> = std::sync::LazyLock::new(GangPlanner::new);
+
 /// One filter call as the handler does it: decode, resolve the nodes,
 /// decide, encode.
 fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
     let snap = cache.read();
     let candidates = Candidates::of(&snap, &args).expect("nodes");
-    let out = decide_filter(&snap, &args, &candidates);
+    let out = decide_filter(&snap, &PLANNER, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
@@ -89,7 +93,7 @@ fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
     let args: ExtenderArgs<'_> = serde_json::from_slice(body).expect("args");
     let snap = cache.read();
     let candidates = Candidates::of(&snap, &args).expect("nodes");
-    let out = decide_prioritize(&snap, &args, &candidates);
+    let out = decide_prioritize(&snap, &PLANNER, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     write_priorities(&out, candidates.all_plain(), &mut bytes);

@@ -543,8 +543,8 @@ impl NodeState {
         Ok(refs)
     }
 
-    /// Node fit and score read the columns through these (the fit plugin
-    /// of the extender owns the rules).
+    // Node fit and score read the columns through these (the fit plugin
+    // of the extender owns the rules).
 
     /// The interned id of a resource name (`None`: no node offers it).
     pub fn resource_id(&self, name: &str) -> Option<ResId> {

@@ -383,6 +383,10 @@ pub fn tree_of(snap: &NodeState, unit: &GroupRef) -> Vec<GroupRef> {
     out
 }
 
+/// The domain a group's placed members fix (`Ok(None)`: none placed).
+/// Placed members fix it wherever they are: a member on a node the cache
+/// does not know, or on a node without the label, leaves the domain
+/// unknown, and members in two domains (an empty value and a non-empty one
 /// included) conflict; either way no domain may be chosen (`Err`: why).
 pub(super) fn fixed_domain(
     snap: &NodeState,

@@ -452,11 +452,8 @@ pub(super) fn trial_leaf(
     })
 }
 
-/// The domain a group's placed members fix (`Ok(None)`: none placed).
-/// Placed members fix it wherever they are: a member on a node the cache
-/// does not know, or on a node without the label, leaves the domain
-/// unknown, and members in two domains (an empty value and a non-empty one
-
+/// A group's subtree prepared for simulation (`None`: the group is gone,
+/// or its placed members are in an unknown or conflicting domain).
 pub(super) fn build_tree(
     snap: &NodeState,
     r: &GroupRef,

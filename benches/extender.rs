@@ -14,6 +14,7 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::extender::gang::GangPlanner;
 use kruntimes_scheduler::extender::{filter_bytes, prioritize_bytes};
 use kruntimes_scheduler::testkit::{percentile, time_calls};
 use serde_json::{Value, json};
@@ -73,15 +74,18 @@ fn full_body(n: usize) -> Vec<u8> {
     .expect("json")
 }
 
+/// The extender's gang planner (no group in these pods plans anything).
+static PLANNER: std::sync::LazyLock<GangPlanner> = std::sync::LazyLock::new(GangPlanner::new);
+
 /// One filter call as the handler makes it: decode, resolve the nodes,
 /// decide, encode.
 fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
-    filter_bytes(cache, body).expect("a valid extender call")
+    filter_bytes(cache, &PLANNER, body).expect("a valid extender call")
 }
 
 /// One prioritize call as the handler makes it.
 fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
-    prioritize_bytes(cache, body).expect("a valid extender call")
+    prioritize_bytes(cache, &PLANNER, body).expect("a valid extender call")
 }
 
 /// The prioritize body kube-scheduler sends after filter: the feasible names.

@@ -57,6 +57,10 @@ fn cluster() -> NodeCache {
     cache
 }
 
+/// The extender's gang planner (plans outlive a call, as in the server).
+static PLANNER: std::sync::LazyLock<gang::GangPlanner> =
+    std::sync::LazyLock::new(gang::GangPlanner::new);
+
 fn member(group: &str, i: usize) -> Pod {
     serde_json::from_value(json!({"metadata": {"name": format!("{group}-{i}"), "namespace": "bench",
             "uid": format!("{group}-{i}-uid")},
@@ -101,7 +105,7 @@ fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
         let passed: Vec<String> = {
             let snap = cache.read();
             let candidates = Candidates::of(&snap, &args).expect("nodes");
-            let out = decide_filter(&snap, &args, &candidates);
+            let out = decide_filter(&snap, &PLANNER, &args, &candidates);
             let mut encoded = Vec::new();
             out.write_json(&mut encoded);
             black_box(&encoded);
@@ -120,7 +124,7 @@ fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
         let pargs: ExtenderArgs<'_> = serde_json::from_slice(&pb).expect("args");
         let snap = cache.read();
         let pcandidates = Candidates::of(&snap, &pargs).expect("nodes");
-        let scores = decide_prioritize(&snap, &pargs, &pcandidates);
+        let scores = decide_prioritize(&snap, &PLANNER, &pargs, &pcandidates);
         let best = scores
             .iter()
             .max_by_key(|h| (h.score, std::cmp::Reverse(h.host.clone())))
@@ -147,9 +151,9 @@ fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
             .expect("requests");
         let (node, _) = {
             let snap = cache.read();
-            let gate = gang::filter_gate(&snap, p, &req, names);
+            let gate = gang::filter_gate(&snap, &PLANNER, p, &req, names);
             assert!(gate.wide.is_none());
-            let prefer = gang::prefer(&snap, p, &req).expect("a domain");
+            let prefer = gang::prefer(&snap, &PLANNER, p, &req).expect("a domain");
             let domain = gate.domain();
             let (_, value) = domain.last().expect("rack");
             let ix = snap.domain_index("topology.kubernetes.io/rack");
@@ -175,7 +179,7 @@ fn settle(cache: &NodeCache, name: &str) {
     if let Ok(Some(q)) = gang::quorum(&snap, "bench", name)
         && q.reached
     {
-        gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));
+        gang::drop_plans(&PLANNER, &gang::tree_of(&snap, &q.unit));
     }
 }
 

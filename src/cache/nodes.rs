@@ -41,7 +41,7 @@ mod groups;
 pub use binding::{ClaimBinding, GatedDevice, ShareKey};
 pub use groups::Scope;
 mod domains;
-pub use domains::{DomainIndex, GroupLedger, GroupRef, Plan, Rooms, Semantics};
+pub use domains::{DomainIndex, GroupLedger, GroupRef, Rooms, Semantics};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -409,20 +409,6 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
     meta.name.clone().unwrap_or_default()
 }
 
-/// A pod's request resolved against a snapshot's interned names.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    /// `(id, amount, name)`; `id` is `None` for a name no node offers.
-    entries: Vec<(Option<ResId>, u64, String)>,
-    /// cpu and memory for scoring, with upstream's non-zero defaults
-    /// (100m, 200Mi) for a pod that requests none.
-    cpu: u64,
-    memory: u64,
-}
-
-/// The reason given for a node name the cache does not know.
-pub const NOT_FOUND: &str = "node not found in the extender's cache";
-
 /// How many resolved `NodeNames` arrays are kept.
 const REFS_CACHED: usize = 8;
 
@@ -462,21 +448,6 @@ impl NodeRefs {
     }
 }
 
-/// The fit of one node ([`NodeState::fit_at`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fit {
-    Fits,
-    /// Bit 0: the pod slot; bit `i + 1`: the request's entry `i`.
-    Short {
-        short: u64,
-        unresolvable: bool,
-    },
-    /// The node is not cached.
-    NotFound,
-    /// Rejected on the general path (a request with very many resources).
-    Other(Rejection),
-}
-
 /// What a pending pod's own allocated claims add ([`NodeState::pending_claims_load`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClaimsLoad {
@@ -497,19 +468,6 @@ pub struct Rejection {
 // === impl NodeState ===
 
 impl NodeState {
-    /// Resolves a request for [`NodeState::check`] and [`NodeState::score`].
-    pub fn resolve(&self, requests: &Amounts) -> Resolved {
-        Resolved {
-            entries: requests
-                .iter()
-                .filter(|(n, _)| n.as_str() != fit::PODS)
-                .map(|(n, a)| (self.names.lookup(n), *a, n.clone()))
-                .collect(),
-            cpu: requests.get("cpu").copied().unwrap_or(100),
-            memory: requests.get("memory").copied().unwrap_or(200 << 20),
-        }
-    }
-
     /// The slot of a node name.
     pub fn slot(&self, node: &str) -> Option<&NodeSlot> {
         self.nodes.get(node)
@@ -585,159 +543,32 @@ impl NodeState {
         Ok(refs)
     }
 
-    /// Node fit against the cached Node (or the given allocatable, in
-    /// full-NodeList mode) minus what is counted on it.
-    pub fn check(
-        &self,
-        node: &str,
-        req: &Resolved,
-        allocatable: Option<&Amounts>,
-    ) -> Result<(), Rejection> {
-        self.check_slot(self.nodes.get(node), req, allocatable)
+    // Node fit and score read the columns through these (the fit plugin
+    // of the extender owns the rules).
+
+    /// The interned id of a resource name (`None`: no node offers it).
+    pub fn resource_id(&self, name: &str) -> Option<ResId> {
+        self.names.lookup(name)
     }
 
-    /// [`NodeState::check`] of the cached node at a slot index.
-    pub fn check_at(&self, slot: u32, req: &Resolved) -> Result<(), Rejection> {
-        match self.fit_at(slot, req) {
-            Fit::Fits => Ok(()),
-            _ => self.check_slot(self.nodes.at(slot), req, None),
-        }
+    /// Ids of `pods`, `cpu` and `memory`.
+    pub fn well_known_ids(&self) -> [ResId; 3] {
+        [self.pods_id, self.cpu_id, self.memory_id]
     }
 
-    /// The fit of the cached node at a slot index, without building a
-    /// message: the per-node step of a filter call.
-    pub fn fit_at(&self, slot: u32, req: &Resolved) -> Fit {
-        if !self.nodes.present(slot) {
-            return Fit::NotFound;
-        }
-        if req.entries.len() >= 64 {
-            return match self.check_slot(self.nodes.at(slot), req, None) {
-                Ok(()) => Fit::Fits,
-                Err(r) => Fit::Other(r),
-            };
-        }
-        let (mut short, mut resolvable) = (0u64, false);
-        let mut test = |bit: u32, id: Option<ResId>, want: u64| {
-            if want == 0 {
-                return;
-            }
-            let [alloc, used] = id.map_or([0, 0], |id| self.nodes.amounts(id, slot));
-            if used.saturating_add(want) > alloc {
-                short |= 1 << bit;
-                resolvable |= want <= alloc;
-            }
-        };
-        test(0, Some(self.pods_id), 1);
-        for (i, (id, want, _)) in req.entries.iter().enumerate() {
-            test(i as u32 + 1, *id, *want);
-        }
-        if short == 0 {
-            Fit::Fits
-        } else {
-            Fit::Short {
-                short,
-                unresolvable: !resolvable,
-            }
-        }
+    /// Whether the Node of a slot index exists.
+    pub fn present_at(&self, slot: u32) -> bool {
+        self.nodes.present(slot)
     }
 
-    /// The message for a [`Fit::Short`] mask of `req`.
-    pub fn short_message(&self, req: &Resolved, short: u64) -> String {
-        let mut list: Vec<fit::Insufficient> = req
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| short & (1 << (i + 1)) != 0)
-            .map(|(_, (_, _, name))| fit::Insufficient {
-                resource: name.clone(),
-                unresolvable: false,
-            })
-            .collect();
-        if short & 1 != 0 {
-            list.push(fit::Insufficient {
-                resource: fit::PODS.into(),
-                unresolvable: false,
-            });
-        }
-        list.sort_by(|a, b| a.resource.cmp(&b.resource));
-        fit::describe(&list)
+    /// `[allocatable, used]` of a resource on a slot index.
+    pub fn amounts_at(&self, id: ResId, slot: u32) -> [u64; 2] {
+        self.nodes.amounts(id, slot)
     }
 
-    fn check_slot(
-        &self,
-        slot: Option<&NodeSlot>,
-        req: &Resolved,
-        allocatable: Option<&Amounts>,
-    ) -> Result<(), Rejection> {
-        let cached = slot.and_then(|s| s.node.as_ref());
-        if allocatable.is_none() && cached.is_none() {
-            return Err(Rejection {
-                message: NOT_FOUND.into(),
-                unresolvable: true,
-            });
-        }
-        let empty = ResourceVec::new();
-        let used = slot.map_or(&empty, |s| &s.used);
-        let alloc_of = |id: Option<ResId>, name: &str| -> u64 {
-            match allocatable {
-                Some(a) => a.get(name).copied().unwrap_or(0),
-                None => match (cached, id) {
-                    (Some(n), Some(id)) => n.alloc.get(id),
-                    _ => 0,
-                },
-            }
-        };
-        let terms = req
-            .entries
-            .iter()
-            .map(|(id, want, name)| {
-                (
-                    name.as_str(),
-                    *want,
-                    alloc_of(*id, name),
-                    id.map_or(0, |i| used.get(i)),
-                )
-            })
-            .chain(std::iter::once((
-                fit::PODS,
-                1,
-                alloc_of(Some(self.pods_id), fit::PODS),
-                used.get(self.pods_id),
-            )));
-        let short = fit::shortfalls(terms);
-        if short.is_empty() {
-            return Ok(());
-        }
-        Err(Rejection {
-            message: fit::describe(&short),
-            unresolvable: short.iter().all(|s| s.unresolvable),
-        })
-    }
-
-    /// Least-allocated score 0..=10 over cpu and memory after placing the pod.
-    pub fn score(&self, node: &str, req: &Resolved) -> i64 {
-        self.nodes
-            .find(node)
-            .map_or(0, |slot| self.score_at(slot, req))
-    }
-
-    /// [`NodeState::score`] of the node at a slot index.
-    pub fn score_at(&self, slot: u32, req: &Resolved) -> i64 {
-        if !self.nodes.present(slot) {
-            return 0;
-        }
-        let part = |id: ResId, want: u64| -> u64 {
-            let [alloc, used] = self.nodes.amounts(id, slot);
-            if alloc == 0 {
-                return 0;
-            }
-            let free = alloc.saturating_sub(used.saturating_add(want));
-            match free.checked_mul(10) {
-                Some(f) => f / alloc,
-                None => (u128::from(free) * 10 / u128::from(alloc)) as u64,
-            }
-        };
-        ((part(self.cpu_id, req.cpu) + part(self.memory_id, req.memory)) / 2) as i64
+    /// The slot at a slot index.
+    pub fn slot_at(&self, slot: u32) -> Option<&NodeSlot> {
+        self.nodes.at(slot)
     }
 
     /// A cached pod (the assumed version while one exists).
@@ -1673,8 +1504,8 @@ mod tests {
 
     proptest! {
         /// Under any history the dense columns and the group member views
-        /// match what they are derived from, and the fast per-slot check
-        /// agrees with the named one.
+        /// match what they are derived from (the fit plugin checks that its
+        /// per-slot step agrees with the named check under such histories).
         #[test]
         fn columns_follow_every_history(ops in proptest::collection::vec(op(), 1..40)) {
             let c = NodeCache::new();
@@ -1703,21 +1534,6 @@ mod tests {
                 }
                 let s = c.read();
                 s.assert_consistent();
-                let req = s.resolve(&[("cpu".to_owned(), 2000)].into_iter().collect());
-                for n in 0..4 {
-                    let name = format!("n{n}");
-                    let named = s.check(&name, &req, None);
-                    let fast = s.find(&name).map_or(Fit::NotFound, |i| s.fit_at(i, &req));
-                    match (&named, &fast) {
-                        (Ok(()), Fit::Fits) => {}
-                        (Err(r), Fit::NotFound) => prop_assert_eq!(&r.message, NOT_FOUND),
-                        (Err(r), Fit::Short { short, unresolvable }) => {
-                            prop_assert_eq!(&r.message, &s.short_message(&req, *short));
-                            prop_assert_eq!(r.unresolvable, *unresolvable);
-                        }
-                        _ => prop_assert!(false, "{name}: {named:?} vs {fast:?}"),
-                    }
-                }
             }
         }
     }

@@ -2,13 +2,34 @@
 //! `/scheduler/prioritize`, `/scheduler/bind` and `/scheduler/preempt`.
 //!
 //! Handlers decode kube-scheduler's JSON, read one consistent snapshot of
-//! the [`NodeCache`](crate::cache::nodes::NodeCache), call the pure domain
-//! in [`crate::pods`] and encode. Every answer kube-scheduler can parse is
-//! HTTP 200; failures inside the extender are reported in `Error`. Only a
-//! body that is not the protocol at all is an HTTP 4xx.
+//! the [`NodeCache`](crate::cache::nodes::NodeCache) (storage only), decide
+//! and encode. Every answer kube-scheduler can parse is HTTP 200; failures
+//! inside the extender are reported in `Error`. Only a body that is not the
+//! protocol at all is an HTTP 4xx.
+//!
+//! Filter and prioritize are shaped as kube-scheduler's framework
+//! ([`plugins`]):
+//!
+//! ```text
+//!   filter:     PreFilter ([`plugins::FilterState`]: requests, priority verdict,
+//!                          gang verdict, DRA-adjusted requests)
+//!               └▶ per node: pod-wide rejection → gang domain → fit
+//!   prioritize: PreScore ([`plugins::ScoreState`]: requests, gang preference)
+//!               └▶ per node: gang preference, else least allocated
+//! ```
+//!
+//! Every plugin is pure over the read-only snapshot. The one state that
+//! outlives a request is the [`planner::GangPlanner`] (domain plans of
+//! groups not placed yet, under its own lock), consulted by the gang
+//! plugin and dropped from when a quorum binds. The group semantics the
+//! gang plugin applies are in [`gang`]. Bind (node check → assume → device
+//! gate → quorum hold → binding → forget on failure) is in [`hold`] and
+//! [`binding`]; preemption in [`preempt`].
 
 pub mod bind;
 pub mod gang;
+pub mod planner;
+pub mod plugins;
 pub mod preempt;
 pub mod selector;
 pub mod state;
@@ -19,17 +40,18 @@ pub use bind::{device_gate as binding, permit as hold};
 pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
-use crate::cache::nodes::{Fit, NOT_FOUND, NodeCache, NodeRefs, NodeState, Rejection, Resolved};
+use crate::cache::nodes::{NodeCache, NodeRefs, NodeState};
 use crate::metrics::Endpoint;
-use crate::pods::fit::{self, Amounts};
-use crate::pods::priority;
+use crate::pods::fit::Amounts;
 use crate::transport::{ApiError, Body, decode_json};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use k8s_openapi::api::core::v1::Pod;
+use gang::GangPlanner;
+use plugins::fit::{self, Fit};
+use plugins::{FilterState, ScoreState};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -181,8 +203,8 @@ fn node_facts(json: &str) -> (Cow<'_, str>, Amounts) {
     let mut out = Amounts::new();
     for (k, v) in list {
         if let Some(q) = v.as_str()
-            && let Ok(a) =
-                crate::model::quantity::parse(q).and_then(|p| p.to_scaled_ceil(fit::scale_of(&k)))
+            && let Ok(a) = crate::model::quantity::parse(q)
+                .and_then(|p| p.to_scaled_ceil(crate::pods::fit::scale_of(&k)))
             && a > 0
         {
             out.insert(k, a);
@@ -191,95 +213,28 @@ fn node_facts(json: &str) -> (Cow<'_, str>, Amounts) {
     (facts.metadata.name.unwrap_or_default(), out)
 }
 
-/// Why the pod cannot go anywhere, before looking at nodes (group rules).
-fn pod_wide_rejection(snap: &NodeState, pod: &Pod) -> Option<Rejection> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let spec = pod.spec.as_ref()?;
-    let group = spec.scheduling_group.as_ref()?.pod_group_name.as_deref()?;
-    let group_eff = snap.group_priority(ns, group)?;
-    let pod_eff = priority::resolve(
-        priority::Declared {
-            priority: spec.priority,
-            class_name: spec.priority_class_name.as_deref(),
-            preemption_policy: spec.preemption_policy.as_deref(),
-        },
-        snap.classes(),
-    );
-    let verdict = if snap.semantics().group_preemption_policy {
-        priority::check_member(&pod_eff, &group_eff)
-    } else {
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let others: Vec<String> = snap
-            .member_pods(ns, group)
-            .filter(|(n, p)| *n != name && !p.terminal)
-            .map(|(_, p)| priority::resolve(p.declared(), snap.classes()).preemption_policy)
-            .collect();
-        priority::check_member_without_group_policy(
-            &pod_eff,
-            group_eff.priority,
-            others.iter().map(String::as_str),
-        )
-    };
-    verdict.err().map(|m| Rejection {
-        message: m.to_owned(),
-        unresolvable: true,
-    })
-}
-
-/// The pod's requests resolved for fit, with what its own allocated
-/// ResourceClaims take from a node (the same request everywhere but the
-/// returned slots).
-fn resolve_with_claims(
-    snap: &NodeState,
-    pod: &Pod,
-    requests: &Amounts,
-) -> (Resolved, Vec<(u32, Resolved)>) {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let claims: Vec<fit::ClaimRef> = pod
-        .spec
-        .as_ref()
-        .map(|s| fit::pod_claims(s, pod.status.as_ref()))
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| fit::ClaimRef {
-            claim: format!("{ns}/{}", c.claim),
-            refs: c.refs,
-        })
-        .collect();
-    if claims.is_empty() {
-        return (snap.resolve(requests), Vec::new());
-    }
-    let load = snap.pending_claims_load(&claims);
-    let plus = |extra: &Amounts| {
-        let mut r = requests.clone();
-        for (k, v) in extra {
-            let e = r.entry(k.clone()).or_insert(0);
-            *e = e.saturating_add(*v);
-        }
-        snap.resolve(&r)
-    };
-    let special = load.on.iter().map(|(slot, a)| (*slot, plus(a))).collect();
-    (plus(&load.everywhere), special)
-}
-
 /// Reasons shared between nodes rejected for the same shortfall.
 #[derive(Default)]
 struct Reasons(Vec<(u64, Arc<str>)>);
 
 impl Reasons {
-    fn short(&mut self, snap: &NodeState, req: &Resolved, short: u64) -> Arc<str> {
+    fn short(&mut self, req: &fit::Resolved, short: u64) -> Arc<str> {
         if let Some((_, m)) = self.0.iter().find(|(k, _)| *k == short) {
             return Arc::clone(m);
         }
-        let m: Arc<str> = snap.short_message(req, short).into();
+        let m: Arc<str> = fit::short_message(req, short).into();
         self.0.push((short, Arc::clone(&m)));
         m
     }
 }
 
-/// The filter decision, pure over a snapshot.
+/// The filter decision, pure over a snapshot (plans aside): PreFilter
+/// builds the pod's [`FilterState`]; then, per node, a pod-wide rejection,
+/// the gang plugin's domain and the fit plugin (on the DRA-adjusted
+/// requests), in that order.
 pub fn decide_filter<'a>(
     snap: &NodeState,
+    planner: &GangPlanner,
     args: &ExtenderArgs<'_>,
     candidates: &'a Candidates<'_>,
 ) -> ExtenderFilterResult<'a> {
@@ -297,35 +252,20 @@ pub fn decide_filter<'a>(
         out.error = "the request has no Pod".into();
         return out;
     };
-    let requests = match pod.spec.as_ref().map(fit::pod_requests).transpose() {
-        Ok(r) => r.unwrap_or_default(),
+    let state = match FilterState::new(snap, planner, pod, &candidates.names()) {
+        Ok(state) => state,
         Err(e) => {
-            out.error = format!("pod requests: {e}");
+            out.error = e;
             return out;
         }
     };
-    let wide = pod_wide_rejection(snap, pod);
-    let gate = match wide {
-        Some(_) => gang::Gate::default(),
-        None => gang::filter_gate(snap, pod, &requests, &candidates.names()),
-    };
-    let wide = wide
-        .or(gate.wide.clone())
-        .map(|r| (Arc::<str>::from(r.message), r.unresolvable));
-    let mut outside: Vec<Option<Arc<str>>> = Vec::new();
-    let mut outside_reason = |level: usize| -> Arc<str> {
-        if outside.len() <= level {
-            outside.resize(level + 1, None);
-        }
-        Arc::clone(outside[level].get_or_insert_with(|| gate.outside_message(level).into()))
-    };
-    let (resolved, special) = resolve_with_claims(snap, pod, &requests);
-    let request_on = |slot: Option<u32>| -> &Resolved {
-        slot.and_then(|slot| special.iter().find(|(s, _)| *s == slot))
-            .map_or(&resolved, |(_, r)| r)
-    };
+    let wide = state
+        .wide
+        .as_ref()
+        .map(|r| (Arc::<str>::from(r.message.as_str()), r.unresolvable));
+    let mut outside = plugins::gang::OutsideReasons::default();
     let mut reasons = Reasons::default();
-    let not_found: Arc<str> = NOT_FOUND.into();
+    let not_found: Arc<str> = fit::NOT_FOUND.into();
     let reject = |out: &mut ExtenderFilterResult<'a>,
                   name: &'a str,
                   (why, unresolvable): (Arc<str>, bool)| {
@@ -343,12 +283,12 @@ pub fn decide_filter<'a>(
                     reject(&mut out, name, (Arc::clone(&w.0), w.1));
                     continue;
                 }
-                if let Some(level) = gate.outside(name) {
-                    reject(&mut out, name, (outside_reason(level), true));
+                if let Some(level) = plugins::gang::filter(&state.verdict, name) {
+                    reject(&mut out, name, (outside.get(&state.verdict, level), true));
                     continue;
                 }
-                let resolved = request_on(Some(slot));
-                match snap.fit_at(slot, resolved) {
+                let resolved = state.requests.on(Some(slot));
+                match fit::filter(snap, slot, resolved) {
                     Fit::Fits => {
                         if let Some(names) = &mut out.node_names {
                             names.push(name);
@@ -360,7 +300,7 @@ pub fn decide_filter<'a>(
                     } => reject(
                         &mut out,
                         name,
-                        (reasons.short(snap, resolved, short), unresolvable),
+                        (reasons.short(resolved, short), unresolvable),
                     ),
                     Fit::NotFound => reject(&mut out, name, (Arc::clone(&not_found), true)),
                     Fit::Other(r) => reject(&mut out, name, (r.message.into(), r.unresolvable)),
@@ -371,11 +311,10 @@ pub fn decide_filter<'a>(
             for (i, (name, alloc)) in list.iter().enumerate() {
                 let verdict = match &wide {
                     Some(w) => Err((Arc::clone(&w.0), w.1)),
-                    None if let Some(level) = gate.outside(name) => {
-                        Err((outside_reason(level), true))
+                    None if let Some(level) = plugins::gang::filter(&state.verdict, name) => {
+                        Err((outside.get(&state.verdict, level), true))
                     }
-                    None => snap
-                        .check(name, request_on(snap.find(name)), Some(alloc))
+                    None => fit::check(snap, name, state.requests.on(snap.find(name)), Some(alloc))
                         .map_err(|r| (r.message.into(), r.unresolvable)),
                 };
                 match verdict {
@@ -394,48 +333,29 @@ pub fn decide_filter<'a>(
     out
 }
 
-/// The prioritize decision: least allocated (cpu, memory) after placing the
-/// pod, 0..=10, for every node given, in order.
+/// The prioritize decision, for every node given, in order: PreScore builds
+/// the pod's [`ScoreState`]; a node scores by the gang preference when the
+/// pod's domain is known, else least allocated (cpu, memory) after placing
+/// the pod, 0..=10.
 pub fn decide_prioritize<'a>(
     snap: &NodeState,
+    planner: &GangPlanner,
     args: &ExtenderArgs<'_>,
     candidates: &'a Candidates<'_>,
 ) -> Vec<HostPriority<'a>> {
-    let requests = args
-        .pod
-        .as_ref()
-        .and_then(|p| p.spec.as_ref())
-        .and_then(|s| fit::pod_requests(s).ok())
-        .unwrap_or_default();
-    let resolved = snap.resolve(&requests);
-    let prefer = args
-        .pod
-        .as_ref()
-        .and_then(|p| gang::prefer(snap, p, &requests));
-    let score = |score: i64, name: &'a str| HostPriority {
+    let state = ScoreState::new(snap, planner, args.pod.as_ref());
+    let host = |score: i64, name: &'a str| HostPriority {
         host: Cow::Borrowed(name),
-        score: score.clamp(0, 10),
+        score,
     };
     match candidates {
         Candidates::Cached(refs) => refs
             .iter()
-            .map(|(name, slot)| {
-                let s = match &prefer {
-                    Some(p) => p.score(name),
-                    None => snap.score_at(slot, &resolved),
-                };
-                score(s, name)
-            })
+            .map(|(name, slot)| host(state.score(snap, name, Some(slot)), name))
             .collect(),
         Candidates::Full(list) => list
             .iter()
-            .map(|(name, _)| {
-                let s = match &prefer {
-                    Some(p) => p.score(name),
-                    None => snap.score(name, &resolved),
-                };
-                score(s, name)
-            })
+            .map(|(name, _)| host(state.score(snap, name, None), name))
             .collect(),
     }
 }
@@ -449,11 +369,15 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
 /// `ExtenderArgs`, resolve its nodes and decide over one snapshot of
 /// `nodes`, encode the `ExtenderFilterResult`. The handler and the benches
 /// both call this, so the benches measure what is served.
-pub fn filter_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+pub fn filter_bytes(
+    nodes: &NodeCache,
+    planner: &GangPlanner,
+    body: &[u8],
+) -> Result<Vec<u8>, ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(body)?;
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
-    let out = decide_filter(&snap, &args, &candidates);
+    let out = decide_filter(&snap, planner, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
@@ -462,11 +386,15 @@ pub fn filter_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiError>
 
 /// [`filter_bytes`] for prioritize: the `HostPriorityList` of the body's
 /// nodes.
-pub fn prioritize_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+pub fn prioritize_bytes(
+    nodes: &NodeCache,
+    planner: &GangPlanner,
+    body: &[u8],
+) -> Result<Vec<u8>, ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(body)?;
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
-    let out = decide_prioritize(&snap, &args, &candidates);
+    let out = decide_prioritize(&snap, planner, &args, &candidates);
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     write_priorities(&out, candidates.all_plain(), &mut bytes);
@@ -474,7 +402,7 @@ pub fn prioritize_bytes(nodes: &NodeCache, body: &[u8]) -> Result<Vec<u8>, ApiEr
 }
 
 async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
-    let bytes = filter_bytes(&s.nodes, &body)?;
+    let bytes = filter_bytes(&s.nodes, s.gangs.planner(), &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
     Ok(json_bytes(bytes))
 }
@@ -483,7 +411,7 @@ async fn prioritize(
     State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let bytes = prioritize_bytes(&s.nodes, &body)?;
+    let bytes = prioritize_bytes(&s.nodes, s.gangs.planner(), &body)?;
     Ok(json_bytes(bytes))
 }
 

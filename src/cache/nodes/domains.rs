@@ -5,10 +5,8 @@
 //!   the first request for that key and kept current by node applies, so a
 //!   group's domain is found without walking every node.
 //! - [`Rooms`]: what is free on a node for a fixed list of resources.
-//! - [`GroupLedger`]: the domain chosen for each group not yet placed (its
-//!   *plan*, so the whole-cluster search runs once per group, not once per
-//!   member) and the last reason each group could not be placed (drained by
-//!   the extender into status writes).
+//! - [`GroupLedger`]: the last reason each group could not be placed
+//!   (drained by the extender into status writes).
 //!
 //! Everything that reads node storage directly is here, so a change of that
 //! storage only touches this file.
@@ -19,7 +17,6 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use tokio::time::Instant;
 
 /// Node names by value of one label key.
 #[derive(Debug, Default, Clone)]
@@ -83,25 +80,11 @@ impl DomainIndex {
 /// A PodGroup or CompositePodGroup (it lives in the pure core).
 pub use crate::model::refs::GroupRef;
 
-/// The domain chosen for a group before any of its pods is placed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// The topology key and the chosen value.
-    pub key: String,
-    pub value: String,
-    /// Fingerprint of what the plan was made from (specs, outer domains);
-    /// a different fingerprint makes the plan stale.
-    pub token: u64,
-    /// The plan lapses when no member has asked for it by then.
-    pub expires: Instant,
-}
-
-/// Plans and unschedulable notes, behind one small lock (filter calls run
-/// concurrently under the cache's read lock).
+/// Unschedulable notes, behind one small lock (filter calls run
+/// concurrently under the cache's read lock). Domain plans are not kept
+/// here: the extender's gang planner owns them.
 #[derive(Debug, Default)]
 pub struct GroupLedger {
-    /// Plans by group.
-    pub plans: HashMap<GroupRef, Plan>,
     /// The last reason a group could not be placed, not yet published.
     pub notes: BTreeMap<GroupRef, String>,
 }

@@ -29,7 +29,7 @@
 
 use crate::cache::nodes::{GroupRef, NodeCache};
 use crate::cluster::{ClusterWriter, EventKind, ObjectRef};
-use crate::extender::gang::{self, bounded};
+use crate::extender::gang::{self, GangPlanner, bounded};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -139,6 +139,8 @@ pub struct Gangs {
     generation: AtomicU64,
     /// The last condition written per group: `(status, reason, message)`.
     written: Mutex<HashMap<GroupRef, (bool, String, String)>>,
+    /// The domain plans of groups not placed yet (dropped on quorum).
+    planner: Arc<GangPlanner>,
 }
 
 impl Default for Gangs {
@@ -156,7 +158,13 @@ impl Gangs {
             units: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
             written: Mutex::new(HashMap::new()),
+            planner: Arc::default(),
         }
+    }
+
+    /// The gang planner filter and prioritize consult.
+    pub fn planner(&self) -> &Arc<GangPlanner> {
+        &self.planner
     }
 
     /// `--gang-wait`.
@@ -205,7 +213,7 @@ impl Gangs {
                 }
                 drop(units);
                 let snap = nodes.read();
-                gang::drop_plans(&snap, &gang::tree_of(&snap, &q.unit));
+                gang::drop_plans(&self.planner, &gang::tree_of(&snap, &q.unit));
                 return Ok(Held::Quorum);
             }
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);

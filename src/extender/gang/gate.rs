@@ -1,0 +1,395 @@
+//! The filter gate: the group verdict for one pod (a rejection for every
+//! node, or the domain its nodes must lie in), in named steps, with domain
+//! plans made and consulted through the [`GangPlanner`].
+
+use super::*;
+
+/// The group verdict for one pod: a rejection for every node, or the
+/// domain its nodes must lie in.
+#[derive(Default)]
+pub struct GroupVerdict {
+    /// Every node fails with this.
+    pub wide: Option<Rejection>,
+    /// `(index, value)` a node must carry, outermost first.
+    pub(super) domain: Vec<(String, Arc<DomainIndex>, String)>,
+}
+
+impl GroupVerdict {
+    pub(super) fn reject(message: String, unresolvable: bool) -> GroupVerdict {
+        GroupVerdict {
+            wide: Some(Rejection {
+                message: bounded(message),
+                unresolvable,
+            }),
+            domain: Vec::new(),
+        }
+    }
+
+    /// Why `node` is outside the group's domain, if it is.
+    pub fn node(&self, node: &str) -> Option<Rejection> {
+        self.outside(node).map(|level| Rejection {
+            message: self.outside_message(level),
+            unresolvable: true,
+        })
+    }
+
+    /// The first domain level (outermost first) a node is outside of.
+    pub fn outside(&self, node: &str) -> Option<usize> {
+        self.domain
+            .iter()
+            .position(|(_, ix, value)| ix.value_of(node) != Some(value.as_str()))
+    }
+
+    /// Why a node outside a level is rejected (one message per level, so a
+    /// filter call shares it among the nodes it rejects).
+    pub fn outside_message(&self, level: usize) -> String {
+        match self.domain.get(level) {
+            Some((key, _, value)) => {
+                format!("node is outside the pod group's topology domain {key}={value}")
+            }
+            None => String::new(),
+        }
+    }
+
+    /// The domain as `key=value` pairs.
+    pub fn domain(&self) -> Vec<(String, String)> {
+        self.domain
+            .iter()
+            .map(|(k, _, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Records why a group cannot be placed (published by the filter handler).
+pub(super) fn note(snap: &NodeState, group: &GroupRef, message: &str) {
+    let mut l = snap.group_ledger();
+    if l.notes.len() < 4096 || l.notes.contains_key(group) {
+        l.notes.insert(group.clone(), message.to_owned());
+    }
+}
+
+/// The group verdict for a pod being filtered. `candidates`: the node
+/// names of the request (the domain of a group without topology).
+///
+/// The steps: the group's chain resolves; enough pods exist for each gang
+/// up to the unit ([`enough_pods`]); every keyed level has a domain, fixed
+/// by placed members or planned ([`domains_of`], [`make_plan`]); the
+/// group's remaining pods still fit in it ([`remaining_fit`]). A plan whose
+/// room was taken since is made again once.
+pub fn filter_gate(
+    snap: &NodeState,
+    planner: &GangPlanner,
+    pod: &Pod,
+    requests: &Amounts,
+    candidates: &[&str],
+) -> GroupVerdict {
+    let Some((namespace, group)) = group_of(pod) else {
+        return GroupVerdict::default();
+    };
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    // The pod itself may use the nodes kube-scheduler offered.
+    let offered: AllowedNodes = (!candidates.is_empty())
+        .then(|| Arc::new(candidates.iter().map(|n| (*n).to_owned()).collect()));
+    let this = Some((group, name, requests, &offered));
+    let levels = match chain(snap, namespace, group) {
+        Ok(levels) => levels,
+        Err(rejection) => {
+            return GroupVerdict {
+                wide: Some(rejection),
+                domain: Vec::new(),
+            };
+        }
+    };
+    if let Err(verdict) = enough_pods(snap, &levels, this) {
+        return verdict;
+    }
+    let now = Instant::now();
+    let mut replanned = false;
+    loop {
+        let (domain, from_plan) = match domains_of(snap, planner, &levels, now) {
+            Err(verdict) => return verdict,
+            Ok(DomainWalk::Unplanned { level, outer }) => {
+                // Plan the highest level without a domain, inside the outer ones.
+                if let Err((message, unresolvable)) =
+                    make_plan(snap, planner, &levels, level, &outer, this, now)
+                {
+                    note(snap, &levels[level].group, &message);
+                    return GroupVerdict::reject(message, unresolvable);
+                }
+                if replanned {
+                    // A fresh plan that does not hold: give up for this cycle.
+                    let leaf = &levels[0].group;
+                    let message = format!("{leaf}: no domain can hold the pods it needs");
+                    note(snap, leaf, &message);
+                    return GroupVerdict::reject(message, false);
+                }
+                replanned = true;
+                continue;
+            }
+            Ok(DomainWalk::Resolved { domain, from_plan }) => (domain, from_plan),
+        };
+        match remaining_fit(snap, planner, &levels, &domain, this, now) {
+            RemainingFit::Fits => return GroupVerdict { wide: None, domain },
+            RemainingFit::Short { .. } if from_plan && !replanned => {
+                // Room was taken since the plan was made: plan again once.
+                planner.forget(levels.iter().map(|l| l.group.clone()));
+                replanned = true;
+            }
+            RemainingFit::Short {
+                placed,
+                required,
+                fits_empty,
+            } => {
+                let leaf = &levels[0].group;
+                let where_ = match domain.last() {
+                    Some((key, _, value)) => format!(" in {key}={value}"),
+                    None => String::new(),
+                };
+                let message =
+                    format!("{leaf}: {placed} of the {required} pods it still needs fit{where_}");
+                note(snap, leaf, &message);
+                return GroupVerdict::reject(message, fits_empty < required);
+            }
+        }
+    }
+}
+
+/// Step 1: enough pods exist for each gang from the pod's group up to its
+/// unit (`Err`: the unresolvable verdict naming the first level short).
+pub(super) fn enough_pods(
+    snap: &NodeState,
+    levels: &[Level],
+    this: FilteredPod<'_, '_>,
+) -> Result<(), GroupVerdict> {
+    let Some(unit) = unit_of(levels) else {
+        return Ok(());
+    };
+    for level in &levels[..=unit] {
+        let Policy::Gang(min) = level.spec.policy else {
+            continue;
+        };
+        let (have, need) = if level.group.composite {
+            tally(snap, &level.group, QuorumCount::Existing, 0)
+        } else {
+            let group = &level.group;
+            (
+                members(snap, &group.namespace, &group.name, this).existing,
+                min,
+            )
+        };
+        if have < need {
+            let message = if level.group.composite {
+                format!(
+                    "{}: {have} of the {need} child groups it needs have all their pods",
+                    level.group
+                )
+            } else {
+                format!("{}: {have} of the {need} pods it needs exist", level.group)
+            };
+            note(snap, &level.group, &message);
+            return Err(GroupVerdict::reject(message, true));
+        }
+    }
+    Ok(())
+}
+
+/// `(topology key, its index, the chosen value)` of each keyed level,
+/// outermost first.
+pub(super) type DomainChain = Vec<(String, Arc<DomainIndex>, String)>;
+
+/// What step 2 found.
+pub(super) enum DomainWalk {
+    /// Every keyed level has a domain; `from_plan`: one came from a plan.
+    Resolved {
+        domain: DomainChain,
+        from_plan: bool,
+    },
+    /// `levels[level]` has none yet; `outer`: the domains above it.
+    Unplanned { level: usize, outer: DomainChain },
+}
+
+/// Step 2: the domain of each keyed level, outermost first: fixed by
+/// placed members, else the level's live plan (`Err`: members in an
+/// unknown or conflicting domain).
+pub(super) fn domains_of(
+    snap: &NodeState,
+    planner: &GangPlanner,
+    levels: &[Level],
+    now: Instant,
+) -> Result<DomainWalk, GroupVerdict> {
+    let mut domain: DomainChain = Vec::new();
+    let mut from_plan = false;
+    for at in (0..levels.len()).rev() {
+        let level = &levels[at];
+        let Some(key) = level.spec.topology.clone() else {
+            continue;
+        };
+        let index = snap.domain_index(&key);
+        let fixed = match fixed_domain(snap, &level.group, &key, &index) {
+            Ok(fixed) => fixed,
+            Err(message) => {
+                note(snap, &level.group, &message);
+                return Err(GroupVerdict::reject(message, true));
+            }
+        };
+        let value = match fixed {
+            Some(value) => Some(value),
+            None => {
+                let inside_outer = |plan: &Plan| {
+                    index.nodes(&plan.value).iter().any(|node| {
+                        domain.iter().all(|(_, outer_index, outer_value)| {
+                            outer_index.value_of(node) == Some(outer_value.as_str())
+                        })
+                    })
+                };
+                let planned =
+                    planner.consult(&level.group, &key, token(&levels[at..]), now, inside_outer);
+                from_plan |= planned.is_some();
+                planned
+            }
+        };
+        match value {
+            Some(value) => domain.push((key, index, value)),
+            None => {
+                return Ok(DomainWalk::Unplanned {
+                    level: at,
+                    outer: domain,
+                });
+            }
+        }
+    }
+    Ok(DomainWalk::Resolved { domain, from_plan })
+}
+
+/// What step 3 found.
+pub(super) enum RemainingFit {
+    Fits,
+    /// Only `placed` of the `required` remaining pods fit; `fits_empty` of
+    /// them would fit on empty nodes.
+    Short {
+        placed: usize,
+        required: usize,
+        fits_empty: usize,
+    },
+}
+
+/// Step 3: the group's remaining pods still fit in its domain (every
+/// cached node when it has none), after what other groups' plans reserve
+/// there.
+pub(super) fn remaining_fit(
+    snap: &NodeState,
+    planner: &GangPlanner,
+    levels: &[Level],
+    domain: &DomainChain,
+    this: FilteredPod<'_, '_>,
+    now: Instant,
+) -> RemainingFit {
+    let (reqs, required) = leaf_need(snap, &levels[0].group, this);
+    if required == 0 {
+        return RemainingFit::Fits;
+    }
+    let all_nodes = if domain.is_empty() {
+        snap.node_names()
+    } else {
+        Vec::new()
+    };
+    let axes = ResourceAxes::of(reqs.iter().map(|(r, _)| *r));
+    let demand = Demand::new(&axes, &reqs, required);
+    let nodes: Vec<&str> = match domain.last() {
+        Some((_, index, value)) => index
+            .nodes(value)
+            .iter()
+            .map(String::as_str)
+            .filter(|node| {
+                domain
+                    .iter()
+                    .all(|(_, index, value)| index.value_of(node) == Some(value.as_str()))
+            })
+            .collect(),
+        // No topology: every cached node (each member on its own).
+        None => all_nodes.iter().map(String::as_str).collect(),
+    };
+    let mut free = FreeRooms::new(snap, &axes, false);
+    let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
+    planner.with_plans(|plans| {
+        reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
+    });
+    let (placed, _) = free.fill(nodes.iter().copied(), &demand);
+    if placed >= required {
+        return RemainingFit::Fits;
+    }
+    // Would they fit on empty nodes? Then removing pods could help.
+    let mut empty = FreeRooms::new(snap, &axes, true);
+    let (fits_empty, _) = empty.fill(nodes.iter().copied(), &demand);
+    RemainingFit::Short {
+        placed,
+        required,
+        fits_empty,
+    }
+}
+
+/// Chooses and records domains for `levels[at]` and every keyed group below
+/// it, inside `outer`. Err: why nothing fits, and whether removing pods
+/// could not help.
+pub(super) fn make_plan(
+    snap: &NodeState,
+    planner: &GangPlanner,
+    levels: &[Level],
+    at: usize,
+    outer: &[(String, Arc<DomainIndex>, String)],
+    this: FilteredPod<'_, '_>,
+    now: Instant,
+) -> Result<(), (String, bool)> {
+    let root = &levels[at].group;
+    // Members of the pod's own chain below `at` are in the subtree.
+    let reqs = subtree_requests(snap, root, this);
+    let axes = ResourceAxes::of(reqs.iter().copied());
+    let Some(tree) = build_tree(snap, root, &axes, this, 0) else {
+        return Err((format!("waiting for {root} to exist"), true));
+    };
+    let bounds = DomainBounds(
+        outer
+            .iter()
+            .map(|(_, index, value)| (Arc::clone(index), value.clone()))
+            .collect(),
+    );
+    let own: BTreeSet<GroupRef> = tree_of(snap, root).into_iter().collect();
+    // Lapsed plans and plans of groups that are gone reserve nothing.
+    let live = |g: &GroupRef| spec_of(snap, g).is_some();
+    let planned = planner.plan(now, live, |plans| {
+        let mut free = FreeRooms::new(snap, &axes, false);
+        reserve_others(snap, plans, &own, &axes, &mut free, None, now);
+        let mut record = Vec::new();
+        match tree.place(&bounds, &mut free, &mut record) {
+            Some(trial) if trial.satisfied => Some(
+                record
+                    .into_iter()
+                    .map(|(group, key, value)| {
+                        let token = chain_from(snap, group.clone()).map_or(0, |l| token(&l));
+                        (group, key, value, token)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    });
+    if planned {
+        return Ok(());
+    }
+    let key = levels[at].spec.topology.clone().unwrap_or_default();
+    let mut empty = FreeRooms::new(snap, &axes, true);
+    let fits_empty = tree
+        .place(&bounds, &mut empty, &mut Vec::new())
+        .is_some_and(|trial| trial.satisfied);
+    let n = tree.required();
+    Err((
+        format!("{root}: no {key} domain can hold the {n} pods it still needs"),
+        !fits_empty,
+    ))
+}
+
+/// Drops the plans of a unit's groups (its quorum was reached), and every
+/// lapsed plan.
+pub fn drop_plans(planner: &GangPlanner, groups: &[GroupRef]) {
+    planner.drop(groups, Instant::now());
+}

@@ -1,0 +1,473 @@
+//! The group hierarchy and quorum: a group's spec, the chain of a pod's
+//! group and its parents, members as the snapshot shows them, what counts
+//! toward a quorum, the domain placed members fix, and the plan token.
+
+use super::*;
+
+/// A group's scheduling policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// All-or-nothing: at least this many pods (or child groups) together.
+    Gang(usize),
+    /// Best effort, no quorum.
+    Basic,
+}
+
+/// What the extender reads of a PodGroup or CompositePodGroup.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Spec {
+    pub policy: Policy,
+    /// `schedulingConstraints.topology[0].key`.
+    pub topology: Option<String>,
+    /// `parentCompositePodGroupName`.
+    pub parent: Option<String>,
+}
+
+/// The spec of a group or composite in the snapshot.
+pub fn spec_of(snap: &NodeState, r: &GroupRef) -> Option<Spec> {
+    let key = |k: Option<&String>| k.filter(|k| !k.is_empty()).cloned();
+    if r.composite {
+        let c = snap.composite(&r.namespace, &r.name)?;
+        let s = &c.spec;
+        Some(Spec {
+            policy: match &s.scheduling_policy.gang {
+                Some(g) => Policy::Gang(usize::try_from(g.min_group_count).unwrap_or(0).max(1)),
+                None => Policy::Basic,
+            },
+            topology: key(s
+                .scheduling_constraints
+                .as_ref()
+                .and_then(|c| c.topology.as_ref())
+                .and_then(|t| t.first())
+                .map(|t| &t.key)),
+            parent: s.parent_composite_pod_group_name.clone(),
+        })
+    } else {
+        let g = snap.group(&r.namespace, &r.name)?;
+        let s = &g.spec;
+        Some(Spec {
+            policy: match &s.scheduling_policy.gang {
+                Some(g) => Policy::Gang(usize::try_from(g.min_count).unwrap_or(0).max(1)),
+                None => Policy::Basic,
+            },
+            topology: key(s
+                .scheduling_constraints
+                .as_ref()
+                .and_then(|c| c.topology.as_ref())
+                .and_then(|t| t.first())
+                .map(|t| &t.key)),
+            parent: s.parent_composite_pod_group_name.clone(),
+        })
+    }
+}
+
+/// One level of a pod's hierarchy: its group, then the parents.
+#[derive(Debug, Clone)]
+pub struct Level {
+    pub group: GroupRef,
+    pub spec: Spec,
+}
+
+/// The group and its parents, innermost first. A missing object is an
+/// unresolvable rejection naming it.
+pub fn chain(snap: &NodeState, namespace: &str, group: &str) -> Result<Vec<Level>, Rejection> {
+    chain_from(snap, GroupRef::group(namespace, group))
+}
+
+/// [`chain`] from any group or composite. A parent reference that comes
+/// back to a group already on the chain (a cycle), or a chain longer than
+/// [`MAX_DEPTH`] levels, is unresolvable with a message naming the chain.
+pub fn chain_from(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, Rejection> {
+    walk(snap, start).map_err(|(r, _)| r)
+}
+
+/// [`chain_from`]; the error says whether an object is only missing (it
+/// may still come) rather than the hierarchy being broken.
+pub(super) fn walk(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
+    let mut out: Vec<Level> = Vec::new();
+    let mut at = start;
+    loop {
+        let Some(spec) = spec_of(snap, &at) else {
+            return Err((
+                Rejection {
+                    message: bounded(format!("waiting for {at} to exist")),
+                    unresolvable: true,
+                },
+                true,
+            ));
+        };
+        let parent = spec.parent.clone().filter(|p| !p.is_empty());
+        let namespace = at.namespace.clone();
+        out.push(Level { group: at, spec });
+        let Some(p) = parent else {
+            return Ok(out);
+        };
+        let next = GroupRef::composite(&namespace, &p);
+        if let Some(i) = out.iter().position(|l| l.group == next) {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "parent cycle: {}",
+                        path_of(out[i..].iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
+        }
+        if out.len() >= MAX_DEPTH {
+            return Err((
+                Rejection {
+                    message: bounded(format!(
+                        "group hierarchy deeper than {MAX_DEPTH} levels: {}",
+                        path_of(out.iter().map(|l| &l.group).chain([&next]))
+                    )),
+                    unresolvable: true,
+                },
+                false,
+            ));
+        }
+        at = next;
+    }
+}
+
+/// `pod group ns/a → composite pod group ns/b → …`.
+pub(super) fn path_of<'a>(groups: impl IntoIterator<Item = &'a GroupRef>) -> String {
+    let mut s = String::new();
+    for (i, g) in groups.into_iter().enumerate() {
+        if i > 0 {
+            s.push_str(" → ");
+        }
+        s.push_str(&g.to_string());
+    }
+    s
+}
+
+/// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.
+pub fn bounded(m: String) -> String {
+    crate::model::refs::truncate(m, MAX_MESSAGE)
+}
+
+// === members ===
+
+/// The pod being filtered: `(its group, its name, its requests, the nodes
+/// it may use)`.
+pub(super) type FilteredPod<'a, 's> = Option<(&'a str, &'a str, &'s Amounts, &'a AllowedNodes)>;
+
+/// The nodes a member may run on; `None`: any node.
+pub type AllowedNodes = Option<Arc<BTreeSet<String>>>;
+
+/// The cached nodes a pod's own `nodeSelector` and required node affinity
+/// admit (`None`: it has neither).
+pub(super) fn eligible(snap: &NodeState, p: &crate::cache::nodes::PodEntry) -> AllowedNodes {
+    let rule = p.node_rule.as_ref()?;
+    Some(Arc::new(
+        snap.node_names()
+            .into_iter()
+            .filter(|n| {
+                snap.slot(n)
+                    .and_then(|s| s.node.as_ref())
+                    .is_some_and(|info| rule.matches(n, &info.labels))
+            })
+            .collect(),
+    ))
+}
+
+/// A leaf group's pods as the snapshot shows them.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Members<'s> {
+    /// Non-terminal pods.
+    pub(super) existing: usize,
+    /// Nodes of the pods bound or assumed.
+    pub(super) placed: Vec<&'s str>,
+    /// Requests of the pods not placed yet, with the nodes each may use.
+    pub(super) unplaced: Vec<(&'s Amounts, AllowedNodes)>,
+}
+
+pub(super) static NO_REQUESTS: Amounts = Amounts::new();
+
+/// `this`: the pod being filtered (counted in its own group even if the
+/// watch has not shown it yet).
+pub(super) fn members<'s>(
+    snap: &'s NodeState,
+    namespace: &str,
+    group: &str,
+    this: FilteredPod<'_, 's>,
+) -> Members<'s> {
+    let mut m = Members::default();
+    let mut seen_this = false;
+    for (name, p) in snap.member_pods(namespace, group) {
+        if p.terminal {
+            continue;
+        }
+        m.existing += 1;
+        let is_this = this.is_some_and(|(_, n, _, _)| n == name);
+        seen_this |= is_this;
+        match &p.node {
+            Some(n) if !is_this => m.placed.push(n),
+            _ => m.unplaced.push(match (is_this, this) {
+                (true, Some((_, _, r, e))) => (r, e.clone()),
+                _ => (
+                    p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                    eligible(snap, p),
+                ),
+            }),
+        }
+    }
+    // Only in its own group: counted once, not once per leaf of a composite.
+    if let (false, Some((g, _, r, e))) = (seen_this, this)
+        && g == group
+    {
+        m.existing += 1;
+        m.unplaced.push((r, e.clone()));
+    }
+    m
+}
+
+/// Leaf PodGroups under a group (itself when it is one).
+pub(super) fn leaves(snap: &NodeState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
+    if !r.composite {
+        out.push(r.clone());
+        return;
+    }
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    for g in snap.child_groups(&r.namespace, &r.name) {
+        out.push(GroupRef::group(&r.namespace, &g));
+    }
+    for c in snap.child_composites(&r.namespace, &r.name) {
+        leaves(snap, &GroupRef::composite(&r.namespace, &c), depth + 1, out);
+    }
+}
+
+pub(super) fn children(snap: &NodeState, r: &GroupRef) -> Vec<GroupRef> {
+    let mut v: Vec<GroupRef> = snap
+        .child_groups(&r.namespace, &r.name)
+        .iter()
+        .map(|g| GroupRef::group(&r.namespace, g))
+        .collect();
+    v.extend(
+        snap.child_composites(&r.namespace, &r.name)
+            .iter()
+            .map(|c| GroupRef::composite(&r.namespace, c)),
+    );
+    v
+}
+
+/// What counts toward a quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum QuorumCount {
+    /// Pods that exist (filter: could the group ever reach quorum?).
+    Existing,
+    /// Pods bound or assumed (bind: has it?).
+    Placed,
+}
+
+/// `(have, need)` of a group: pods for a PodGroup, satisfied children for a
+/// composite. A basic group needs one.
+pub(super) fn tally(
+    snap: &NodeState,
+    r: &GroupRef,
+    count: QuorumCount,
+    depth: usize,
+) -> (usize, usize) {
+    let Some(spec) = spec_of(snap, r) else {
+        return (0, 1);
+    };
+    let need = match spec.policy {
+        Policy::Gang(n) => n,
+        Policy::Basic => 1,
+    };
+    if !r.composite {
+        let m = members(snap, &r.namespace, &r.name, None);
+        let have = match count {
+            QuorumCount::Existing => m.existing,
+            QuorumCount::Placed => m.placed.len(),
+        };
+        return (have, need);
+    }
+    if depth >= MAX_DEPTH {
+        return (0, need);
+    }
+    let have = children(snap, r)
+        .iter()
+        .filter(|c| {
+            let (h, n) = tally(snap, c, count, depth + 1);
+            h >= n
+        })
+        .count();
+    (have, need)
+}
+
+/// The unit whose quorum a member waits for: the outermost gang on the
+/// walk from the group to the root, whatever the policies between (a
+/// `basic` level in the middle does not cut a `gang` root off, as in
+/// upstream's gang plugin); `None` when no level is a gang.
+pub(super) fn unit_of(levels: &[Level]) -> Option<usize> {
+    levels
+        .iter()
+        .rposition(|l| matches!(l.spec.policy, Policy::Gang(_)))
+}
+
+/// Whether a member's unit has reached quorum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quorum {
+    /// The group or composite whose quorum is waited for.
+    pub unit: GroupRef,
+    pub reached: bool,
+    /// Pods (or child groups) placed, and needed.
+    pub have: usize,
+    pub need: usize,
+    /// Groups and composites of the unit at their own quorum (placed).
+    pub satisfied: Vec<GroupRef>,
+}
+
+/// The quorum a pod's bind waits for; `Ok(None)` when it waits for nothing
+/// (no group, no gang on its way to the root, or a group the cache does not
+/// hold yet). `Err`: the hierarchy is broken (a parent cycle, or deeper
+/// than [`MAX_DEPTH`]), and the pod must not be bound.
+pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Result<Option<Quorum>, String> {
+    let Some(group) = snap.pod(namespace, pod).and_then(|p| p.group.clone()) else {
+        return Ok(None);
+    };
+    let levels = match walk(snap, GroupRef::group(namespace, &group)) {
+        Ok(l) => l,
+        Err((_, true)) => return Ok(None),
+        Err((r, false)) => return Err(r.message),
+    };
+    let Some(unit) = unit_of(&levels) else {
+        return Ok(None);
+    };
+    let unit = levels[unit].group.clone();
+    let (have, need) = tally(snap, &unit, QuorumCount::Placed, 0);
+    let mut satisfied = Vec::new();
+    collect_satisfied(snap, &unit, 0, &mut satisfied);
+    Ok(Some(Quorum {
+        reached: have >= need,
+        unit,
+        have,
+        need,
+        satisfied,
+    }))
+}
+
+pub(super) fn collect_satisfied(
+    snap: &NodeState,
+    r: &GroupRef,
+    depth: usize,
+    out: &mut Vec<GroupRef>,
+) {
+    let (h, n) = tally(snap, r, QuorumCount::Placed, depth);
+    if h >= n {
+        out.push(r.clone());
+    }
+    if r.composite && depth < MAX_DEPTH {
+        for c in children(snap, r) {
+            collect_satisfied(snap, &c, depth + 1, out);
+        }
+    }
+}
+
+/// Groups under a unit (itself, child groups and composites, recursively).
+pub fn tree_of(snap: &NodeState, unit: &GroupRef) -> Vec<GroupRef> {
+    let mut out = vec![unit.clone()];
+    let mut i = 0;
+    while i < out.len() && out.len() < 4096 {
+        let r = out[i].clone();
+        if r.composite && i < 1024 {
+            out.extend(children(snap, &r));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The domain a group's placed members fix (`Ok(None)`: none placed).
+/// Placed members fix it wherever they are: a member on a node the cache
+/// does not know, or on a node without the label, leaves the domain
+/// unknown, and members in two domains (an empty value and a non-empty one
+/// included) conflict; either way no domain may be chosen (`Err`: why).
+pub(super) fn fixed_domain(
+    snap: &NodeState,
+    group: &GroupRef,
+    key: &str,
+    ix: &DomainIndex,
+) -> Result<Option<String>, String> {
+    let mut values: BTreeSet<&str> = BTreeSet::new();
+    for n in placed_nodes(snap, group) {
+        if !snap.has_node(n) {
+            return Err(bounded(format!(
+                "{group}: a member is on node {n}, which the extender does not know, so its {key} domain is unknown"
+            )));
+        }
+        match ix.value_of(n) {
+            Some(v) => {
+                values.insert(v);
+            }
+            None => {
+                return Err(bounded(format!(
+                    "{group}: a member is on node {n}, which has no {key} label, so its domain is unknown"
+                )));
+            }
+        }
+    }
+    let mut it = values.into_iter();
+    match (it.next(), it.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => Ok(Some(v.to_owned())),
+        (Some(a), Some(b)) => Err(bounded(format!(
+            "{group}: members are in different {key} domains (\"{a}\" and \"{b}\")"
+        ))),
+    }
+}
+
+/// Nodes of every pod placed under a group.
+pub(super) fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str> {
+    let mut ls = Vec::new();
+    leaves(snap, r, 0, &mut ls);
+    ls.iter()
+        .flat_map(|l| members(snap, &l.namespace, &l.name, None).placed)
+        .collect()
+}
+
+/// What a leaf still needs: `(requests of unplaced pods, how many must fit)`.
+pub(super) fn leaf_need<'s>(
+    snap: &'s NodeState,
+    r: &GroupRef,
+    this: FilteredPod<'_, 's>,
+) -> (Vec<(&'s Amounts, AllowedNodes)>, usize) {
+    let m = members(snap, &r.namespace, &r.name, this);
+    let required = match spec_of(snap, r).map(|s| s.policy) {
+        Some(Policy::Gang(n)) => n.saturating_sub(m.placed.len()).min(m.unplaced.len()),
+        _ => 0,
+    };
+    let mut reqs = m.unplaced;
+    // Largest first, so the `required` counted are the hardest ones.
+    reqs.sort_by(|a, b| b.0.cmp(a.0));
+    (reqs, required)
+}
+
+/// Fingerprint of a group's chain (itself and its parents, with specs): a
+/// plan made under other specs is stale.
+pub(super) fn token(levels: &[Level]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for l in levels {
+        l.group.hash(&mut h);
+        l.spec.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The pod's group name and namespace.
+pub fn group_of(pod: &Pod) -> Option<(&str, &str)> {
+    let g = pod
+        .spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()
+        .filter(|g| !g.is_empty())?;
+    Some((pod.metadata.namespace.as_deref().unwrap_or("default"), g))
+}

@@ -1,0 +1,614 @@
+//! Domain choice by simulation: the free room of nodes with an undo
+//! journal ([`FreeRooms`]), what a group still needs as resource shapes
+//! ([`Demand`] over [`ResourceAxes`]), a group's subtree prepared for
+//! placement ([`GroupTree`]), the trial of one domain ([`TrialResult`]),
+//! and the room other groups' plans reserve ([`reserve_others`]).
+
+use super::*;
+
+/// Resource names of a simulation; `pods` last.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ResourceAxes {
+    pub(super) names: Vec<String>,
+}
+
+impl ResourceAxes {
+    pub(super) fn of<'a>(reqs: impl IntoIterator<Item = &'a Amounts>) -> ResourceAxes {
+        let mut set: BTreeSet<&str> = BTreeSet::new();
+        for r in reqs {
+            set.extend(r.keys().map(String::as_str).filter(|k| *k != fit::PODS));
+        }
+        let mut names: Vec<String> = set.into_iter().map(str::to_owned).collect();
+        names.push(fit::PODS.to_owned());
+        ResourceAxes { names }
+    }
+
+    pub(super) fn shape(&self, r: &Amounts) -> Vec<u64> {
+        let last = self.names.len() - 1;
+        self.names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if i == last {
+                    1
+                } else {
+                    r.get(n).copied().unwrap_or(0)
+                }
+            })
+            .collect()
+    }
+}
+
+/// How many pods of `shape` fit in `room`.
+pub(super) fn max_fit(room: &[u64], shape: &[u64]) -> u64 {
+    room.iter()
+        .zip(shape)
+        .filter(|(_, s)| **s > 0)
+        .map(|(r, s)| r / s)
+        .min()
+        .unwrap_or(0)
+}
+
+/// Members still to place: shapes with counts, largest first.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Demand {
+    pub(super) classes: Vec<(Vec<u64>, usize)>,
+    /// The nodes each class may use (`None`: any), by class.
+    pub(super) elig: Vec<AllowedNodes>,
+    /// At least this many must fit.
+    pub(super) required: usize,
+    /// Component-wise largest shape (for the leftover measure).
+    pub(super) big: Vec<u64>,
+}
+
+impl Demand {
+    pub(super) fn new(
+        dims: &ResourceAxes,
+        reqs: &[(&Amounts, AllowedNodes)],
+        required: usize,
+    ) -> Demand {
+        let mut eligs: Vec<AllowedNodes> = Vec::new();
+        let mut counts: BTreeMap<(Vec<u64>, usize), usize> = BTreeMap::new();
+        for (r, e) in reqs {
+            let ei = match eligs.iter().position(|x| x == e) {
+                Some(i) => i,
+                None => {
+                    eligs.push(e.clone());
+                    eligs.len() - 1
+                }
+            };
+            *counts.entry((dims.shape(r), ei)).or_default() += 1;
+        }
+        let mut classes: Vec<(Vec<u64>, usize)> = Vec::with_capacity(counts.len());
+        let mut elig: Vec<AllowedNodes> = Vec::with_capacity(counts.len());
+        let mut order: Vec<((Vec<u64>, usize), usize)> = counts.into_iter().rev().collect();
+        // Members with the fewest nodes first (stable: largest first within),
+        // so unrestricted members do not take the only nodes others may use.
+        order.sort_by_key(|((_, ei), _)| eligs[*ei].as_ref().map_or(usize::MAX, |s| s.len()));
+        for ((shape, ei), c) in order {
+            classes.push((shape, c));
+            elig.push(eligs[ei].clone());
+        }
+        let mut big = vec![0; dims.names.len()];
+        for (s, _) in &classes {
+            for (b, v) in big.iter_mut().zip(s) {
+                *b = (*b).max(*v);
+            }
+        }
+        Demand {
+            classes,
+            elig,
+            required,
+            big,
+        }
+    }
+
+    /// Whether pods of class `i` may run on `node`.
+    pub(super) fn allows(&self, i: usize, node: &str) -> bool {
+        self.elig
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_none_or(|s| s.contains(node))
+    }
+
+    pub(super) fn total(&self) -> usize {
+        self.classes.iter().map(|(_, c)| c).sum()
+    }
+}
+
+/// Free room per node with an undo journal; nodes not touched yet are read
+/// from the snapshot.
+pub(super) struct FreeRooms<'s> {
+    pub(super) rooms: crate::cache::nodes::Rooms<'s>,
+    pub(super) changed: HashMap<String, Option<Vec<u64>>>,
+    pub(super) journal: Vec<(String, Option<Option<Vec<u64>>>)>,
+}
+
+impl<'s> FreeRooms<'s> {
+    pub(super) fn new(snap: &'s NodeState, dims: &ResourceAxes, empty: bool) -> Self {
+        FreeRooms {
+            rooms: snap.rooms(&dims.names, empty),
+            changed: HashMap::new(),
+            journal: Vec::new(),
+        }
+    }
+
+    pub(super) fn get(&self, node: &str) -> Option<Vec<u64>> {
+        if let Some(v) = self.changed.get(node) {
+            return v.clone();
+        }
+        let mut out = Vec::new();
+        self.rooms.room(node, &mut out).then_some(out)
+    }
+
+    /// Appends the node's room to `out`; false (nothing appended) when the
+    /// node cannot take pods.
+    pub(super) fn load(&self, node: &str, out: &mut Vec<u64>, scratch: &mut Vec<u64>) -> bool {
+        if let Some(v) = self.changed.get(node) {
+            return match v {
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            };
+        }
+        if self.rooms.room(node, scratch) {
+            out.extend_from_slice(scratch);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(super) fn set(&mut self, node: &str, room: Vec<u64>) {
+        let old = self.changed.insert(node.to_owned(), Some(room));
+        self.journal.push((node.to_owned(), old));
+    }
+
+    pub(super) fn mark(&self) -> usize {
+        self.journal.len()
+    }
+
+    pub(super) fn rollback(&mut self, mark: usize) {
+        while self.journal.len() > mark {
+            let Some((node, old)) = self.journal.pop() else {
+                break;
+            };
+            match old {
+                Some(v) => {
+                    self.changed.insert(node, v);
+                }
+                None => {
+                    self.changed.remove(&node);
+                }
+            }
+        }
+    }
+
+    /// First fit of `need` over `nodes` (in order), committed; returns how
+    /// many were placed and the nodes used.
+    pub(super) fn fill<'n>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'n str>,
+        need: &Demand,
+    ) -> (usize, Vec<&'n str>) {
+        let mut classes = need.classes.clone();
+        let mut left = need.total();
+        let mut placed = 0;
+        let mut used = Vec::new();
+        for node in nodes {
+            if left == 0 {
+                break;
+            }
+            let Some(mut room) = self.get(node) else {
+                continue;
+            };
+            let mut here = 0;
+            for (i, (shape, count)) in classes.iter_mut().enumerate() {
+                if *count == 0 || !need.allows(i, node) {
+                    continue;
+                }
+                let k = max_fit(&room, shape).min(*count as u64) as usize;
+                if k == 0 {
+                    continue;
+                }
+                for (r, s) in room.iter_mut().zip(shape.iter()) {
+                    *r = r.saturating_sub(s.saturating_mul(k as u64));
+                }
+                *count -= k;
+                here += k;
+            }
+            if here > 0 {
+                left -= here;
+                placed += here;
+                used.push(node);
+                self.set(node, room);
+            }
+        }
+        (placed, used)
+    }
+
+    /// Room left for pods of `shape` over `nodes`.
+    pub(super) fn leftover<'n>(
+        &self,
+        nodes: impl IntoIterator<Item = &'n str>,
+        shape: &[u64],
+    ) -> u64 {
+        nodes
+            .into_iter()
+            .filter_map(|n| self.get(n))
+            .map(|r| max_fit(&r, shape))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Nodes must carry each `(index, value)`.
+#[derive(Clone, Default)]
+pub(super) struct DomainBounds(pub(super) Vec<(Arc<DomainIndex>, String)>);
+
+impl DomainBounds {
+    pub(super) fn admits(&self, node: &str) -> bool {
+        self.0
+            .iter()
+            .all(|(ix, v)| ix.value_of(node) == Some(v.as_str()))
+    }
+
+    pub(super) fn with(&self, ix: Arc<DomainIndex>, value: &str) -> DomainBounds {
+        let mut w = self.0.clone();
+        w.push((ix, value.to_owned()));
+        DomainBounds(w)
+    }
+}
+
+/// A group's subtree prepared for simulation.
+pub(super) struct GroupTree {
+    pub(super) group: GroupRef,
+    pub(super) key: Option<(String, Arc<DomainIndex>)>,
+    /// The domain value fixed by placed members.
+    pub(super) fixed: Option<String>,
+    pub(super) body: GroupTreeKind,
+    pub(super) big: Vec<u64>,
+}
+
+pub(super) enum GroupTreeKind {
+    Leaf(Demand),
+    Composite {
+        children: Vec<GroupTree>,
+        need: usize,
+    },
+}
+
+/// The outcome of placing a tree in one domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TrialResult {
+    pub(super) satisfied: bool,
+    pub(super) placed: usize,
+    pub(super) leftover: u64,
+}
+
+impl GroupTree {
+    /// Places the tree within `within`; the best domain is committed to
+    /// `free`, and `record` receives the chosen `(group, key, value)` of
+    /// every level with a topology key.
+    pub(super) fn place(
+        &self,
+        within: &DomainBounds,
+        free: &mut FreeRooms<'_>,
+        record: &mut Vec<(GroupRef, String, String)>,
+    ) -> Option<TrialResult> {
+        let Some((key, ix)) = &self.key else {
+            // No key: the domain is what the parent allows.
+            return self.place_in(None, within, free, record);
+        };
+        let mut best: Option<(TrialResult, &str)> = None;
+        let (mut buf, mut scratch_room) = (Vec::new(), Vec::new());
+        for (value, nodes) in ix.domains() {
+            if self.fixed.as_deref().is_some_and(|f| f != value) {
+                continue;
+            }
+            let o = match &self.body {
+                // A leaf is tried on a flat copy of its domain's rooms.
+                GroupTreeKind::Leaf(need) => trial_leaf(
+                    free,
+                    nodes,
+                    within,
+                    need,
+                    &self.big,
+                    &mut buf,
+                    &mut scratch_room,
+                ),
+                GroupTreeKind::Composite { .. } => {
+                    let inner = within.with(Arc::clone(ix), value);
+                    let mark = free.mark();
+                    let mut scratch = Vec::new();
+                    let o = self.place_in(Some(value), &inner, free, &mut scratch);
+                    free.rollback(mark);
+                    o
+                }
+            };
+            let Some(o) = o else { continue };
+            let better = match best {
+                None => true,
+                Some((b, _)) => {
+                    (o.satisfied, o.placed, std::cmp::Reverse(o.leftover))
+                        > (b.satisfied, b.placed, std::cmp::Reverse(b.leftover))
+                }
+            };
+            if better {
+                best = Some((o, value));
+            }
+        }
+        let (o, value) = best?;
+        let inner = within.with(Arc::clone(ix), value);
+        record.push((self.group.clone(), key.clone(), value.to_owned()));
+        self.place_in(Some(value), &inner, free, record);
+        Some(o)
+    }
+
+    pub(super) fn place_in(
+        &self,
+        value: Option<&str>,
+        within: &DomainBounds,
+        free: &mut FreeRooms<'_>,
+        record: &mut Vec<(GroupRef, String, String)>,
+    ) -> Option<TrialResult> {
+        let nodes: Vec<&str> = match (&self.key, value) {
+            (Some((_, ix)), Some(v)) => ix
+                .nodes(v)
+                .iter()
+                .map(String::as_str)
+                .filter(|n| within.admits(n))
+                .collect(),
+            // No key of its own: the innermost outer domain's nodes.
+            _ => match within.0.last() {
+                Some((ix, v)) => ix
+                    .nodes(v)
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| within.admits(n))
+                    .collect(),
+                None => return None,
+            },
+        };
+        if nodes.is_empty() {
+            return None;
+        }
+        match &self.body {
+            GroupTreeKind::Leaf(need) => {
+                let (placed, _) = free.fill(nodes.iter().copied(), need);
+                Some(TrialResult {
+                    satisfied: placed >= need.required,
+                    placed,
+                    leftover: free.leftover(nodes.iter().copied(), &self.big),
+                })
+            }
+            GroupTreeKind::Composite { children, need } => {
+                let mut satisfied = 0;
+                let mut placed = 0;
+                for c in children {
+                    if let Some(o) = c.place(within, free, record) {
+                        satisfied += usize::from(o.satisfied);
+                        placed += o.placed;
+                    }
+                }
+                Some(TrialResult {
+                    satisfied: satisfied >= *need,
+                    placed,
+                    leftover: free.leftover(nodes.iter().copied(), &self.big),
+                })
+            }
+        }
+    }
+}
+
+/// First fit of a leaf's need over `nodes` on a flat copy of their rooms
+/// (nothing committed).
+pub(super) fn trial_leaf(
+    free: &FreeRooms<'_>,
+    nodes: &[String],
+    within: &DomainBounds,
+    need: &Demand,
+    big: &[u64],
+    buf: &mut Vec<u64>,
+    scratch: &mut Vec<u64>,
+) -> Option<TrialResult> {
+    let d = big.len();
+    buf.clear();
+    let restricted = need.elig.iter().any(Option::is_some);
+    let mut names: Vec<&str> = Vec::new();
+    for n in nodes {
+        if within.admits(n) && free.load(n, buf, scratch) && restricted {
+            names.push(n);
+        }
+    }
+    if buf.is_empty() || d == 0 {
+        return None;
+    }
+    let mut left: Vec<usize> = need.classes.iter().map(|(_, c)| *c).collect();
+    let mut placed = 0;
+    let mut leftover = 0u64;
+    for (at, room) in buf.chunks_mut(d).enumerate() {
+        for (i, ((shape, _), l)) in need.classes.iter().zip(left.iter_mut()).enumerate() {
+            if *l == 0 || (restricted && !need.allows(i, names[at])) {
+                continue;
+            }
+            let k = max_fit(room, shape).min(*l as u64);
+            if k == 0 {
+                continue;
+            }
+            for (r, s) in room.iter_mut().zip(shape) {
+                *r = r.saturating_sub(s.saturating_mul(k));
+            }
+            *l -= k as usize;
+            placed += k as usize;
+        }
+        leftover = leftover.saturating_add(max_fit(room, big));
+    }
+    Some(TrialResult {
+        satisfied: placed >= need.required,
+        placed,
+        leftover,
+    })
+}
+
+/// A group's subtree prepared for simulation (`None`: the group is gone,
+/// or its placed members are in an unknown or conflicting domain).
+pub(super) fn build_tree(
+    snap: &NodeState,
+    r: &GroupRef,
+    dims: &ResourceAxes,
+    this: FilteredPod<'_, '_>,
+    depth: usize,
+) -> Option<GroupTree> {
+    let spec = spec_of(snap, r)?;
+    let key = spec
+        .topology
+        .as_ref()
+        .map(|k| (k.clone(), snap.domain_index(k)));
+    // Members in an unknown or conflicting domain: the group cannot be
+    // placed anywhere (filter reports why for the pod's own chain).
+    let fixed = match &key {
+        Some((k, ix)) => fixed_domain(snap, r, k, ix).ok()?,
+        None => None,
+    };
+    let (body, big) = if r.composite {
+        let mut kids: Vec<GroupTree> = if depth < MAX_DEPTH {
+            children(snap, r)
+                .iter()
+                .filter_map(|c| build_tree(snap, c, dims, this, depth + 1))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Biggest demand first.
+        kids.sort_by_key(|t| std::cmp::Reverse(t.demand()));
+        let satisfied_already = children(snap, r)
+            .iter()
+            .filter(|c| {
+                let (h, n) = tally(snap, c, QuorumCount::Placed, depth + 1);
+                h >= n
+            })
+            .count();
+        let need = match spec.policy {
+            Policy::Gang(n) => n.saturating_sub(satisfied_already),
+            Policy::Basic => 0,
+        };
+        let mut big = vec![0; dims.names.len()];
+        for k in &kids {
+            for (b, v) in big.iter_mut().zip(&k.big) {
+                *b = (*b).max(*v);
+            }
+        }
+        (
+            GroupTreeKind::Composite {
+                children: kids,
+                need,
+            },
+            big,
+        )
+    } else {
+        let (reqs, required) = leaf_need(snap, r, this);
+        let need = Demand::new(dims, &reqs, required);
+        let big = need.big.clone();
+        (GroupTreeKind::Leaf(need), big)
+    };
+    let big = if big.iter().all(|v| *v == 0) {
+        let mut b = vec![0; dims.names.len()];
+        if let Some(last) = b.last_mut() {
+            *last = 1;
+        }
+        b
+    } else {
+        big
+    };
+    Some(GroupTree {
+        group: r.clone(),
+        key,
+        fixed,
+        body,
+        big,
+    })
+}
+
+impl GroupTree {
+    /// Pods the tree still needs placed: a leaf's, or the sum of its
+    /// children's (each pod counted once).
+    pub(super) fn required(&self) -> usize {
+        match &self.body {
+            GroupTreeKind::Leaf(n) => n.required,
+            GroupTreeKind::Composite { children, .. } => {
+                children.iter().map(GroupTree::required).sum()
+            }
+        }
+    }
+
+    pub(super) fn demand(&self) -> u64 {
+        match &self.body {
+            GroupTreeKind::Leaf(n) => n
+                .classes
+                .iter()
+                .map(|(s, c)| {
+                    s.iter()
+                        .fold(0u64, |a, v| a.saturating_add(*v))
+                        .saturating_mul(*c as u64)
+                })
+                .fold(0u64, u64::saturating_add),
+            GroupTreeKind::Composite { children, .. } => {
+                children.iter().map(GroupTree::demand).sum()
+            }
+        }
+    }
+}
+
+/// Requests of every unplaced pod under `r` (for the simulation's dims).
+pub(super) fn subtree_requests<'s>(
+    snap: &'s NodeState,
+    r: &GroupRef,
+    this: FilteredPod<'_, 's>,
+) -> Vec<&'s Amounts> {
+    let mut ls = Vec::new();
+    leaves(snap, r, 0, &mut ls);
+    ls.iter()
+        .flat_map(|l| members(snap, &l.namespace, &l.name, this).unplaced)
+        .map(|(r, _)| r)
+        .collect()
+}
+
+/// Places the members other planned groups still need (in their planned
+/// domains) into `free`, skipping the groups of `own`. With `overlap`,
+/// only plans whose domain shares a node with it.
+pub(super) fn reserve_others(
+    snap: &NodeState,
+    plans: &HashMap<GroupRef, Plan>,
+    own: &BTreeSet<GroupRef>,
+    dims: &ResourceAxes,
+    free: &mut FreeRooms<'_>,
+    overlap: Option<&[&str]>,
+    now: Instant,
+) {
+    let mut keys: Vec<&GroupRef> = plans
+        .iter()
+        .filter(|(r, p)| !r.composite && !own.contains(*r) && p.expires > now)
+        .map(|(r, _)| r)
+        .collect();
+    keys.sort();
+    for r in keys {
+        let Some(p) = plans.get(r) else { continue };
+        let ix = snap.domain_index(&p.key);
+        if let Some(mine) = overlap
+            && !mine
+                .iter()
+                .any(|n| ix.value_of(n) == Some(p.value.as_str()))
+        {
+            continue;
+        }
+        let (reqs, required) = leaf_need(snap, r, None);
+        if required == 0 {
+            continue;
+        }
+        let reqs: Vec<(&Amounts, AllowedNodes)> = reqs.into_iter().take(required).collect();
+        let need = Demand::new(dims, &reqs, required);
+        free.fill(ix.nodes(&p.value).iter().map(String::as_str), &need);
+    }
+}

@@ -1,0 +1,97 @@
+//! The extender's plugins, shaped as kube-scheduler's framework: a
+//! per-pod state built once per request (PreFilter), then Filter plugins
+//! per node, then Score plugins per node. Every plugin is pure over the
+//! read-only [`NodeState`] snapshot; the only state that outlives a request
+//! is the [`GangPlanner`]'s plans.
+//!
+//! | plugin | PreFilter | Filter | Score |
+//! |---|---|---|---|
+//! | [`priority`] | pod-wide: priority consistency with its group | – | – |
+//! | [`gang`] | the group verdict (quorum, domain, plan) | outside the domain | the gang preference |
+//! | [`dra`] | requests plus the pod's claims' load per node | (through fit) | – |
+//! | [`fit`] | requests resolved to column ids | node resources | least allocated |
+
+pub mod dra;
+pub mod fit;
+pub mod gang;
+pub mod priority;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+use crate::cache::nodes::{NodeState, Rejection};
+use crate::extender::gang::{GangPlanner, GroupVerdict};
+use crate::pods::fit::{self as pod_fit, Amounts};
+use k8s_openapi::api::core::v1::Pod;
+
+/// What the filter plugins need of one pod, built once per request.
+pub struct FilterState {
+    /// A rejection of every node (priority, then the group verdict).
+    pub wide: Option<Rejection>,
+    /// The group verdict (its domain; empty for a pod without group rules).
+    pub verdict: GroupVerdict,
+    /// The pod's requests with its claims' load, per node.
+    pub requests: dra::ClaimRequests,
+}
+
+impl FilterState {
+    /// PreFilter: the pod's requests (`Err`: why they cannot be read), the
+    /// priority verdict, the group verdict unless priority already rejects,
+    /// and the DRA-adjusted requests. `candidates`: the request's node
+    /// names.
+    pub fn new(
+        snap: &NodeState,
+        planner: &GangPlanner,
+        pod: &Pod,
+        candidates: &[&str],
+    ) -> Result<FilterState, String> {
+        let requests = match pod.spec.as_ref().map(pod_fit::pod_requests).transpose() {
+            Ok(r) => r.unwrap_or_default(),
+            Err(e) => return Err(format!("pod requests: {e}")),
+        };
+        let wide = priority::prefilter(snap, pod);
+        let verdict = match wide {
+            Some(_) => GroupVerdict::default(),
+            None => gang::prefilter(snap, planner, pod, &requests, candidates),
+        };
+        let wide = wide.or(verdict.wide.clone());
+        Ok(FilterState {
+            wide,
+            verdict,
+            requests: dra::prefilter(snap, pod, &requests),
+        })
+    }
+}
+
+/// What the score plugins need of one pod, built once per request.
+pub struct ScoreState {
+    /// The pod's requests resolved for the fit score.
+    pub requests: fit::Resolved,
+    /// The gang preference, when the pod's domain is known.
+    pub prefer: Option<crate::extender::gang::Prefer>,
+}
+
+impl ScoreState {
+    /// PreScore: requests that cannot be read score as none.
+    pub fn new(snap: &NodeState, planner: &GangPlanner, pod: Option<&Pod>) -> ScoreState {
+        let requests: Amounts = pod
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| pod_fit::pod_requests(s).ok())
+            .unwrap_or_default();
+        ScoreState {
+            requests: fit::resolve(snap, &requests),
+            prefer: pod.and_then(|p| gang::prescore(snap, planner, p, &requests)),
+        }
+    }
+
+    /// The score of a node (by slot when cache-capable), 0..=10: the gang
+    /// preference when there is one, else least allocated.
+    pub fn score(&self, snap: &NodeState, name: &str, slot: Option<u32>) -> i64 {
+        let s = match (&self.prefer, slot) {
+            (Some(p), _) => gang::score(p, name),
+            (None, Some(slot)) => fit::score_at(snap, slot, &self.requests),
+            (None, None) => fit::score(snap, name, &self.requests),
+        };
+        s.clamp(0, 10)
+    }
+}

@@ -2,13 +2,17 @@
 //!
 //! `cargo bench --bench agent` runs a criterion measurement of one round trip
 //! (POST 201 + DELETE 204 on a kept-alive HTTP/1.1 connection) with the
-//! journal on tmpfs (as in the example's in-memory `emptyDir`), then a
-//! bounded load loop (4 concurrent clients, 4 000 round trips each, at most
-//! 20 s) for each journal setting — none, tmpfs (`/dev/shm`), and the temp
-//! directory's file system — printing admit and release latency p50/p99
-//! (nearest rank, `testkit::percentile`) and
-//! admissions per second. Every 201 waits for its journal record to be
-//! synced; concurrent admissions share one sync.
+//! journal on tmpfs (as in the example's in-memory `emptyDir`), then bounded
+//! load loops ([`ROUNDS`] round trips, at most [`LOAD_DEADLINE`] each) with
+//! one client and with [`CLIENTS`] concurrent clients, for each journal
+//! setting — none, tmpfs (`/dev/shm`), and the temp directory's file system
+//! — printing admit and release latency p50/p99 (nearest rank,
+//! `testkit::percentile`), admissions per second and
+//! admissions per journal sync. Every 201 waits for its journal record to be
+//! synced; concurrent admissions share one sync (group commit).
+//!
+//! Before the loops it prints the floor set by the file system: p50/p99 of a
+//! bare `write` + `fdatasync` loop on each journal's file system.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::{BodyExt as _, Full};
@@ -19,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
-use kruntimes_scheduler::agent::metrics::AgentMetrics;
+use kruntimes_scheduler::agent::metrics::{AgentMetrics, JournalStats};
 use kruntimes_scheduler::agent::server;
 use kruntimes_scheduler::agent::source::AgentConfig;
 use kruntimes_scheduler::testkit::percentile;
@@ -28,10 +32,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 4;
-const PER_CLIENT: usize = 4_000;
-const LOAD_DEADLINE: Duration = Duration::from_secs(20);
+/// Round trips per load loop, shared among its clients.
+const ROUNDS: usize = 2_000;
+const LOAD_DEADLINE: Duration = Duration::from_secs(8);
+/// Iterations of the bare `fdatasync` loop.
+const FSYNC_ROUNDS: usize = 500;
 
-fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> PathBuf {
+/// A started agent: its socket and its journal's counters.
+struct Started {
+    path: PathBuf,
+    journal: JournalStats,
+}
+
+fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> Started {
     let dir = std::env::temp_dir().join(format!("krs-agent-bench-{}-{label}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let path = dir.join("agent.sock");
@@ -41,11 +54,13 @@ fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> P
             std::fs::create_dir_all(d).expect("journal dir");
         }
     }
+    let metrics = AgentMetrics::default();
+    let stats = metrics.journal.clone();
     let agent = Agent::open(
         AgentConfig::new("rp-1", "default"),
         Duration::from_secs(1),
         journal,
-        AgentMetrics::default(),
+        metrics,
     )
     .expect("agent");
     let pod = Pod {
@@ -78,7 +93,10 @@ fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> P
     let socket = rt.block_on(async { server::bind(&path) }).expect("bind");
     let policy = server::PeerPolicy::owner_only(&socket);
     rt.spawn(server::serve(socket, agent, policy, std::future::pending()));
-    path
+    Started {
+        path,
+        journal: stats,
+    }
 }
 
 async fn connect(path: &Path) -> SendRequest<Full<Bytes>> {
@@ -133,20 +151,50 @@ async fn round_trip(s: &mut SendRequest<Full<Bytes>>, uid: &str) -> (Duration, D
     (admit, t1.elapsed())
 }
 
-fn load_report(rt: &tokio::runtime::Runtime, label: &str, path: &Path) {
+/// The file system's own floor: `write` of one record-sized buffer plus
+/// `fdatasync`, in a loop, on a file in `dir`.
+fn fsync_floor(label: &str, dir: &Path) {
+    use std::io::Write as _;
+    let _ = std::fs::create_dir_all(dir);
+    let path = dir.join("fsync-floor");
+    let Ok(mut f) = std::fs::File::create(&path) else {
+        println!("fsync floor, {label}: cannot create {}", path.display());
+        return;
+    };
+    let record = [b'x'; 128];
+    let mut lat = Vec::with_capacity(FSYNC_ROUNDS);
+    for _ in 0..FSYNC_ROUNDS {
+        let t = Instant::now();
+        f.write_all(&record).expect("write");
+        f.sync_data().expect("fdatasync");
+        lat.push(t.elapsed());
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    lat.sort();
+    println!(
+        "fsync floor, {label}: {FSYNC_ROUNDS} x (write 128 B + fdatasync): p50 {:?}, p99 {:?}",
+        percentile(&lat, 0.50),
+        percentile(&lat, 0.99)
+    );
+}
+
+fn load_report(rt: &tokio::runtime::Runtime, label: &str, agent: &Started, clients: usize) {
+    let syncs_before = agent.journal.syncs.get();
     let (lat, elapsed) = rt.block_on(async {
         let t0 = Instant::now();
         let mut tasks = Vec::new();
-        for c in 0..CLIENTS {
-            let path = path.to_owned();
+        for c in 0..clients {
+            let path = agent.path.clone();
+            let per_client = ROUNDS / clients;
             tasks.push(tokio::spawn(async move {
                 let mut s = connect(&path).await;
-                let mut lat = Vec::with_capacity(PER_CLIENT);
-                for i in 0..PER_CLIENT {
+                let mut lat = Vec::with_capacity(per_client);
+                for i in 0..per_client {
                     if t0.elapsed() > LOAD_DEADLINE {
                         break;
                     }
-                    lat.push(round_trip(&mut s, &format!("load-{c}-{i}")).await);
+                    lat.push(round_trip(&mut s, &format!("load-{clients}-{c}-{i}")).await);
                 }
                 lat
             }));
@@ -157,16 +205,25 @@ fn load_report(rt: &tokio::runtime::Runtime, label: &str, path: &Path) {
         }
         (all, t0.elapsed())
     });
+    let syncs = agent.journal.syncs.get() - syncs_before;
     let (mut admit, mut release): (Vec<Duration>, Vec<Duration>) = lat.into_iter().unzip();
     admit.sort();
     release.sort();
     let n = admit.len();
     if n == 0 {
-        println!("agent load, journal {label}: no round trip finished");
+        println!("agent load, journal {label}, {clients} client(s): no round trip finished");
         return;
     }
+    let per_sync = if syncs == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {syncs} syncs, {:.2} admissions per sync",
+            n as f64 / syncs as f64
+        )
+    };
     println!(
-        "agent load, journal {label}: {CLIENTS} clients, {n} admit+release round trips in {:.2}s: admit p50 {:?}, p99 {:?}; release p50 {:?}, p99 {:?}; {:.0} admissions/s",
+        "agent load, journal {label}, {clients} client(s): {n} admit+release round trips in {:.2}s: admit p50 {:?}, p99 {:?}; release p50 {:?}, p99 {:?}; {:.0} admissions/s{per_sync}",
         elapsed.as_secs_f64(),
         percentile(&admit, 0.50),
         percentile(&admit, 0.99),
@@ -187,8 +244,8 @@ fn bench(c: &mut Criterion) {
         .is_dir()
         .then(|| PathBuf::from(format!("/dev/shm/krs-agent-bench-{pid}/agent.journal")));
     let disk = std::env::temp_dir().join(format!("krs-agent-bench-{pid}-journal/agent.journal"));
-    let path = start(&rt, "tmpfs", shm.as_deref());
-    let mut sender = rt.block_on(connect(&path));
+    let tmpfs = start(&rt, "tmpfs", shm.as_deref());
+    let mut sender = rt.block_on(connect(&tmpfs.path));
     let mut n = 0u64;
     c.bench_function(
         "agent admit+release round trip (unix socket, journal on tmpfs)",
@@ -205,11 +262,20 @@ fn bench(c: &mut Criterion) {
             })
         },
     );
-    load_report(&rt, if shm.is_some() { "tmpfs" } else { "none" }, &path);
-    let path = start(&rt, "none", None);
-    load_report(&rt, "none", &path);
-    let path = start(&rt, "disk", Some(&disk));
-    load_report(&rt, "on the temp dir's file system", &path);
+    if let Some(dir) = shm.as_deref().and_then(Path::parent) {
+        fsync_floor("tmpfs", dir);
+    }
+    if let Some(dir) = disk.parent() {
+        fsync_floor("the temp dir's file system", dir);
+    }
+    let none = start(&rt, "none", None);
+    let disk_agent = start(&rt, "disk", Some(&disk));
+    let tmpfs_label = if shm.is_some() { "tmpfs" } else { "none" };
+    for clients in [1, CLIENTS] {
+        load_report(&rt, "none", &none, clients);
+        load_report(&rt, tmpfs_label, &tmpfs, clients);
+        load_report(&rt, "on the temp dir's file system", &disk_agent, clients);
+    }
     for d in [shm.as_deref().and_then(Path::parent), disk.parent()]
         .into_iter()
         .flatten()

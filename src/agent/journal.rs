@@ -54,7 +54,7 @@ pub struct JournalHold {
     pub creator: Option<u32>,
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Deserialize, PartialEq, Eq)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Record {
     Admit {
@@ -98,21 +98,60 @@ fn crc32(data: &[u8]) -> u32 {
     !c
 }
 
-fn encode(rec: &Record, out: &mut Vec<u8>) {
-    // Serializing plain strings and integers cannot fail.
-    let payload = serde_json::to_vec(rec).unwrap_or_default();
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+/// A record as written: the same JSON as [`Record`], borrowed from the hold
+/// so that appending copies nothing but bytes.
+#[derive(Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum RecordRef<'a> {
+    Admit {
+        uid: &'a str,
+        namespace: &'a str,
+        name: &'a str,
+        requests: RequestsRef<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        creator: Option<u32>,
+    },
+    Release {
+        uid: &'a str,
+    },
 }
 
-fn admit_record(h: &JournalHold) -> Record {
-    Record::Admit {
-        uid: h.run.uid.clone(),
-        namespace: h.run.namespace.clone(),
-        name: h.run.name.clone(),
-        requests: h.requests.iter().map(|(n, a)| (n.to_owned(), a)).collect(),
-        creator: h.creator,
+/// Requests as a JSON object of integers, in their (sorted) order.
+struct RequestsRef<'a>(&'a Requests);
+
+impl Serialize for RequestsRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter())
+    }
+}
+
+/// Appends one framed record (length, CRC, JSON payload) to `out`.
+fn encode(rec: &RecordRef<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    // Serializing plain strings and integers into a Vec cannot fail; if it
+    // somehow did, the partial record is taken back.
+    if serde_json::to_writer(&mut *out, rec).is_err() {
+        out.truncate(start);
+        return;
+    }
+    let payload_len = (out.len() - start - 8) as u32;
+    let crc = crc32(&out[start + 8..]);
+    out[start..start + 4].copy_from_slice(&payload_len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn admit_record(h: &JournalHold) -> RecordRef<'_> {
+    admit_ref(&h.run, &h.requests, h.creator)
+}
+
+fn admit_ref<'a>(run: &'a RunRef, requests: &'a Requests, creator: Option<u32>) -> RecordRef<'a> {
+    RecordRef::Admit {
+        uid: &run.uid,
+        namespace: &run.namespace,
+        name: &run.name,
+        requests: RequestsRef(requests),
+        creator,
     }
 }
 
@@ -246,17 +285,26 @@ pub fn decode(bytes: &[u8]) -> Recovered {
 use super::metrics::JournalError;
 pub use super::metrics::JournalStats;
 
-enum Op {
-    Append(Vec<u8>),
-    Compact(Vec<u8>),
-}
-
+/// What the writer has not taken yet. Records are framed straight into
+/// `appends`; the writer swaps the buffers, so steady-state appends
+/// allocate nothing.
 #[derive(Default)]
 struct Pending {
-    ops: Vec<Op>,
-    /// Sequence number of the last op queued.
+    /// Records appended since the last snapshot (or since the writer last
+    /// took the buffers).
+    appends: Vec<u8>,
+    /// The newest snapshot not yet written, and the records appended
+    /// before it (kept in case the snapshot cannot be written).
+    snapshot: Option<(Vec<u8>, Vec<u8>)>,
+    /// Sequence number of the last record or snapshot queued.
     seq: u64,
     closed: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.appends.is_empty() && self.snapshot.is_none()
+    }
 }
 
 struct Shared {
@@ -275,6 +323,8 @@ pub struct Journal {
     since_compact: u64,
     /// Sequence number of the last op pushed.
     last: u64,
+    /// Where one record is framed before it joins the pending buffer.
+    scratch: Vec<u8>,
     stats: JournalStats,
     writer: Option<std::thread::JoinHandle<()>>,
 }
@@ -369,6 +419,7 @@ impl Journal {
                 durable,
                 since_compact: recovered.holds.len() as u64,
                 last: 0,
+                scratch: Vec::with_capacity(256),
                 stats,
                 writer: Some(writer),
             },
@@ -389,15 +440,12 @@ impl Journal {
         Durability(self.durable.clone())
     }
 
-    fn push(&mut self, op: Op) -> u64 {
+    /// Queues the record framed in `scratch`.
+    fn push_scratch(&mut self) -> u64 {
         let mut p = self.shared.pending.lock();
-        p.ops.push(op);
-        p.seq += 1;
-        let seq = p.seq;
-        drop(p);
-        self.shared.cv.notify_one();
-        self.last = seq;
-        seq
+        p.appends.extend_from_slice(&self.scratch);
+        self.last = queued(&self.shared, p);
+        self.last
     }
 
     /// The sequence number of the last record appended.
@@ -408,23 +456,27 @@ impl Journal {
     /// Records an admission; returns its sequence number.
     pub fn admit(&mut self, hold: &Hold) -> u64 {
         debug_assert_eq!(hold.origin, Origin::Admitted);
-        let mut buf = Vec::with_capacity(160);
-        encode(&admit_record(&JournalHold::from(hold)), &mut buf);
+        self.scratch.clear();
+        encode(
+            &admit_ref(&hold.run, &hold.requests, hold.creator),
+            &mut self.scratch,
+        );
         self.since_compact += 1;
-        self.push(Op::Append(buf))
+        self.push_scratch()
     }
 
     /// Records a release; returns its sequence number.
     pub fn release(&mut self, uid: &str) -> u64 {
-        let mut buf = Vec::with_capacity(48);
-        encode(
-            &Record::Release {
-                uid: uid.to_owned(),
-            },
-            &mut buf,
-        );
+        self.scratch.clear();
+        encode(&RecordRef::Release { uid }, &mut self.scratch);
         self.since_compact += 1;
-        self.push(Op::Append(buf))
+        self.push_scratch()
+    }
+
+    /// Whether enough records have gathered for a compaction to be due
+    /// for some number of live holds (cheap; see [`Self::wants_compaction`]).
+    pub fn may_compact(&self) -> bool {
+        self.since_compact >= COMPACT_MIN_RECORDS
     }
 
     /// Whether the file has grown enough, for `live` holds, to compact.
@@ -435,12 +487,25 @@ impl Journal {
     /// Replaces the journal by a snapshot of the live holds, in order with
     /// the appends before and after it. Returns its sequence number.
     pub fn compact(&mut self, holds: &[JournalHold]) -> u64 {
-        let mut buf = MAGIC.to_vec();
+        let mut buf = Vec::with_capacity(MAGIC.len() + 128 * holds.len());
+        buf.extend_from_slice(MAGIC);
         for h in holds {
             encode(&admit_record(h), &mut buf);
         }
         self.since_compact = holds.len() as u64;
-        self.push(Op::Compact(buf))
+        let mut p = self.shared.pending.lock();
+        let before = std::mem::take(&mut p.appends);
+        match &mut p.snapshot {
+            // An older snapshot not written yet: this one supersedes it,
+            // and everything appended between them is kept as "before".
+            Some((snapshot, kept)) => {
+                kept.extend_from_slice(&before);
+                *snapshot = buf;
+            }
+            None => p.snapshot = Some((buf, before)),
+        }
+        self.last = queued(&self.shared, p);
+        self.last
     }
 
     /// Waits until every record up to `seq` is durable (or has failed to be
@@ -457,6 +522,16 @@ impl Journal {
             let _ = w.join();
         }
     }
+}
+
+/// Counts what was just queued under `p`, releases the lock and wakes the
+/// writer. Returns the sequence number of what was queued.
+fn queued(shared: &Shared, mut p: parking_lot::MutexGuard<'_, Pending>) -> u64 {
+    p.seq += 1;
+    let seq = p.seq;
+    drop(p);
+    shared.cv.notify_one();
+    seq
 }
 
 /// Waits for records to be durable.
@@ -490,46 +565,54 @@ fn writer_loop(
     durable: watch::Sender<u64>,
     stats: JournalStats,
 ) {
-    let mut buf: Vec<u8> = Vec::new();
+    // The file's length, tracked here to cut a partial write without
+    // asking the file system on every batch.
+    let mut len = file.metadata().map(|m| m.len()).ok();
+    let mut appends: Vec<u8> = Vec::new();
     loop {
-        let (ops, seq, closed) = {
+        appends.clear();
+        let (snapshot, seq, closed) = {
             let mut p = shared.pending.lock();
-            while p.ops.is_empty() && !p.closed {
+            while p.is_empty() && !p.closed {
                 shared.cv.wait(&mut p);
             }
-            (std::mem::take(&mut p.ops), p.seq, p.closed)
+            std::mem::swap(&mut appends, &mut p.appends);
+            (p.snapshot.take(), p.seq, p.closed)
         };
-        if ops.is_empty() && closed {
+        if appends.is_empty() && snapshot.is_none() && closed {
             return;
         }
-        buf.clear();
-        for op in ops {
-            match op {
-                Op::Append(b) => buf.extend_from_slice(&b),
-                Op::Compact(snapshot) => {
-                    // The snapshot supersedes everything before it.
-                    buf.clear();
-                    match replace_file(&path, &snapshot).and_then(|()| open_append(&path)) {
-                        Ok(f) => {
-                            file = f;
-                            stats.compactions.inc();
-                        }
-                        Err(e) => {
-                            tracing::warn!(path = %path.display(), error = %e, "journal compaction failed");
-                            stats.error(JournalError::Compact);
-                        }
-                    }
+        if let Some((snapshot, before)) = snapshot {
+            // The snapshot supersedes every record before it.
+            match replace_file(&path, &snapshot).and_then(|()| open_append(&path)) {
+                Ok(f) => {
+                    file = f;
+                    len = Some(snapshot.len() as u64);
+                    stats.compactions.inc();
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "journal compaction failed");
+                    stats.error(JournalError::Compact);
+                    // Keep appending to the old file, records in order.
+                    let mut all = before;
+                    all.extend_from_slice(&appends);
+                    appends = all;
                 }
             }
         }
-        if !buf.is_empty() {
-            let before = file.metadata().map(|m| m.len()).ok();
-            if let Err(e) = file.write_all(&buf).and_then(|()| file.sync_data()) {
-                tracing::warn!(path = %path.display(), error = %e, "journal write failed");
-                stats.error(JournalError::Write);
-                // Cut a partial record so later appends stay readable.
-                if let Some(len) = before {
-                    let _ = file.set_len(len);
+        if !appends.is_empty() {
+            match file.write_all(&appends).and_then(|()| file.sync_data()) {
+                Ok(()) => {
+                    len = len.map(|l| l + appends.len() as u64);
+                    stats.syncs.inc();
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "journal write failed");
+                    stats.error(JournalError::Write);
+                    // Cut a partial record so later appends stay readable.
+                    if let Some(l) = len {
+                        let _ = file.set_len(l);
+                    }
                 }
             }
         }

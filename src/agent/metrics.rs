@@ -101,6 +101,9 @@ pub struct ResourceLabels {
 pub struct JournalStats {
     pub errors: Family<JournalErrorLabels, Counter>,
     pub compactions: Counter,
+    /// Batches written and synced (one `fdatasync` each): admissions per
+    /// sync show how much group commit shares.
+    pub syncs: Counter,
 }
 
 impl JournalStats {
@@ -197,6 +200,11 @@ impl AgentMetrics {
             "journal_compactions",
             "Journal compactions",
             journal.compactions.clone(),
+        );
+        registry.register(
+            "journal_syncs",
+            "Journal batches written and synced (one fdatasync each)",
+            journal.syncs.clone(),
         );
         let mut resources: BTreeSet<String> = resources.into_iter().collect();
         resources.insert("runs".to_owned());

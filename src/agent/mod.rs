@@ -271,15 +271,21 @@ impl Inner {
                     }
                 }
             }
-            if let Some(j) = self.journal.as_mut() {
-                let live: Vec<JournalHold> = self
-                    .state
-                    .ledger
-                    .holds()
-                    .filter(|h| h.origin == Origin::Admitted)
-                    .map(JournalHold::from)
-                    .collect();
-                if j.wants_compaction(live.len()) {
+            // Counting the live holds walks the ledger: only once enough
+            // records have gathered for a compaction to be possible.
+            if let Some(j) = self.journal.as_mut()
+                && j.may_compact()
+            {
+                let admitted = |h: &&Hold| h.origin == Origin::Admitted;
+                let live = self.state.ledger.holds().filter(admitted).count();
+                if j.wants_compaction(live) {
+                    let live: Vec<JournalHold> = self
+                        .state
+                        .ledger
+                        .holds()
+                        .filter(admitted)
+                        .map(JournalHold::from)
+                        .collect();
                     j.compact(&live);
                 }
             }

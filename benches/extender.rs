@@ -13,7 +13,7 @@
 //! `testkit::percentile`) over 200 timed calls per case.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::gang::GangPlanner;
 use kruntimes_scheduler::extender::{filter_bytes, prioritize_bytes};
 use kruntimes_scheduler::testkit::{percentile, time_calls};
@@ -30,8 +30,8 @@ fn node_json(i: usize) -> Value {
 }
 
 /// A cache with `n` nodes and 10 bound pods on each (every 7th node full on cpu).
-pub fn cluster(n: usize) -> NodeCache {
-    let cache = NodeCache::new();
+pub fn cluster(n: usize) -> ClusterIndex {
+    let cache = ClusterIndex::new();
     for i in 0..n {
         let node: k8s_openapi::api::core::v1::Node =
             serde_json::from_value(node_json(i)).expect("node");
@@ -79,12 +79,12 @@ static PLANNER: std::sync::LazyLock<GangPlanner> = std::sync::LazyLock::new(Gang
 
 /// One filter call as the handler makes it: decode, resolve the nodes,
 /// decide, encode.
-fn filter_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
+fn filter_call(cache: &ClusterIndex, body: &[u8]) -> Vec<u8> {
     filter_bytes(cache, &PLANNER, body).expect("a valid extender call")
 }
 
 /// One prioritize call as the handler makes it.
-fn prioritize_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
+fn prioritize_call(cache: &ClusterIndex, body: &[u8]) -> Vec<u8> {
     prioritize_bytes(cache, &PLANNER, body).expect("a valid extender call")
 }
 

@@ -17,7 +17,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::types::ExtenderArgs;
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
 use serde_json::json;
@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 const NODES: usize = 5_000;
 const PER_RACK: usize = 5;
 
-fn cluster() -> NodeCache {
-    let cache = NodeCache::new();
+fn cluster() -> ClusterIndex {
+    let cache = ClusterIndex::new();
     for i in 0..NODES {
         let node: Node =
             serde_json::from_value(json!({"metadata": {"name": format!("node-{i:05}"),
@@ -69,7 +69,7 @@ fn member(group: &str, i: usize) -> Pod {
     .expect("pod")
 }
 
-fn setup(cache: &NodeCache, group: &str, n: usize) -> Vec<Pod> {
+fn setup(cache: &ClusterIndex, group: &str, n: usize) -> Vec<Pod> {
     let g: PodGroup =
         serde_json::from_value(json!({"metadata": {"name": group, "namespace": "bench"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": n}},
@@ -83,7 +83,7 @@ fn setup(cache: &NodeCache, group: &str, n: usize) -> Vec<Pod> {
     pods
 }
 
-fn teardown(cache: &NodeCache, group: &str, pods: &[Pod]) {
+fn teardown(cache: &ClusterIndex, group: &str, pods: &[Pod]) {
     for p in pods {
         let name = p.metadata.name.as_deref().unwrap_or_default();
         cache.forget("bench", name);
@@ -97,7 +97,7 @@ fn body(pod: &Pod, names: &[String]) -> Vec<u8> {
 }
 
 /// Places one gang through the whole path; returns the racks used.
-fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
+fn place(cache: &ClusterIndex, pods: &[Pod], names: &[String]) -> usize {
     let mut racks = std::collections::BTreeSet::new();
     for p in pods {
         let b = body(p, names);
@@ -145,7 +145,7 @@ fn place(cache: &NodeCache, pods: &[Pod], names: &[String]) -> usize {
 }
 
 /// Only the group logic per member: gate, preference, assume, quorum.
-fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
+fn decisions(cache: &ClusterIndex, pods: &[Pod], names: &[&str]) {
     for p in pods {
         let req = kruntimes_scheduler::pods::fit::pod_requests(p.spec.as_ref().expect("spec"))
             .expect("requests");
@@ -174,7 +174,7 @@ fn decisions(cache: &NodeCache, pods: &[Pod], names: &[&str]) {
 
 /// What bind's hold does after the assumption: evaluate the unit's quorum,
 /// and once reached drop the group's plan.
-fn settle(cache: &NodeCache, name: &str) {
+fn settle(cache: &ClusterIndex, name: &str) {
     let snap = cache.read();
     if let Ok(Some(q)) = gang::quorum(&snap, "bench", name)
         && q.reached

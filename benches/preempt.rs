@@ -14,7 +14,7 @@
 //! (nearest rank, `testkit::percentile`) over 200 timed calls per form.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kruntimes_scheduler::cache::nodes::{NodeCache, PodEntry};
+use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::decide_preempt;
 use kruntimes_scheduler::extender::types::ExtenderPreemptionArgs;
 use kruntimes_scheduler::testkit::{node, percentile, pod_group, time_calls};
@@ -42,8 +42,8 @@ fn group_of(i: usize, j: usize) -> Option<String> {
     }
 }
 
-fn cluster() -> NodeCache {
-    let cache = NodeCache::new();
+fn cluster() -> ClusterIndex {
+    let cache = ClusterIndex::new();
     for i in 0..NODES {
         cache.apply_node(&node(&node_name(i)).allocatable("32", "128Gi").typed());
         let all = pod_group(&format!("all-{i}"))
@@ -151,7 +151,7 @@ fn full_body() -> Vec<u8> {
 }
 
 /// One preempt call as the handler does it: decode, decide, encode.
-fn preempt_call(cache: &NodeCache, body: &[u8]) -> Vec<u8> {
+fn preempt_call(cache: &ClusterIndex, body: &[u8]) -> Vec<u8> {
     let args: ExtenderPreemptionArgs = serde_json::from_slice(body).expect("args");
     let out = decide_preempt(&cache.read(), &args);
     serde_json::to_vec(&out).expect("encode")

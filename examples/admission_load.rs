@@ -51,7 +51,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Server: the admission router over TLS with a generated certificate.
     let dir = std::env::temp_dir().join(format!("krs-load-{}", std::process::id()));
-    let generated = certs::generate(&certs::service_dns_names(
+    let generated = certs::generate(&kruntimes_scheduler::webhooks::material::service_dns_names(
         "kruntimes-scheduler",
         "kruntimes-system",
     ))?;

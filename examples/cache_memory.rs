@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_scheduler::cache::{Cache, CacheConfig};
+use kruntimes_scheduler::cache::{CacheConfig, RunCache};
 use kruntimes_scheduler::cluster::watch::strip_pod;
 use kruntimes_scheduler::crd::Run;
 use kruntimes_scheduler::metrics::Metrics;
@@ -30,7 +30,7 @@ fn main() {
     let now = Timestamp::now();
     let stamp = kruntimes_scheduler::cluster::standalone::kube_time(now);
     let queue = Arc::new(WorkQueue::default());
-    let cache = Cache::new(
+    let cache = RunCache::new(
         CacheConfig::default(),
         Arc::clone(&queue),
         Arc::new(Metrics::default()),

@@ -4,6 +4,7 @@
 //! Writes `ca.crt`, `tls.crt` (leaf, then CA) and `tls.key` (mode 0600)
 //! and prints the base64 `caBundle` for the webhook configurations.
 
+use crate::webhooks::material::service_dns_names;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -76,8 +77,6 @@ impl Generated {
         base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
     }
 }
-
-pub use crate::webhooks::material::service_dns_names;
 
 /// Generates a CA and a serving certificate for `names` (ECDSA P-256),
 /// with the same profiles `--manage-webhooks` issues.

@@ -2,10 +2,11 @@
 //! cycle each — decide and reserve in the cache, then write the status
 //! through the [`ClusterWriter`], releasing the reservation if the write fails.
 
-use crate::cache::{Cache, Decision};
-use crate::cluster::{ClusterWriter, EventKind, ObjectRef, RunRef, WriteError};
+use crate::cache::{Decision, RunCache};
+use crate::cluster::{ClusterWriter, EventKind, ObjectRef, WriteError};
 use crate::crd::RunStatus;
 use crate::metrics::{Endpoint, WriteResult};
+use crate::model::refs::RunRef;
 use crate::runs::queue::RunKey;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
@@ -54,7 +55,7 @@ pub enum CycleOutcome {
 
 /// Runs scheduling cycles.
 pub struct RunController {
-    cache: Arc<Cache>,
+    cache: Arc<RunCache>,
     writer: Arc<dyn ClusterWriter>,
     /// Consecutive failed writes per Run, for exponential retry backoff.
     failures: Mutex<HashMap<RunKey, u32>>,
@@ -63,7 +64,7 @@ pub struct RunController {
 }
 
 impl RunController {
-    pub fn new(cache: Arc<Cache>, writer: Arc<dyn ClusterWriter>) -> Self {
+    pub fn new(cache: Arc<RunCache>, writer: Arc<dyn ClusterWriter>) -> Self {
         RunController {
             cache,
             writer,
@@ -72,7 +73,7 @@ impl RunController {
         }
     }
 
-    pub fn cache(&self) -> &Arc<Cache> {
+    pub fn cache(&self) -> &Arc<RunCache> {
         &self.cache
     }
 

@@ -15,8 +15,8 @@
 //!       │
 //!  cluster ── ports and adapters: ClusterWriter, kube client,
 //!       │     standalone store, watchers
-//!  cache ──── storage: the Run cache (cache::Cache) and the cluster index
-//!       │     (cache::nodes::NodeCache): apply/delete/reset, assume/forget
+//!  cache ──── storage: the Run cache (cache::RunCache) and the cluster index
+//!       │     (cache::nodes::ClusterIndex): apply/delete/reset, assume/forget
 //!  metrics
 //!       │
 //!  workload, pods, runs ── pure domain: validation, fit, priority,

@@ -1,25 +1,24 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
-use crate::cache::nodes::NodeCache;
-use crate::cache::{Cache, CacheConfig};
+use crate::cache::nodes::ClusterIndex;
+use crate::cache::{CacheConfig, RunCache};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
 use crate::cluster::leader::{self, LeaderConfig};
 use crate::cluster::load::load_path;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
-use crate::extender::binding::{BindingConfig, BindingGate};
-use crate::extender::hold::Gangs;
+use crate::extender::bind::device_gate::{BindingConfig, BindingGate};
+use crate::extender::bind::permit::Gangs;
 use crate::http::AppState;
 use crate::metrics::Metrics;
 use crate::runs::queue::WorkQueue;
+use crate::transport::{parse_duration, shutdown_signal};
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use crate::transport::{parse_duration, shutdown_signal};
 
 /// What `serve` runs (`--components`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -261,8 +260,8 @@ pub fn standalone(
 ) -> anyhow::Result<Standalone> {
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
-    let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
-    let nodes = Arc::new(NodeCache::new());
+    let cache = Arc::new(RunCache::new(config, queue, Arc::clone(&metrics)));
+    let nodes = Arc::new(ClusterIndex::new());
     let store = Arc::new(StandaloneStore::with_nodes(
         Arc::clone(&cache),
         Arc::clone(&nodes),
@@ -463,11 +462,11 @@ pub async fn cluster_with(
 ) -> Cluster {
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
-    let cache = Arc::new(Cache::new(config, queue, Arc::clone(&metrics)));
+    let cache = Arc::new(RunCache::new(config, queue, Arc::clone(&metrics)));
     let writer: Arc<dyn ClusterWriter> =
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
-    let nodes = Arc::new(NodeCache::new());
+    let nodes = Arc::new(ClusterIndex::new());
     let watchers =
         crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes), watches).await;
     Cluster {

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_scheduler::cache::{Cache, CacheConfig};
+use kruntimes_scheduler::cache::{CacheConfig, RunCache};
 use kruntimes_scheduler::crd::Run;
 use kruntimes_scheduler::metrics::Metrics;
 use kruntimes_scheduler::runs::queue::WorkQueue;
@@ -37,8 +37,8 @@ pub fn run(name: &str, requests: &[(&str, &str)], assigned: Option<&str>) -> Run
 
 /// N Runtime Pods × 4 resources; every other pod runs a Run using part of
 /// each. The work queue is drained.
-pub fn runtime_pods(n: usize, now: Timestamp) -> Cache {
-    let cache = Cache::new(
+pub fn runtime_pods(n: usize, now: Timestamp) -> RunCache {
+    let cache = RunCache::new(
         CacheConfig::default(),
         Arc::new(WorkQueue::default()),
         Arc::new(Metrics::default()),

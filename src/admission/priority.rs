@@ -2,7 +2,7 @@
 //! a small read-only trait.
 //!
 //! The service has one PriorityClass index, the cluster index's
-//! ([`NodeCache`], fed by its watcher or the standalone store), which
+//! ([`ClusterIndex`], fed by its watcher or the standalone store), which
 //! implements the trait; [`PriorityClasses`] is a small index of its own
 //! for running the webhooks without a cluster index (embedding, tests).
 //! Until an index has seen its initial list it is *not synced* and every
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use parking_lot::RwLock;
 
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::ClusterIndex;
 use crate::workload::PriorityClassRef;
 
 pub use crate::pods::priority::ClassLookup;
@@ -93,7 +93,7 @@ pub trait PriorityLookup: Send + Sync + std::fmt::Debug {
 }
 
 /// The service's one index: the cluster index's PriorityClasses.
-impl PriorityLookup for NodeCache {
+impl PriorityLookup for ClusterIndex {
     fn lookup(&self, name: &str) -> ClassLookup {
         self.lookup_priority_class(name)
     }
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_cluster_index_is_the_lookup_and_fails_closed_until_listed() {
-        let nodes = NodeCache::new();
+        let nodes = ClusterIndex::new();
         let lookup: &dyn PriorityLookup = &nodes;
         nodes.apply_priority_class(&mk_class("high", 1000));
         assert_eq!(lookup.lookup("high"), ClassLookup::NotSynced);

@@ -27,7 +27,8 @@
 //! record (a torn or corrupt tail is dropped with a warning, never an error)
 //! and rewrites it compacted.
 
-use super::ledger::{Hold, Origin, RunRef};
+use super::ledger::{Hold, Origin};
+use crate::model::refs::RunRef;
 use crate::model::resources::{Requests, effective_requests};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use parking_lot::{Condvar, Mutex};

@@ -32,12 +32,12 @@
 //! no trace.
 //!
 //! Every hold created or released by a request is recorded in
-//! [`Ledger::take_changes`], so the owner can journal admissions.
+//! [`AdmissionLedger::take_changes`], so the owner can journal admissions.
 
+use crate::model::refs::RunRef;
 use crate::model::resources::Requests;
 use std::collections::{HashMap, VecDeque};
 
-pub use crate::model::refs::RunRef;
 pub use crate::model::resources::Amounts;
 
 /// How a reservation came to be.
@@ -136,7 +136,7 @@ pub struct Released {
 
 /// The ledger. See the module documentation for the queue policy.
 #[derive(Debug, Clone)]
-pub struct Ledger {
+pub struct AdmissionLedger {
     /// Declared capacity (positive amounts) by resource name.
     capacity: Amounts,
     /// Sum of the requests of every hold.
@@ -153,9 +153,9 @@ pub struct Ledger {
     changes: Vec<Change>,
 }
 
-impl Ledger {
+impl AdmissionLedger {
     pub fn new(capacity: impl IntoIterator<Item = (String, u64)>, max_bypass: u32) -> Self {
-        Ledger {
+        AdmissionLedger {
             capacity: capacity.into_iter().filter(|(_, a)| *a > 0).collect(),
             reserved: Amounts::new(),
             holds: HashMap::new(),
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_admits_until_full_then_queues_with_shortfall() {
-        let mut l = Ledger::new(cap(&[("runs", 2), ("gpu", 1)]), 4);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 2), ("gpu", 1)]), 4);
         let (d, a) = l.request(run("a"), req(&[("gpu", "1")]), Some(1));
         assert!(matches!(d, Decision::Admitted(_)));
         assert_eq!(uids(&a), ["a"]);
@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_same_uid_is_idempotent() {
-        let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 4);
         assert!(matches!(
             l.request(run("a"), req(&[]), Some(1)).0,
             Decision::Admitted(_)
@@ -573,7 +573,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_release_admits_in_arrival_order() {
-        let mut l = Ledger::new(cap(&[("runs", 1)]), 0);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 0);
         l.request(run("a"), req(&[]), Some(1));
         for u in ["b", "c", "d"] {
             l.request(run(u), req(&[]), Some(1));
@@ -589,7 +589,7 @@ mod tests {
     #[test]
     fn agent_ledger_big_run_is_not_starved_by_small_ones() {
         // runs 4; "big" needs 3 while small ones keep two slots busy.
-        let mut l = Ledger::new(cap(&[("runs", 4)]), 2);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 4)]), 2);
         l.request(run("s1"), req(&[]), Some(1));
         l.request(run("s2"), req(&[]), Some(1));
         let (d, _) = l.request(run("big"), req(&[("runs", "3")]), Some(1));
@@ -618,7 +618,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_strict_fifo_with_zero_budget() {
-        let mut l = Ledger::new(cap(&[("runs", 2)]), 0);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 2)]), 0);
         l.request(run("a"), req(&[]), Some(1));
         l.request(run("big"), req(&[("runs", "2")]), Some(1));
         let (d, _) = l.request(run("small"), req(&[]), Some(1));
@@ -628,7 +628,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_impossible_runs_never_block() {
-        let mut l = Ledger::new(cap(&[("runs", 2)]), 0);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 2)]), 0);
         let (d, _) = l.request(run("huge"), req(&[("runs", "3")]), Some(1));
         let Decision::Queued(info) = d else {
             panic!("{d:?}")
@@ -653,7 +653,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_lowering_capacity_revokes_nothing() {
-        let mut l = Ledger::new(cap(&[("runs", 3)]), 4);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 3)]), 4);
         for u in ["a", "b", "c"] {
             l.request(run(u), req(&[]), Some(1));
         }
@@ -674,7 +674,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_adopt_counts_even_over_capacity() {
-        let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 4);
         l.request(run("q"), req(&[]), Some(1));
         l.request(run("x"), req(&[]), Some(1));
         assert!(l.adopt(run("x"), req(&[])), "was queued");
@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_release_of_queued_uid_dequeues() {
-        let mut l = Ledger::new(cap(&[("runs", 1)]), 4);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 4);
         l.request(run("a"), req(&[]), Some(1));
         l.request(run("b"), req(&[]), Some(1));
         let (r, a) = l.release("b");
@@ -707,7 +707,7 @@ mod tests {
 
     #[test]
     fn agent_ledger_owner_and_queue_bound() {
-        let mut l = Ledger::new(cap(&[("runs", 1)]), 4).with_max_queue(1);
+        let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 4).with_max_queue(1);
         assert!(matches!(
             l.request(run("a"), req(&[]), Some(1)).0,
             Decision::Admitted(_)

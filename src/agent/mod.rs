@@ -7,7 +7,7 @@
 //!  source::AgentState ──────────────▶ Agent (one lock: state + waiters)
 //!   (own Pod's capacity,                  │
 //!    Runs assigned here)                  ▼
-//!                                   ledger::Ledger (capacity, holds, FIFO queue
+//!                                   ledger::AdmissionLedger (capacity, holds, FIFO queue
 //!                                                   with bounded bypass)
 //! ```
 //!
@@ -35,6 +35,7 @@ pub mod source;
 
 use crate::cluster::load::load_path;
 use crate::model::quantity::QuantityError;
+use crate::model::refs::RunRef;
 use crate::model::resources::{RequestError, Requests, effective_requests};
 use crate::transport::parse_duration;
 use anyhow::Context as _;
@@ -42,7 +43,7 @@ use journal::{Durability, Journal, JournalHold};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::watcher::Event;
-use ledger::{Amounts, Change, Decision, Hold, NotYours, Origin, QueuedInfo, RunRef};
+use ledger::{Amounts, Change, Decision, Hold, NotYours, Origin, QueuedInfo};
 use metrics::{AgentMetrics, Outcome, Refusal};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};

@@ -13,9 +13,10 @@
 //!   than the bound or has a live Run on this pod.
 
 use super::journal::JournalHold;
-use super::ledger::{Decision, Origin, RunRef};
+use super::ledger::{Decision, Origin};
 use super::source::{AgentConfig, AgentState};
 use crate::crd::{Run, RunSpec, RunStatus};
+use crate::model::refs::RunRef;
 use crate::model::resources::Requests;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

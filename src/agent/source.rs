@@ -5,10 +5,11 @@
 //! it events directly. The cluster wiring ([`watch`]) and the standalone
 //! loader ([`standalone_events`]) only produce events.
 
-use super::ledger::{Decision, Ledger, NotYours, RunRef};
+use super::ledger::{AdmissionLedger, Decision, NotYours};
 use crate::crd::{Run, phase};
-use crate::model::pod::capacity_from_annotations;
+use crate::model::refs::RunRef;
 use crate::model::resources::{RequestError, Requests, accounted_requests, effective_requests};
+use crate::model::runtime_pod::capacity_from_annotations;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 use serde_json::Value;
@@ -159,7 +160,7 @@ pub struct AgentState {
     /// Which pod, which namespace, defaults.
     pub config: AgentConfig,
     /// Capacity, reservations and the queue.
-    pub ledger: Ledger,
+    pub ledger: AdmissionLedger,
     /// Runs assigned to this pod and not terminal, by uid.
     runs: HashMap<String, KnownRun>,
     /// Uids released by an explicit DELETE: not adopted again while the
@@ -182,7 +183,8 @@ pub struct AgentState {
 impl AgentState {
     /// A state that knows nothing yet: no capacity, not synced.
     pub fn new(config: AgentConfig) -> Self {
-        let ledger = Ledger::new(Vec::new(), config.max_bypass).with_max_queue(config.max_queue);
+        let ledger =
+            AdmissionLedger::new(Vec::new(), config.max_bypass).with_max_queue(config.max_queue);
         AgentState {
             config,
             ledger,

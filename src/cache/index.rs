@@ -8,15 +8,15 @@
 //! store and tests drive the same calls, so a kind behaves alike in both
 //! modes.
 //!
-//! Both caches implement it: the Run cache ([`Cache`]: Runs, Runtimes,
-//! Runtime Pods) and the cluster index ([`NodeCache`]: Nodes, Pods,
+//! Both caches implement it: the Run cache ([`RunCache`]: Runs, Runtimes,
+//! Runtime Pods) and the cluster index ([`ClusterIndex`]: Nodes, Pods,
 //! PodGroups, CompositePodGroups, PriorityClasses, ResourceClaims,
 //! ResourceSlices). [`Pods`] feeds one Pod stream to both. [`Indexes`] is
 //! the set of indexes a watched object can land in; the kind table
 //! (`cluster::kinds`) names, per kind, which one.
 
-use super::Cache;
-use super::nodes::{Key, NodeCache, PodEntry};
+use super::RunCache;
+use super::nodes::{ClusterIndex, Key, PodEntry};
 use crate::crd::{Run, Runtime};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -62,15 +62,15 @@ pub trait Index<K>: Send + Sync {
 #[derive(Clone)]
 pub struct Indexes {
     /// The Run cache: Runs and Runtimes.
-    pub runs: Arc<Cache>,
+    pub runs: Arc<RunCache>,
     /// The cluster index: what the extender and admission read.
-    pub nodes: Arc<NodeCache>,
+    pub nodes: Arc<ClusterIndex>,
     /// Pods, into both.
     pub pods: Arc<Pods>,
 }
 
 impl Indexes {
-    pub fn new(runs: Arc<Cache>, nodes: Arc<NodeCache>) -> Self {
+    pub fn new(runs: Arc<RunCache>, nodes: Arc<ClusterIndex>) -> Self {
         let pods = Arc::new(Pods {
             runs: Arc::clone(&runs),
             nodes: Arc::clone(&nodes),
@@ -88,7 +88,7 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
 
 // === the Run cache ===
 
-impl Index<Run> for Cache {
+impl Index<Run> for RunCache {
     fn apply(&self, obj: Run) {
         self.apply_run(&obj)
     }
@@ -100,7 +100,7 @@ impl Index<Run> for Cache {
     }
 }
 
-impl Index<Runtime> for Cache {
+impl Index<Runtime> for RunCache {
     fn apply(&self, obj: Runtime) {
         self.apply_runtime(&obj)
     }
@@ -113,7 +113,7 @@ impl Index<Runtime> for Cache {
 }
 
 /// Runtime Pods, read at the current time (heartbeat staleness).
-impl Index<Pod> for Cache {
+impl Index<Pod> for RunCache {
     fn apply(&self, obj: Pod) {
         self.apply_pod(&obj, Timestamp::now())
     }
@@ -136,7 +136,7 @@ impl Index<Pod> for Cache {
 /// by namespace and name, `cluster` kinds by name.
 macro_rules! node_index {
     ($($ty:ty => $apply:ident, $delete:ident($scope:ident), $reset:ident;)*) => {$(
-        impl Index<$ty> for NodeCache {
+        impl Index<$ty> for ClusterIndex {
             fn apply(&self, obj: $ty) {
                 self.$apply(&obj)
             }
@@ -167,7 +167,7 @@ node_index! {
 }
 
 /// Every Pod, reduced at once to what node fit reads.
-impl Index<Pod> for NodeCache {
+impl Index<Pod> for ClusterIndex {
     fn apply(&self, obj: Pod) {
         self.apply_pod_entry(key_of(&obj.metadata), PodEntry::from_pod(&obj))
     }
@@ -193,8 +193,8 @@ impl Index<Pod> for NodeCache {
 /// Pods carrying the runtime label also go to the Run cache as Runtime
 /// Pods, and a Pod that loses the label leaves it.
 pub struct Pods {
-    runs: Arc<Cache>,
-    nodes: Arc<NodeCache>,
+    runs: Arc<RunCache>,
+    nodes: Arc<ClusterIndex>,
 }
 
 impl Pods {

@@ -1,7 +1,7 @@
 //! The shared cache of cluster state the Run scheduler decides on.
 //!
 //! ```text
-//!   watchers / standalone store ──apply/delete/reset──▶ Cache ◀── plan, views (read lock)
+//!   watchers / standalone store ──apply/delete/reset──▶ RunCache ◀── plan, views (read lock)
 //!                                                        │  ▲
 //!                          wakeups (Pending Runs) ◀──────┘  └── reserve / release (write lock)
 //! ```
@@ -13,7 +13,7 @@
 //! index of unscheduled Runs per runtime for targeted wakeups.
 //!
 //! Watchers and the standalone store reach this cache and the cluster
-//! index ([`nodes::NodeCache`]) through one trait, [`index::Index`]:
+//! index ([`nodes::ClusterIndex`]) through one trait, [`index::Index`]:
 //! `apply` / `delete` / `reset` per kind.
 
 pub mod index;
@@ -23,8 +23,8 @@ pub mod views;
 
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
-use crate::model::pod::{PodFacts, Unavailable};
 use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
+use crate::model::runtime_pod::{PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::api::core::v1::Pod;
@@ -59,7 +59,7 @@ impl Default for CacheConfig {
 }
 
 /// The cache. Share it behind an `Arc`.
-pub struct Cache {
+pub struct RunCache {
     /// Read settings.
     config: CacheConfig,
     /// All state, behind one lock for consistent snapshots.
@@ -208,11 +208,11 @@ fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &
         .unwrap_or("default")
 }
 
-// === impl Cache ===
+// === impl RunCache ===
 
-impl Cache {
+impl RunCache {
     pub fn new(config: CacheConfig, queue: Arc<WorkQueue<RunKey>>, metrics: Arc<Metrics>) -> Self {
-        Cache {
+        RunCache {
             config,
             state: RwLock::new(State::default()),
             queue,

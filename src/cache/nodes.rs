@@ -4,12 +4,12 @@
 //! pods per claim) and pods assumed on a node by this extender's binds.
 //!
 //! ```text
-//!   watchers / standalone store ──apply/delete/reset──▶ NodeCache ◀── filter, prioritize (read lock)
+//!   watchers / standalone store ──apply/delete/reset──▶ ClusterIndex ◀── filter, prioritize (read lock)
 //!                                                          ▲
 //!                                        bind: assume / forget (write lock)
 //! ```
 //!
-//! One `RwLock` guards one [`NodeState`]: every reader sees a consistent
+//! One `RwLock` guards one [`ClusterState`]: every reader sees a consistent
 //! snapshot. Each node slot keeps its usage (effective requests of the pods
 //! counted there, one pod slot each, DRA consumption of their allocated
 //! claims) as an interned vector, recomputed whenever anything counted on
@@ -18,7 +18,7 @@
 //! Slots live in one dense vector, and allocatable and used amounts are
 //! also kept per resource as columns indexed by slot. kube-scheduler sends
 //! the same `NodeNames` list for pod after pod, so a list is resolved to
-//! slot indexes once ([`NodeState::resolve_names`], keyed by the list's
+//! slot indexes once ([`ClusterState::resolve_names`], keyed by the list's
 //! JSON text and the slot layout) and a call then walks the columns
 //! without hashing a name.
 
@@ -35,13 +35,13 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-mod binding;
+mod claim_bindings;
 mod groups;
 
-pub use binding::{ClaimBinding, GatedDevice, ShareKey};
+pub use claim_bindings::{ClaimBinding, GatedDevice, ShareKey};
 pub use groups::Scope;
 mod domains;
-pub use domains::{DomainIndex, GroupLedger, GroupRef, Rooms, Semantics};
+pub use domains::{DomainIndex, GroupLedger, Rooms, Semantics};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);
@@ -74,7 +74,7 @@ pub struct NodeSlot {
     pub node: Option<NodeInfo>,
     /// Pods counted here (bound or assumed).
     pub pods: BTreeSet<Key>,
-    /// Everything counted here, interned (see [`NodeState::used`] by name).
+    /// Everything counted here, interned (see [`ClusterState::used`] by name).
     pub used: ResourceVec,
     /// What the counted pods without ResourceClaims take (requests and one
     /// pod slot each), summed wide so removing a pod undoes it exactly:
@@ -329,7 +329,7 @@ struct ClaimEntry {
 
 /// Everything the extender knows.
 #[derive(Debug)]
-pub struct NodeState {
+pub struct ClusterState {
     /// Interned resource names.
     names: ResourceNames,
     /// Id of `pods`.
@@ -369,13 +369,13 @@ pub struct NodeState {
     domains: domains::Domains,
 }
 
-impl Default for NodeState {
+impl Default for ClusterState {
     fn default() -> Self {
         let mut names = ResourceNames::default();
         let pods_id = names.intern(fit::PODS);
         let cpu_id = names.intern("cpu");
         let memory_id = names.intern("memory");
-        NodeState {
+        ClusterState {
             names,
             pods_id,
             cpu_id,
@@ -448,7 +448,7 @@ impl NodeRefs {
     }
 }
 
-/// What a pending pod's own allocated claims add ([`NodeState::pending_claims_load`]).
+/// What a pending pod's own allocated claims add ([`ClusterState::pending_claims_load`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClaimsLoad {
     /// On every node not listed in `on`.
@@ -465,9 +465,9 @@ pub struct Rejection {
     pub unresolvable: bool,
 }
 
-// === impl NodeState ===
+// === impl ClusterState ===
 
-impl NodeState {
+impl ClusterState {
     /// The slot of a node name.
     pub fn slot(&self, node: &str) -> Option<&NodeSlot> {
         self.nodes.get(node)
@@ -607,7 +607,7 @@ impl NodeState {
             .map(|(n, p)| (n.as_str(), p))
     }
 
-    /// Member pods of a PodGroup by name (see [`NodeState::member_pods`]).
+    /// Member pods of a PodGroup by name (see [`ClusterState::member_pods`]).
     pub fn members(&self, namespace: &str, group: &str) -> Option<&BTreeMap<String, PodEntry>> {
         self.members.get(&(namespace.to_owned(), group.to_owned()))
     }
@@ -1062,9 +1062,9 @@ impl NodeState {
 
 /// The extender's cache. Share it behind an `Arc`.
 #[derive(Debug, Default)]
-pub struct NodeCache {
+pub struct ClusterIndex {
     /// All state, behind one lock for consistent snapshots.
-    state: RwLock<NodeState>,
+    state: RwLock<ClusterState>,
     /// The PriorityClasses in `state` have been listed once (a `reset`):
     /// until then name lookups answer "not synced" (admission fails closed).
     classes_synced: std::sync::atomic::AtomicBool,
@@ -1072,9 +1072,9 @@ pub struct NodeCache {
     claim_changes: tokio::sync::Notify,
 }
 
-// === impl NodeCache ===
+// === impl ClusterIndex ===
 
-impl NodeCache {
+impl ClusterIndex {
     pub fn new() -> Self {
         Self::default()
     }
@@ -1102,7 +1102,7 @@ impl NodeCache {
     }
 
     /// A consistent snapshot for reading (hold it briefly).
-    pub fn read(&self) -> RwLockReadGuard<'_, NodeState> {
+    pub fn read(&self) -> RwLockReadGuard<'_, ClusterState> {
         self.state.read()
     }
 
@@ -1324,7 +1324,7 @@ impl NodeCache {
 }
 
 #[cfg(test)]
-impl NodeState {
+impl ClusterState {
     /// Every derived index agrees with the slots it was derived from.
     fn assert_consistent(&self) {
         for ((ns, g), members) in &self.members {
@@ -1410,13 +1410,13 @@ mod tests {
         .unwrap()
     }
 
-    fn cpu(c: &NodeCache, node: &str) -> Option<u64> {
+    fn cpu(c: &ClusterIndex, node: &str) -> Option<u64> {
         c.read().used(node, "cpu")
     }
 
     #[test]
     fn pods_count_on_their_node_and_assumptions_until_confirmed() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&mk_node("n1", "4"));
         c.apply_pod(&mk_pod("a", Some("n1"), "1", None));
         c.apply_pod(&mk_pod("b", None, "2", None));
@@ -1455,7 +1455,7 @@ mod tests {
 
     #[test]
     fn resolved_node_names_are_reused_until_the_layout_changes() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&mk_node("n1", "4"));
         let raw = r#"["n1","n2"]"#;
         let a = c.read().resolve_names(raw).unwrap();
@@ -1508,7 +1508,7 @@ mod tests {
         /// per-slot step agrees with the named check under such histories).
         #[test]
         fn columns_follow_every_history(ops in proptest::collection::vec(op(), 1..40)) {
-            let c = NodeCache::new();
+            let c = ClusterIndex::new();
             for op in ops {
                 match op {
                     Op::Node(n, cpu) => c.apply_node(&mk_node(&format!("n{n}"), &cpu.to_string())),
@@ -1540,7 +1540,7 @@ mod tests {
 
     #[test]
     fn claims_follow_allocation_and_slices() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&mk_node("n1", "16"));
         let slice: ResourceSlice = serde_json::from_value(json!({"metadata": {"name": "s"},
             "spec": {"driver": "d", "nodeName": "n1", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
@@ -1590,7 +1590,7 @@ mod tests {
 
     #[test]
     fn a_device_takes_only_from_the_node_its_slice_is_on() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&mk_node("n1", "16"));
         c.apply_node(&mk_node("n2", "16"));
         c.apply_slice(&cpu_slice("s2", "n2", None));
@@ -1605,7 +1605,7 @@ mod tests {
 
     #[test]
     fn a_pending_pods_claims_load_the_nodes_of_their_devices() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&mk_node("n1", "16"));
         c.apply_node(&mk_node("n2", "16"));
         c.apply_slice(&cpu_slice("s1", "n1", Some("500m")));
@@ -1637,7 +1637,7 @@ mod tests {
 
     #[test]
     fn group_members_and_priority() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         let mut p = mk_pod("m", None, "1", None);
         p.spec.as_mut().unwrap().scheduling_group =
             Some(serde_json::from_value(json!({"podGroupName": "g"})).unwrap());

@@ -1,12 +1,12 @@
 //! Run entries, the usage index, reservations and placement over the cache.
 
-use super::{Assumption, Cache, NsState, RunEntry, State, ns_of};
+use super::{Assumption, NsState, RunCache, RunEntry, State, ns_of};
 use crate::crd::{Run, RunStatus, phase};
 use crate::metrics::WakeCause;
-use crate::model::pod::Freshness;
 use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
+use crate::model::runtime_pod::Freshness;
 use crate::runs::columns::Verdict;
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
@@ -20,7 +20,7 @@ pub const DEFAULT_PLAN_LIMIT: usize = 20;
 
 /// The outcome of one scheduling cycle's decision, taken under the write
 /// lock. `Reserved` has already reserved capacity; the caller must write the
-/// status and [`Cache::release`] on failure.
+/// status and [`RunCache::release`] on failure.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Nothing to do: not unscheduled, gone, or a write is in flight.
@@ -98,9 +98,9 @@ impl PlanResult {
     }
 }
 
-// === impl Cache (Runs) ===
+// === impl RunCache (Runs) ===
 
-impl Cache {
+impl RunCache {
     /// Applies a Run add/update: moves its usage, hands an assumed
     /// reservation over to actual usage exactly once, and wakes what it frees.
     pub fn apply_run(&self, run: &Run) {
@@ -500,9 +500,9 @@ impl Cache {
                                 .map(|p| p.cold.base.clone());
                             match base {
                                 Some(Err(u)) => Rejection::Unavailable(u),
-                                _ => {
-                                    Rejection::Unavailable(crate::model::pod::Unavailable::NotReady)
-                                }
+                                _ => Rejection::Unavailable(
+                                    crate::model::runtime_pod::Unavailable::NotReady,
+                                ),
                             }
                         }
                     };
@@ -741,7 +741,7 @@ mod differential {
 
     /// The reference: every Runtime Pod of the runtime in name order, its
     /// own ledger evaluated, the first strictly less loaded one kept.
-    fn reference(c: &Cache, request: &Requests) -> Reference {
+    fn reference(c: &RunCache, request: &Requests) -> Reference {
         let st = c.state.read();
         let (req, unknown) = request.resolve(&st.names);
         let window = Freshness::new(now(), c.config.heartbeat_stale_after);
@@ -808,7 +808,7 @@ mod differential {
         /// reference, ties included, and cut lists are prefixes.
         #[test]
         fn columnar_equals_reference((pods, runs, reqs) in spec()) {
-            let c = Cache::new(
+            let c = RunCache::new(
                 CacheConfig::default(),
                 Arc::new(WorkQueue::default()),
                 Arc::new(Metrics::default()),

@@ -15,8 +15,8 @@ fn now() -> Timestamp {
     NOW.parse().unwrap()
 }
 
-fn mk_cache() -> Cache {
-    Cache::new(
+fn mk_cache() -> RunCache {
+    RunCache::new(
         CacheConfig::default(),
         Arc::new(WorkQueue::default()),
         Arc::new(Metrics::default()),
@@ -91,7 +91,7 @@ fn key(name: &str) -> RunKey {
     RunKey::new("ns", name)
 }
 
-fn drain(c: &Cache) -> Vec<String> {
+fn drain(c: &RunCache) -> Vec<String> {
     let mut v = Vec::new();
     while let Some(k) = c.queue().try_next() {
         c.queue().done(&k);
@@ -101,7 +101,7 @@ fn drain(c: &Cache) -> Vec<String> {
     v
 }
 
-fn usage(c: &Cache, pod: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+fn usage(c: &RunCache, pod: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let v = c.runtime_pods(Some("ns"), None, now());
     let p = v.into_iter().find(|p| p.name == pod).expect("pod listed");
     (p.usage, p.assumed)

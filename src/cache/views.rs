@@ -1,6 +1,6 @@
 //! Read-only views of the cache, in the JSON shapes of the HTTP API.
 
-use super::Cache;
+use super::RunCache;
 use crate::runs::placement::PendingReason;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
@@ -34,7 +34,7 @@ pub struct RunView {
     pub message: Option<String>,
 }
 
-impl Cache {
+impl RunCache {
     /// Runtime Pods, optionally filtered, sorted by namespace and name.
     pub fn runtime_pods(
         &self,

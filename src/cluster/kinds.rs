@@ -215,8 +215,8 @@ impl Kind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::NodeCache;
-    use crate::cache::{Cache, CacheConfig};
+    use crate::cache::nodes::ClusterIndex;
+    use crate::cache::{CacheConfig, RunCache};
     use crate::cluster::standalone::StandaloneStore;
     use crate::metrics::Metrics;
     use crate::runs::queue::WorkQueue;
@@ -326,12 +326,12 @@ mod tests {
     }
 
     fn store() -> StandaloneStore {
-        let cache = Arc::new(Cache::new(
+        let cache = Arc::new(RunCache::new(
             CacheConfig::default(),
             Arc::new(WorkQueue::default()),
             Arc::new(Metrics::default()),
         ));
-        StandaloneStore::with_nodes(cache, Arc::new(NodeCache::new()))
+        StandaloneStore::with_nodes(cache, Arc::new(ClusterIndex::new()))
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use super::{
     BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, WriteError,
 };
-use crate::cache::nodes::GroupRef;
 use crate::crd::{Run, RunStatus};
+use crate::model::refs::GroupRef;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;

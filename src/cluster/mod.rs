@@ -15,6 +15,7 @@ pub mod watch;
 
 use crate::crd::RunStatus;
 use crate::model::refs::GroupRef;
+use crate::model::refs::RunRef;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -79,9 +80,6 @@ pub struct ClaimAllocationRef {
     /// Precondition (empty: none).
     pub resource_version: String,
 }
-
-/// The Run an event is about (it lives in the pure core).
-pub use crate::model::refs::RunRef;
 
 /// Any object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,13 +11,14 @@
 //! loading.
 
 use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
-use crate::cache::Cache;
+use crate::cache::RunCache;
 #[cfg(doc)]
 use crate::cache::index::Index;
 use crate::cache::index::Indexes;
-use crate::cache::nodes::{GroupRef, NodeCache};
+use crate::cache::nodes::ClusterIndex;
 use crate::crd::RunStatus;
-use crate::model::pod::RUNTIMED_READY;
+use crate::model::refs::GroupRef;
+use crate::model::runtime_pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -175,12 +176,12 @@ pub fn kube_time(t: Timestamp) -> String {
 // === impl StandaloneStore ===
 
 impl StandaloneStore {
-    pub fn new(cache: Arc<Cache>) -> Self {
-        Self::with_nodes(cache, Arc::new(NodeCache::new()))
+    pub fn new(cache: Arc<RunCache>) -> Self {
+        Self::with_nodes(cache, Arc::new(ClusterIndex::new()))
     }
 
     /// A store feeding both the Run cache and the extender's node cache.
-    pub fn with_nodes(cache: Arc<Cache>, nodes: Arc<NodeCache>) -> Self {
+    pub fn with_nodes(cache: Arc<RunCache>, nodes: Arc<ClusterIndex>) -> Self {
         StandaloneStore {
             ix: Indexes::new(cache, nodes),
             inner: Mutex::new(Inner::default()),
@@ -188,11 +189,11 @@ impl StandaloneStore {
         }
     }
 
-    pub fn nodes(&self) -> &Arc<NodeCache> {
+    pub fn nodes(&self) -> &Arc<ClusterIndex> {
         &self.ix.nodes
     }
 
-    pub fn cache(&self) -> &Arc<Cache> {
+    pub fn cache(&self) -> &Arc<RunCache> {
         &self.ix.runs
     }
 

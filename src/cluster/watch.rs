@@ -14,10 +14,10 @@
 //! cluster does not serve, is reset to empty and does not hold readiness.
 
 use super::kinds::Kind;
-use crate::cache::Cache;
+use crate::cache::RunCache;
 use crate::cache::index::{Index, Indexes};
-use crate::cache::nodes::{Key, NodeCache};
-use crate::model::pod::{CAPACITY_PREFIX, RUNTIMED_READY};
+use crate::cache::nodes::{ClusterIndex, Key};
+use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -238,8 +238,8 @@ pub struct Watches {
 /// been listed.
 pub async fn spawn(
     client: Client,
-    cache: Arc<Cache>,
-    nodes: Arc<NodeCache>,
+    cache: Arc<RunCache>,
+    nodes: Arc<ClusterIndex>,
     watches: Watches,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let ix = Indexes::new(Arc::clone(&cache), nodes);
@@ -403,12 +403,12 @@ mod tests {
     /// and a Pod that loses the runtime label leaves the Run cache only.
     #[tokio::test]
     async fn pods_reach_both_caches_through_the_watcher() {
-        let cache = Arc::new(Cache::new(
+        let cache = Arc::new(RunCache::new(
             CacheConfig::default(),
             Arc::new(WorkQueue::default()),
             Arc::new(Metrics::default()),
         ));
-        let ix = Indexes::new(Arc::clone(&cache), Arc::new(NodeCache::new()));
+        let ix = Indexes::new(Arc::clone(&cache), Arc::new(ClusterIndex::new()));
         let pod = |name: &str, runtime: bool| {
             let mut p = Pod::default();
             p.metadata.name = Some(name.into());
@@ -464,10 +464,10 @@ mod tests {
                 {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": "2026-01-01T00:00:00Z"}]}
         }))
         .unwrap();
-        let before = crate::model::pod::PodFacts::from_pod(&pod, "runtime", 2);
+        let before = crate::model::runtime_pod::PodFacts::from_pod(&pod, "runtime", 2);
         let stripped = strip_pod(pod, "runtime");
         assert_eq!(
-            crate::model::pod::PodFacts::from_pod(&stripped, "runtime", 2),
+            crate::model::runtime_pod::PodFacts::from_pod(&stripped, "runtime", 2),
             before
         );
         let json = serde_json::to_string(&stripped).unwrap();

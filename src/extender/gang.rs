@@ -1,4 +1,4 @@
-//! Group semantics, pure over a [`NodeState`] snapshot: membership and
+//! Group semantics, pure over a [`ClusterState`] snapshot: membership and
 //! quorum of PodGroups (`gang.minCount`, `basic`) and CompositePodGroups
 //! (`gang.minGroupCount`), topology domains (`schedulingConstraints.topology[0].key`,
 //! nested: a child's domain lies inside its parent's), domain choice by
@@ -44,7 +44,8 @@ pub use hierarchy::{
 pub use preemption::preemption_nodes;
 pub use prefer::{Prefer, prefer};
 
-use crate::cache::nodes::{DomainIndex, GroupRef, NodeState, Rejection};
+use crate::cache::nodes::{ClusterState, DomainIndex, Rejection};
+use crate::model::refs::GroupRef;
 use crate::pods::fit::{self, Amounts};
 use hierarchy::*;
 use k8s_openapi::api::core::v1::Pod;

@@ -2,7 +2,7 @@
 //! `/scheduler/prioritize`, `/scheduler/bind` and `/scheduler/preempt`.
 //!
 //! Handlers decode kube-scheduler's JSON, read one consistent snapshot of
-//! the [`NodeCache`](crate::cache::nodes::NodeCache) (storage only), decide
+//! the [`ClusterIndex`](crate::cache::nodes::ClusterIndex) (storage only), decide
 //! and encode. Every answer kube-scheduler can parse is HTTP 200; failures
 //! inside the extender are reported in `Error`. Only a body that is not the
 //! protocol at all is an HTTP 4xx.
@@ -31,16 +31,13 @@ pub mod gang;
 pub mod planner;
 pub mod plugins;
 pub mod preempt;
-pub mod selector;
 pub mod state;
 pub mod types;
 
-/// The device gate and the permit kept their old paths.
-pub use bind::{device_gate as binding, permit as hold};
 pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
-use crate::cache::nodes::{NodeCache, NodeRefs, NodeState};
+use crate::cache::nodes::{ClusterIndex, ClusterState, NodeRefs};
 use crate::metrics::Endpoint;
 use crate::pods::fit::Amounts;
 use crate::transport::{ApiError, Body, decode_json};
@@ -119,7 +116,7 @@ impl Candidates<'_> {
     /// Resolves the nodes of a request. An error names the field that is
     /// not the protocol.
     pub fn of<'a>(
-        snap: &NodeState,
+        snap: &ClusterState,
         args: &'a ExtenderArgs<'_>,
     ) -> Result<Candidates<'a>, ApiError> {
         match (args.node_names, &args.nodes) {
@@ -233,7 +230,7 @@ impl Reasons {
 /// the gang plugin's domain and the fit plugin (on the DRA-adjusted
 /// requests), in that order.
 pub fn decide_filter<'a>(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     args: &ExtenderArgs<'_>,
     candidates: &'a Candidates<'_>,
@@ -338,7 +335,7 @@ pub fn decide_filter<'a>(
 /// pod's domain is known, else least allocated (cpu, memory) after placing
 /// the pod, 0..=10.
 pub fn decide_prioritize<'a>(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     args: &ExtenderArgs<'_>,
     candidates: &'a Candidates<'_>,
@@ -370,7 +367,7 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
 /// `nodes`, encode the `ExtenderFilterResult`. The handler and the benches
 /// both call this, so the benches measure what is served.
 pub fn filter_bytes(
-    nodes: &NodeCache,
+    nodes: &ClusterIndex,
     planner: &GangPlanner,
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {
@@ -387,7 +384,7 @@ pub fn filter_bytes(
 /// [`filter_bytes`] for prioritize: the `HostPriorityList` of the body's
 /// nodes.
 pub fn prioritize_bytes(
-    nodes: &NodeCache,
+    nodes: &ClusterIndex,
     planner: &GangPlanner,
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {

@@ -17,7 +17,7 @@
 //!   reached, or the room a plan counted on was taken) and every lapsed one.
 //! - [`GangPlanner::planned`]: the value prioritize prefers.
 
-use crate::cache::nodes::GroupRef;
+use crate::model::refs::GroupRef;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;

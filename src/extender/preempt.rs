@@ -35,7 +35,7 @@
 //!    evicted for a gang that can never fit.
 
 use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims};
-use crate::cache::nodes::{Key, NodeState, PodEntry, Scope};
+use crate::cache::nodes::{ClusterState, Key, PodEntry, Scope};
 use crate::pods::fit;
 use crate::pods::priority::{self, Declared};
 use k8s_openapi::api::core::v1::Pod;
@@ -73,7 +73,7 @@ fn dominates(a: &[i64; 4], b: &[i64; 4]) -> bool {
 }
 
 /// The preemptor's effective priority; `None` when it may not preempt.
-fn preemptor_priority(snap: &NodeState, pod: &Pod) -> Option<i32> {
+fn preemptor_priority(snap: &ClusterState, pod: &Pod) -> Option<i32> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let spec = pod.spec.as_ref();
     let own = priority::resolve(
@@ -99,7 +99,7 @@ fn preemptor_priority(snap: &NodeState, pod: &Pod) -> Option<i32> {
 }
 
 /// A cached pod's effective priority: its PodGroup's when the group is known.
-fn effective_priority(snap: &NodeState, key: &Key, pod: &PodEntry) -> i32 {
+fn effective_priority(snap: &ClusterState, key: &Key, pod: &PodEntry) -> i32 {
     pod.group
         .as_deref()
         .and_then(|g| snap.group_priority(&key.0, g))
@@ -153,7 +153,7 @@ type ScopeMemo<'s> = HashMap<(String, Scope), Vec<(&'s Key, &'s PodEntry)>>;
 
 /// Applies rules 2–5 to one candidate.
 fn evaluate<'s>(
-    snap: &'s NodeState,
+    snap: &'s ClusterState,
     node: &'s str,
     uids: &[Option<&str>],
     pdb: i64,
@@ -217,7 +217,10 @@ fn evaluate<'s>(
 
 /// The preempt decision: kube-scheduler's candidates narrowed and completed
 /// by the rules in this module's documentation.
-pub fn decide_preempt(snap: &NodeState, args: &ExtenderPreemptionArgs) -> ExtenderPreemptionResult {
+pub fn decide_preempt(
+    snap: &ClusterState,
+    args: &ExtenderPreemptionArgs,
+) -> ExtenderPreemptionResult {
     let mut out = ExtenderPreemptionResult::default();
     let Some(pod) = &args.pod else {
         return out;

@@ -3,10 +3,10 @@
 //! composite state hands this out (axum `FromRef`); the extender knows
 //! nothing of the other surfaces.
 
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::ClusterIndex;
 use crate::cluster::ClusterWriter;
-use crate::extender::binding::BindingGate;
-use crate::extender::hold::Gangs;
+use crate::extender::bind::device_gate::BindingGate;
+use crate::extender::bind::permit::Gangs;
 use crate::metrics::Metrics;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct ExtenderState {
     /// The cluster model (Nodes, Pods, groups, DRA).
-    pub nodes: Arc<NodeCache>,
+    pub nodes: Arc<ClusterIndex>,
     /// Where writes go (the store in standalone mode, the API otherwise).
     pub writer: Arc<dyn ClusterWriter>,
     /// Binds waiting on DRA device binding conditions.

@@ -7,17 +7,17 @@
 //! keep no state of their own.
 
 pub mod auth;
-pub mod error;
 mod objects;
 mod runs;
 
 use crate::admission::AdmissionState;
-use crate::cache::Cache;
-use crate::cache::nodes::NodeCache;
+use crate::cache::RunCache;
+use crate::cache::nodes::ClusterIndex;
 use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::extender::ExtenderState;
 use crate::metrics::{Endpoint, Metrics};
+use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::handler::Handler as _;
@@ -29,23 +29,21 @@ use std::time::Duration;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-pub use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
-
 /// What handlers share: every surface's state, composed.
 #[derive(Clone)]
 pub struct AppState {
-    pub cache: Arc<Cache>,
+    pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
     pub metrics: Arc<Metrics>,
     /// The extender's cluster model (Nodes, Pods, groups, DRA).
-    pub nodes: Arc<NodeCache>,
+    pub nodes: Arc<ClusterIndex>,
     /// Where writes go (the store in standalone mode, the API otherwise).
     pub writer: Arc<dyn ClusterWriter>,
     /// Binds waiting on DRA device binding conditions.
-    pub binding: Arc<crate::extender::binding::BindingGate>,
+    pub binding: Arc<crate::extender::bind::device_gate::BindingGate>,
     /// Gang members held in bind until their group's quorum (`--gang-wait`).
-    pub gangs: Arc<crate::extender::hold::Gangs>,
+    pub gangs: Arc<crate::extender::bind::permit::Gangs>,
     /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
     /// them open (standalone mode).
     pub access: Option<auth::AccessControl>,
@@ -54,7 +52,7 @@ pub struct AppState {
 /// What the Run API, the standalone objects API, health and metrics share.
 #[derive(Clone)]
 pub struct RunApiState {
-    pub cache: Arc<Cache>,
+    pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
     pub metrics: Arc<Metrics>,

@@ -3,8 +3,8 @@
 //! uses ([`refs`]: Run and group references, message bounds, name rules).
 //! No I/O, no clocks (time is passed in).
 
-pub mod pod;
 pub mod quantity;
 pub mod ratio;
 pub mod refs;
 pub mod resources;
+pub mod runtime_pod;

@@ -148,7 +148,7 @@ impl ResourceVec {
 /// One resource of one Runtime Pod: declared capacity, usage of active Runs
 /// and reservations not yet observed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ledger {
+pub struct ResourceAccount {
     pub id: ResId,
     pub capacity: u64,
     pub actual: u64,
@@ -157,7 +157,7 @@ pub struct Ledger {
     pub mult: u64,
 }
 
-impl Ledger {
+impl ResourceAccount {
     fn is_zero(&self) -> bool {
         self.capacity == 0 && self.actual == 0 && self.assumed == 0
     }
@@ -166,10 +166,10 @@ impl Ledger {
 /// Everything placement reads about one pod's resources, inline and sorted
 /// by id, so a decision walks one small array per pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodResources(SmallVec<[Ledger; 4]>, u128);
+pub struct PodResources(SmallVec<[ResourceAccount; 4]>, u128);
 
 impl PodResources {
-    pub fn as_slice(&self) -> &[Ledger] {
+    pub fn as_slice(&self) -> &[ResourceAccount] {
         &self.0
     }
 
@@ -210,15 +210,15 @@ impl PodResources {
         self.0.is_empty()
     }
 
-    fn entry(&mut self, id: ResId) -> &mut Ledger {
+    fn entry(&mut self, id: ResId) -> &mut ResourceAccount {
         let pos = match self.0.binary_search_by_key(&id, |l| l.id) {
             Ok(pos) => pos,
             Err(pos) => {
                 self.0.insert(
                     pos,
-                    Ledger {
+                    ResourceAccount {
                         id,
-                        ..Ledger::default()
+                        ..ResourceAccount::default()
                     },
                 );
                 pos

@@ -15,9 +15,9 @@
 //! not fit 128 bits.
 
 use super::placement::{Rejection, RejectionCounts, Score};
-use crate::model::pod::Freshness;
 use crate::model::ratio::{Ratio, RatioSum};
 use crate::model::resources::{PodResources, ResId, ResourceVec};
+use crate::model::runtime_pod::Freshness;
 use k8s_openapi::jiff::Timestamp;
 use smallvec::SmallVec;
 use std::cmp::Ordering;

@@ -1,9 +1,9 @@
 //! Filter and least-loaded score for one Run against one Runtime Pod, and the
 //! Pending summary when nothing fits. Pure functions over resource vectors.
 
-use crate::model::pod::Unavailable;
 use crate::model::ratio::{Ratio, RatioSum};
 use crate::model::resources::{PodResources, ResId, ResourceNames, ResourceVec};
+use crate::model::runtime_pod::Unavailable;
 use std::cmp::Ordering;
 use std::fmt::{self, Write as _};
 
@@ -260,7 +260,7 @@ impl RejectionCounts {
 }
 
 /// Upper bound of a Pending message; truncation on a char boundary.
-pub use crate::model::refs::{MAX_MESSAGE, truncate};
+use crate::model::refs::{MAX_MESSAGE, truncate};
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,9 @@
 //! whether a write is needed at all.
 
 use crate::crd::{RunStatus, phase};
+use crate::model::refs::{MAX_MESSAGE, truncate};
 use crate::model::resources::RequestError;
-use crate::runs::placement::{MAX_MESSAGE, PendingReason, truncate};
+use crate::runs::placement::PendingReason;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 

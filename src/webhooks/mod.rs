@@ -75,7 +75,7 @@
 pub mod config;
 pub mod material;
 
-use crate::workload::{is_dns_label, is_dns_subdomain};
+use crate::model::refs::{is_dns_label, is_dns_subdomain};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

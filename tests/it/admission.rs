@@ -911,7 +911,7 @@ async fn malformed_review_is_http_400(#[case] body: Vec<u8>, #[case] needle: &st
 
 #[tokio::test]
 async fn oversized_body_is_refused() {
-    let body = vec![b' '; kruntimes_scheduler::http::MAX_BODY_BYTES + 1];
+    let body = vec![b' '; kruntimes_scheduler::transport::MAX_BODY_BYTES + 1];
     let reply = send_raw(state(), VALIDATE_RUNS, body).await;
     assert_eq!(
         reply.status,

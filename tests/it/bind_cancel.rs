@@ -8,7 +8,7 @@ use crate::common;
 use common::{app, post};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use kruntimes_scheduler::extender::hold::Gangs;
+use kruntimes_scheduler::extender::bind::permit::Gangs;
 use kruntimes_scheduler::serve::Standalone;
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, get, post};
-use kruntimes_scheduler::extender::binding::{BindingConfig, BindingGate};
+use kruntimes_scheduler::extender::bind::device_gate::{BindingConfig, BindingGate};
 use kruntimes_scheduler::serve::Standalone;
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use crate::common;
 use axum::body::Body;
 use axum::http::Request;
 use common::{app, get, post};
-use kruntimes_scheduler::extender::hold::Gangs;
+use kruntimes_scheduler::extender::bind::permit::Gangs;
 use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::Standalone;
 use kruntimes_scheduler::testkit;

@@ -243,7 +243,7 @@ fn the_table_is_read_from_the_docs() {
 
 #[test]
 fn paths_are_found_in_uses_groups_and_expressions_but_not_comments() {
-    let src = "use crate::cache::nodes::NodeCache;\n\
+    let src = "use crate::cache::nodes::ClusterIndex;\n\
                use crate::{\n    admission::{self, AdmissionState},\n    model,\n};\n\
                // see crate::http::router\n\
                /// [`x`](crate::http::AppState)\n\
@@ -274,7 +274,7 @@ fn upward_and_sideways_imports_fail() {
         ),
         file(
             "extender",
-            "use crate::http::AppState;\nuse crate::cache::nodes::NodeCache;",
+            "use crate::http::AppState;\nuse crate::cache::nodes::ClusterIndex;",
         ),
         file("admission", "fn f() { crate::extender::router(); }"),
         file(
@@ -282,7 +282,7 @@ fn upward_and_sideways_imports_fail() {
             "use crate::extender::ExtenderState;\nuse crate::transport::ApiError;",
         ),
         file("transport", "use axum::Router;"),
-        file("stray", "use crate::cache::Cache;"),
+        file("stray", "use crate::cache::RunCache;"),
     ];
     let problems = violations(&layers, &files);
     assert_eq!(
@@ -297,7 +297,7 @@ fn upward_and_sideways_imports_fail() {
     // The same graph without the bad edges passes.
     let good = [
         file("cache", "use crate::model::refs::GroupRef;"),
-        file("extender", "use crate::cache::nodes::NodeCache;"),
+        file("extender", "use crate::cache::nodes::ClusterIndex;"),
         file("http", "use crate::extender::ExtenderState;"),
     ];
     assert_eq!(violations(&layers, &good), Vec::<String>::new());

@@ -127,7 +127,10 @@ fn app() -> Router {
 }
 
 fn names() -> Vec<String> {
-    kruntimes_scheduler::certs::service_dns_names("kruntimes-scheduler", "kruntimes-system")
+    kruntimes_scheduler::webhooks::material::service_dns_names(
+        "kruntimes-scheduler",
+        "kruntimes-system",
+    )
 }
 
 #[tokio::test]

@@ -579,7 +579,7 @@ async fn a_corrupt_secret_is_replaced() {
 async fn a_secret_of_the_manual_flow_gets_a_new_ca_and_keeps_the_old_in_the_bundle() {
     let api = FakeApi::start().await;
     api.add_cluster_role(NAME);
-    let names = kruntimes_scheduler::certs::service_dns_names(NAME, NS);
+    let names = kruntimes_scheduler::webhooks::material::service_dns_names(NAME, NS);
     let manual = kruntimes_scheduler::certs::generate(&names).expect("manual certs");
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     api.put(

@@ -11,7 +11,7 @@
 //! Everything that reads node storage directly is here, so a change of that
 //! storage only touches this file.
 
-use super::{Key, NodeState, ResId};
+use super::{ClusterState, Key, ResId};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use parking_lot::{Mutex, MutexGuard};
@@ -78,7 +78,7 @@ impl DomainIndex {
 }
 
 /// A PodGroup or CompositePodGroup (it lives in the pure core).
-pub use crate::model::refs::GroupRef;
+use crate::model::refs::GroupRef;
 
 /// Unschedulable notes, behind one small lock (filter calls run
 /// concurrently under the cache's read lock). Domain plans are not kept
@@ -108,7 +108,7 @@ impl Default for Semantics {
     }
 }
 
-/// The label indexes and the ledger (a field of [`NodeState`]).
+/// The label indexes and the ledger (a field of [`ClusterState`]).
 #[derive(Debug, Default)]
 pub(super) struct Domains {
     /// One index per topology key asked for so far.
@@ -117,7 +117,7 @@ pub(super) struct Domains {
     semantics: Semantics,
 }
 
-impl super::NodeCache {
+impl super::ClusterIndex {
     /// Sets the semantics switches (at start-up).
     pub fn set_semantics(&self, s: Semantics) {
         self.state.write().domains.semantics = s;
@@ -126,7 +126,7 @@ impl super::NodeCache {
 
 /// Free amounts on nodes for a fixed list of resources.
 pub struct Rooms<'s> {
-    snap: &'s NodeState,
+    snap: &'s ClusterState,
     ids: Vec<Option<ResId>>,
     /// Ignore what is counted on the node (allocatable only).
     empty: bool,
@@ -163,9 +163,9 @@ impl Rooms<'_> {
     }
 }
 
-// === impl NodeState (domains) ===
+// === impl ClusterState (domains) ===
 
-impl NodeState {
+impl ClusterState {
     /// Existing nodes carrying label `key`: `(name, value)`, in no order.
     pub fn nodes_with_label<'a>(
         &'a self,
@@ -270,7 +270,7 @@ fn children<T, S>(
 
 #[cfg(test)]
 mod tests {
-    use crate::cache::nodes::NodeCache;
+    use crate::cache::nodes::ClusterIndex;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn index_follows_label_changes_and_deletions() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&node("a", Some("r1"), "4"));
         c.apply_node(&node("b", Some("r1"), "4"));
         c.apply_node(&node("c", None, "4"));
@@ -307,7 +307,7 @@ mod tests {
 
     #[test]
     fn rooms_are_allocatable_minus_used() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&node("a", Some("r1"), "4"));
         c.apply_pod(
             &serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"},

@@ -2,7 +2,7 @@
 //! PodGroup may be disrupted (its own `disruptionMode`, or `All` on any
 //! CompositePodGroup above it, following `parentCompositePodGroupName`).
 
-use super::{Key, NodeState, PodEntry};
+use super::{ClusterState, Key, PodEntry};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 
 /// Parent references followed at most (the one hierarchy depth limit; a
@@ -21,9 +21,9 @@ pub enum Scope {
     Composite(String),
 }
 
-// === impl NodeState ===
+// === impl ClusterState ===
 
-impl NodeState {
+impl ClusterState {
     /// Pods counted on a node (bound or assumed there), assumed versions first.
     pub fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = (&'a Key, &'a PodEntry)> {
         self.nodes

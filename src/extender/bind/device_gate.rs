@@ -21,7 +21,7 @@
 //!
 //! Time is tokio's clock, so tests run with paused time and never sleep.
 
-use crate::cache::nodes::{ClaimBinding, NodeCache};
+use crate::cache::nodes::{ClaimBinding, ClusterIndex};
 use crate::cluster::{ClaimAllocationRef, ClusterWriter};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -176,7 +176,7 @@ impl BindingGate {
     /// [`BindingGate::wait`] with the failure as its message.
     pub async fn wait_for_devices(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod_name: &str,
@@ -198,7 +198,7 @@ impl BindingGate {
     /// wait of each claim allocation, which is meant to outlive the call.
     pub async fn wait(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod_name: &str,

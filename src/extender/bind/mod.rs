@@ -38,10 +38,11 @@
 pub mod device_gate;
 pub mod permit;
 
-use crate::cache::nodes::{GroupRef, NodeCache, NodeState};
+use crate::cache::nodes::{ClusterIndex, ClusterState};
 use crate::cluster::{BindError, ClusterWriter, PodBinding};
 use crate::extender::gang;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
+use crate::model::refs::GroupRef;
 use device_gate::{BindingGate, DeviceFailure};
 use permit::{Gangs, Held, HoldFailure};
 use std::sync::Arc;
@@ -50,7 +51,7 @@ use std::sync::Arc;
 /// hold), the device gate and the metrics. Cheap to clone.
 #[derive(Clone)]
 pub struct Binder {
-    pub nodes: Arc<NodeCache>,
+    pub nodes: Arc<ClusterIndex>,
     pub writer: Arc<dyn ClusterWriter>,
     pub permit: Arc<Gangs>,
     pub devices: Arc<BindingGate>,
@@ -192,7 +193,7 @@ impl Drop for Assumption {
 /// ResourceClaims allocated. A broken hierarchy (a cycle, too deep) is left
 /// to the permit, which refuses it with the reason.
 pub fn check_cached(
-    snap: &NodeState,
+    snap: &ClusterState,
     namespace: &str,
     name: &str,
     uid: &str,
@@ -223,7 +224,7 @@ pub fn check_cached(
                 break;
             };
             let next = GroupRef::composite(namespace, &parent);
-            if seen.contains(&next) || seen.len() >= gang::MAX_DEPTH {
+            if seen.contains(&next) || seen.len() >= crate::model::refs::MAX_GROUP_DEPTH {
                 break;
             }
             at = next;

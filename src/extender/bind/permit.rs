@@ -27,9 +27,10 @@
 //! lock (a drop guard), so a cancelled member never counts toward quorum
 //! and a unit without members does not stay in the table.
 
-use crate::cache::nodes::{GroupRef, NodeCache};
+use crate::cache::nodes::ClusterIndex;
 use crate::cluster::{ClusterWriter, EventKind, ObjectRef};
 use crate::extender::gang::{self, GangPlanner, bounded};
+use crate::model::refs::GroupRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
@@ -92,7 +93,7 @@ pub enum HoldFailure {
 /// last member.
 struct Waiter<'a> {
     gangs: &'a Gangs,
-    nodes: &'a NodeCache,
+    nodes: &'a ClusterIndex,
     unit: GroupRef,
     generation: u64,
     /// `(namespace, pod)`.
@@ -198,7 +199,7 @@ impl Gangs {
     /// removed (nothing stays in the table).
     pub async fn hold(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod: &str,
@@ -279,7 +280,7 @@ impl Gangs {
     /// Ends a unit's wait: forgets every held member (capacity visible to
     /// the next cycle at once) and fails their binds. `None` when that unit
     /// (that generation) is no longer waiting.
-    fn expire_now(&self, nodes: &NodeCache, unit: &GroupRef, generation: u64) -> Option<String> {
+    fn expire_now(&self, nodes: &ClusterIndex, unit: &GroupRef, generation: u64) -> Option<String> {
         let mut units = self.units.lock();
         match units.get(unit) {
             Some(u) if u.generation == generation => {}
@@ -310,7 +311,7 @@ impl Gangs {
     /// Records an expired wait: an Event and the Unschedulable condition.
     async fn record_expiry(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         unit: &GroupRef,
         message: &str,
@@ -333,7 +334,7 @@ impl Gangs {
     /// quorum as initially scheduled.
     pub async fn bound(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         namespace: &str,
         pod: &str,
@@ -361,7 +362,7 @@ impl Gangs {
 
     /// Publishes the reasons filter recorded for groups it could not place
     /// (`Unschedulable` conditions), in the background.
-    pub fn publish(self: &Arc<Self>, nodes: &Arc<NodeCache>, writer: &Arc<dyn ClusterWriter>) {
+    pub fn publish(self: &Arc<Self>, nodes: &Arc<ClusterIndex>, writer: &Arc<dyn ClusterWriter>) {
         let notes = {
             let snap = nodes.read();
             let mut l = snap.group_ledger();
@@ -383,7 +384,7 @@ impl Gangs {
     /// and from the last write; never after `True`.
     pub async fn set_condition(
         &self,
-        nodes: &NodeCache,
+        nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         group: &GroupRef,
         status: bool,
@@ -458,7 +459,7 @@ impl Gangs {
     }
 }
 
-fn uid_of(nodes: &NodeCache, g: &GroupRef) -> Option<String> {
+fn uid_of(nodes: &ClusterIndex, g: &GroupRef) -> Option<String> {
     let snap = nodes.read();
     if g.composite {
         snap.composite(&g.namespace, &g.name)?.metadata.uid.clone()

@@ -163,7 +163,7 @@ struct Fixture {
 }
 
 fn fixture(min: u32, pods: usize, blocking: bool) -> Fixture {
-    let nodes = Arc::new(NodeCache::new());
+    let nodes = Arc::new(ClusterIndex::new());
     nodes.apply_node(&node("n1"));
     nodes.apply_pod_group(&gang("g", min, None));
     for i in 0..pods {

@@ -61,7 +61,7 @@ impl GroupVerdict {
 }
 
 /// Records why a group cannot be placed (published by the filter handler).
-pub(super) fn note(snap: &NodeState, group: &GroupRef, message: &str) {
+pub(super) fn note(snap: &ClusterState, group: &GroupRef, message: &str) {
     let mut l = snap.group_ledger();
     if l.notes.len() < 4096 || l.notes.contains_key(group) {
         l.notes.insert(group.clone(), message.to_owned());
@@ -77,7 +77,7 @@ pub(super) fn note(snap: &NodeState, group: &GroupRef, message: &str) {
 /// group's remaining pods still fit in it ([`remaining_fit`]). A plan whose
 /// room was taken since is made again once.
 pub fn filter_gate(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,
@@ -157,7 +157,7 @@ pub fn filter_gate(
 /// Step 1: enough pods exist for each gang from the pod's group up to its
 /// unit (`Err`: the unresolvable verdict naming the first level short).
 pub(super) fn enough_pods(
-    snap: &NodeState,
+    snap: &ClusterState,
     levels: &[Level],
     this: FilteredPod<'_, '_>,
 ) -> Result<(), GroupVerdict> {
@@ -212,7 +212,7 @@ pub(super) enum DomainWalk {
 /// placed members, else the level's live plan (`Err`: members in an
 /// unknown or conflicting domain).
 pub(super) fn domains_of(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     levels: &[Level],
     now: Instant,
@@ -277,7 +277,7 @@ pub(super) enum RemainingFit {
 /// cached node when it has none), after what other groups' plans reserve
 /// there.
 pub(super) fn remaining_fit(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     levels: &[Level],
     domain: &DomainChain,
@@ -332,7 +332,7 @@ pub(super) fn remaining_fit(
 /// it, inside `outer`. Err: why nothing fits, and whether removing pods
 /// could not help.
 pub(super) fn make_plan(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     levels: &[Level],
     at: usize,

@@ -24,7 +24,7 @@ pub struct Spec {
 }
 
 /// The spec of a group or composite in the snapshot.
-pub fn spec_of(snap: &NodeState, r: &GroupRef) -> Option<Spec> {
+pub fn spec_of(snap: &ClusterState, r: &GroupRef) -> Option<Spec> {
     let key = |k: Option<&String>| k.filter(|k| !k.is_empty()).cloned();
     if r.composite {
         let c = snap.composite(&r.namespace, &r.name)?;
@@ -70,20 +70,20 @@ pub struct Level {
 
 /// The group and its parents, innermost first. A missing object is an
 /// unresolvable rejection naming it.
-pub fn chain(snap: &NodeState, namespace: &str, group: &str) -> Result<Vec<Level>, Rejection> {
+pub fn chain(snap: &ClusterState, namespace: &str, group: &str) -> Result<Vec<Level>, Rejection> {
     chain_from(snap, GroupRef::group(namespace, group))
 }
 
 /// [`chain`] from any group or composite. A parent reference that comes
 /// back to a group already on the chain (a cycle), or a chain longer than
 /// [`MAX_DEPTH`] levels, is unresolvable with a message naming the chain.
-pub fn chain_from(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, Rejection> {
+pub fn chain_from(snap: &ClusterState, start: GroupRef) -> Result<Vec<Level>, Rejection> {
     walk(snap, start).map_err(|(r, _)| r)
 }
 
 /// [`chain_from`]; the error says whether an object is only missing (it
 /// may still come) rather than the hierarchy being broken.
-pub(super) fn walk(snap: &NodeState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
+pub(super) fn walk(snap: &ClusterState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
     let mut out: Vec<Level> = Vec::new();
     let mut at = start;
     loop {
@@ -159,7 +159,7 @@ pub type AllowedNodes = Option<Arc<BTreeSet<String>>>;
 
 /// The cached nodes a pod's own `nodeSelector` and required node affinity
 /// admit (`None`: it has neither).
-pub(super) fn eligible(snap: &NodeState, p: &crate::cache::nodes::PodEntry) -> AllowedNodes {
+pub(super) fn eligible(snap: &ClusterState, p: &crate::cache::nodes::PodEntry) -> AllowedNodes {
     let rule = p.node_rule.as_ref()?;
     Some(Arc::new(
         snap.node_names()
@@ -189,7 +189,7 @@ pub(super) static NO_REQUESTS: Amounts = Amounts::new();
 /// `this`: the pod being filtered (counted in its own group even if the
 /// watch has not shown it yet).
 pub(super) fn members<'s>(
-    snap: &'s NodeState,
+    snap: &'s ClusterState,
     namespace: &str,
     group: &str,
     this: FilteredPod<'_, 's>,
@@ -225,7 +225,7 @@ pub(super) fn members<'s>(
 }
 
 /// Leaf PodGroups under a group (itself when it is one).
-pub(super) fn leaves(snap: &NodeState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
+pub(super) fn leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
     if !r.composite {
         out.push(r.clone());
         return;
@@ -241,7 +241,7 @@ pub(super) fn leaves(snap: &NodeState, r: &GroupRef, depth: usize, out: &mut Vec
     }
 }
 
-pub(super) fn children(snap: &NodeState, r: &GroupRef) -> Vec<GroupRef> {
+pub(super) fn children(snap: &ClusterState, r: &GroupRef) -> Vec<GroupRef> {
     let mut v: Vec<GroupRef> = snap
         .child_groups(&r.namespace, &r.name)
         .iter()
@@ -267,7 +267,7 @@ pub(super) enum QuorumCount {
 /// `(have, need)` of a group: pods for a PodGroup, satisfied children for a
 /// composite. A basic group needs one.
 pub(super) fn tally(
-    snap: &NodeState,
+    snap: &ClusterState,
     r: &GroupRef,
     count: QuorumCount,
     depth: usize,
@@ -327,7 +327,7 @@ pub struct Quorum {
 /// (no group, no gang on its way to the root, or a group the cache does not
 /// hold yet). `Err`: the hierarchy is broken (a parent cycle, or deeper
 /// than [`MAX_DEPTH`]), and the pod must not be bound.
-pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Result<Option<Quorum>, String> {
+pub fn quorum(snap: &ClusterState, namespace: &str, pod: &str) -> Result<Option<Quorum>, String> {
     let Some(group) = snap.pod(namespace, pod).and_then(|p| p.group.clone()) else {
         return Ok(None);
     };
@@ -353,7 +353,7 @@ pub fn quorum(snap: &NodeState, namespace: &str, pod: &str) -> Result<Option<Quo
 }
 
 pub(super) fn collect_satisfied(
-    snap: &NodeState,
+    snap: &ClusterState,
     r: &GroupRef,
     depth: usize,
     out: &mut Vec<GroupRef>,
@@ -370,7 +370,7 @@ pub(super) fn collect_satisfied(
 }
 
 /// Groups under a unit (itself, child groups and composites, recursively).
-pub fn tree_of(snap: &NodeState, unit: &GroupRef) -> Vec<GroupRef> {
+pub fn tree_of(snap: &ClusterState, unit: &GroupRef) -> Vec<GroupRef> {
     let mut out = vec![unit.clone()];
     let mut i = 0;
     while i < out.len() && out.len() < 4096 {
@@ -389,7 +389,7 @@ pub fn tree_of(snap: &NodeState, unit: &GroupRef) -> Vec<GroupRef> {
 /// unknown, and members in two domains (an empty value and a non-empty one
 /// included) conflict; either way no domain may be chosen (`Err`: why).
 pub(super) fn fixed_domain(
-    snap: &NodeState,
+    snap: &ClusterState,
     group: &GroupRef,
     key: &str,
     ix: &DomainIndex,
@@ -423,7 +423,7 @@ pub(super) fn fixed_domain(
 }
 
 /// Nodes of every pod placed under a group.
-pub(super) fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str> {
+pub(super) fn placed_nodes<'s>(snap: &'s ClusterState, r: &GroupRef) -> Vec<&'s str> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
     ls.iter()
@@ -433,7 +433,7 @@ pub(super) fn placed_nodes<'s>(snap: &'s NodeState, r: &GroupRef) -> Vec<&'s str
 
 /// What a leaf still needs: `(requests of unplaced pods, how many must fit)`.
 pub(super) fn leaf_need<'s>(
-    snap: &'s NodeState,
+    snap: &'s ClusterState,
     r: &GroupRef,
     this: FilteredPod<'_, 's>,
 ) -> (Vec<(&'s Amounts, AllowedNodes)>, usize) {

@@ -14,7 +14,7 @@ use super::*;
 /// broken hierarchy or members in an unknown or conflicting domain leave
 /// nothing that helps.
 pub fn preemption_nodes(
-    snap: &NodeState,
+    snap: &ClusterState,
     pod: &Pod,
     requests: &Amounts,
     stays: impl Fn(&crate::cache::nodes::Key, &crate::cache::nodes::PodEntry) -> bool,

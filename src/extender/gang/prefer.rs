@@ -26,7 +26,7 @@ impl Prefer {
 /// The preference for a grouped pod whose domain is known (fixed or
 /// planned); `None` leaves prioritize to its default.
 pub fn prefer(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,

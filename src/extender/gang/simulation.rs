@@ -125,7 +125,7 @@ pub(super) struct FreeRooms<'s> {
 }
 
 impl<'s> FreeRooms<'s> {
-    pub(super) fn new(snap: &'s NodeState, dims: &ResourceAxes, empty: bool) -> Self {
+    pub(super) fn new(snap: &'s ClusterState, dims: &ResourceAxes, empty: bool) -> Self {
         FreeRooms {
             rooms: snap.rooms(&dims.names, empty),
             changed: HashMap::new(),
@@ -455,7 +455,7 @@ pub(super) fn trial_leaf(
 /// A group's subtree prepared for simulation (`None`: the group is gone,
 /// or its placed members are in an unknown or conflicting domain).
 pub(super) fn build_tree(
-    snap: &NodeState,
+    snap: &ClusterState,
     r: &GroupRef,
     dims: &ResourceAxes,
     this: FilteredPod<'_, '_>,
@@ -563,7 +563,7 @@ impl GroupTree {
 
 /// Requests of every unplaced pod under `r` (for the simulation's dims).
 pub(super) fn subtree_requests<'s>(
-    snap: &'s NodeState,
+    snap: &'s ClusterState,
     r: &GroupRef,
     this: FilteredPod<'_, 's>,
 ) -> Vec<&'s Amounts> {
@@ -579,7 +579,7 @@ pub(super) fn subtree_requests<'s>(
 /// domains) into `free`, skipping the groups of `own`. With `overlap`,
 /// only plans whose domain shares a node with it.
 pub(super) fn reserve_others(
-    snap: &NodeState,
+    snap: &ClusterState,
     plans: &HashMap<GroupRef, Plan>,
     own: &BTreeSet<GroupRef>,
     dims: &ResourceAxes,

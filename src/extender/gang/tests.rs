@@ -2,7 +2,7 @@
 //! hierarchies (cycles, too deep).
 
 use super::*;
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::ClusterIndex;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -55,8 +55,8 @@ fn composite(name: &str, gang: bool, min: u32, parent: Option<&str>) -> Composit
 
 /// root (composite) → mid (composite) → leaf (PodGroup of 2, pods l-0 and
 /// l-1), each level gang or basic.
-fn three_levels(root: bool, mid: bool, leaf: bool) -> NodeCache {
-    let c = NodeCache::new();
+fn three_levels(root: bool, mid: bool, leaf: bool) -> ClusterIndex {
+    let c = ClusterIndex::new();
     c.apply_node(&node("n1"));
     c.apply_composite(&composite("root", root, 1, None));
     c.apply_composite(&composite("mid", mid, 1, Some("root")));
@@ -123,7 +123,7 @@ fn the_unit_is_the_outermost_gang_whatever_lies_between() {
 fn a_basic_middle_does_not_cut_off_a_gang_root_over_two_gang_leaves() {
     // root (gang, 2 groups) → mid (basic) → a, b (gang of 1 each): the
     // first member is held until the second completes the root.
-    let c = NodeCache::new();
+    let c = ClusterIndex::new();
     c.apply_node(&node("n1"));
     c.apply_composite(&composite("root", true, 2, None));
     c.apply_composite(&composite("mid", false, 1, Some("root")));
@@ -146,7 +146,7 @@ fn a_basic_middle_does_not_cut_off_a_gang_root_over_two_gang_leaves() {
 
 #[test]
 fn a_parent_cycle_is_unresolvable_and_named() {
-    let c = NodeCache::new();
+    let c = ClusterIndex::new();
     c.apply_node(&node("n1"));
     c.apply_composite(&composite("a", true, 1, Some("b")));
     c.apply_composite(&composite("b", false, 1, Some("a")));
@@ -174,7 +174,7 @@ fn a_parent_cycle_is_unresolvable_and_named() {
 
 #[test]
 fn a_chain_deeper_than_the_limit_is_unresolvable() {
-    let c = NodeCache::new();
+    let c = ClusterIndex::new();
     // g → c1 → c2 → c3 is four levels: fine. Under c4 it is five.
     c.apply_composite(&composite("c3", true, 1, None));
     c.apply_composite(&composite("c2", true, 1, Some("c3")));

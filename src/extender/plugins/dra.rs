@@ -6,7 +6,7 @@
 //! pod's own requests, as kube-scheduler's least-allocated does).
 
 use super::fit::{self, Resolved};
-use crate::cache::nodes::NodeState;
+use crate::cache::nodes::ClusterState;
 use crate::pods::fit::Amounts;
 use crate::pods::fit::{ClaimRef, pod_claims};
 use k8s_openapi::api::core::v1::Pod;
@@ -29,7 +29,7 @@ impl ClaimRequests {
 }
 
 /// Resolves the pod's requests plus what its allocated claims take.
-pub fn prefilter(snap: &NodeState, pod: &Pod, requests: &Amounts) -> ClaimRequests {
+pub fn prefilter(snap: &ClusterState, pod: &Pod, requests: &Amounts) -> ClaimRequests {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let claims: Vec<ClaimRef> = pod
         .spec

@@ -3,12 +3,12 @@
 //! consumption) holds the pod's requests and one pod slot; the score is
 //! least-allocated over cpu and memory after placing the pod, 0..=10.
 //!
-//! Pure over a [`NodeState`] snapshot: the per-slot step reads the dense
+//! Pure over a [`ClusterState`] snapshot: the per-slot step reads the dense
 //! columns of the cluster index through its accessors and builds no
 //! message; messages are made once per distinct shortfall
 //! ([`short_message`]).
 
-use crate::cache::nodes::{NodeSlot, NodeState, Rejection};
+use crate::cache::nodes::{ClusterState, NodeSlot, Rejection};
 use crate::model::resources::{ResId, ResourceVec};
 use crate::pods::fit::{self, Amounts};
 
@@ -43,7 +43,7 @@ pub enum Fit {
 }
 
 /// Resolves a request for [`filter`], [`check`] and [`score`].
-pub fn resolve(snap: &NodeState, requests: &Amounts) -> Resolved {
+pub fn resolve(snap: &ClusterState, requests: &Amounts) -> Resolved {
     Resolved {
         entries: requests
             .iter()
@@ -57,7 +57,7 @@ pub fn resolve(snap: &NodeState, requests: &Amounts) -> Resolved {
 
 /// The fit of the cached node at a slot index, without building a
 /// message: the per-node step of a filter call.
-pub fn filter(snap: &NodeState, slot: u32, req: &Resolved) -> Fit {
+pub fn filter(snap: &ClusterState, slot: u32, req: &Resolved) -> Fit {
     if !snap.present_at(slot) {
         return Fit::NotFound;
     }
@@ -96,7 +96,7 @@ pub fn filter(snap: &NodeState, slot: u32, req: &Resolved) -> Fit {
 /// Node fit against the cached Node (or the given allocatable, in
 /// full-NodeList mode) minus what is counted on it, with its message.
 pub fn check(
-    snap: &NodeState,
+    snap: &ClusterState,
     node: &str,
     req: &Resolved,
     allocatable: Option<&Amounts>,
@@ -105,7 +105,7 @@ pub fn check(
 }
 
 /// [`check`] of the cached node at a slot index.
-pub fn check_at(snap: &NodeState, slot: u32, req: &Resolved) -> Result<(), Rejection> {
+pub fn check_at(snap: &ClusterState, slot: u32, req: &Resolved) -> Result<(), Rejection> {
     match filter(snap, slot, req) {
         Fit::Fits => Ok(()),
         _ => check_slot(snap, snap.slot_at(slot), req, None),
@@ -135,7 +135,7 @@ pub fn short_message(req: &Resolved, short: u64) -> String {
 }
 
 fn check_slot(
-    snap: &NodeState,
+    snap: &ClusterState,
     slot: Option<&NodeSlot>,
     req: &Resolved,
     allocatable: Option<&Amounts>,
@@ -187,12 +187,12 @@ fn check_slot(
 }
 
 /// Least-allocated score 0..=10 over cpu and memory after placing the pod.
-pub fn score(snap: &NodeState, node: &str, req: &Resolved) -> i64 {
+pub fn score(snap: &ClusterState, node: &str, req: &Resolved) -> i64 {
     snap.find(node).map_or(0, |slot| score_at(snap, slot, req))
 }
 
 /// [`score`] of the node at a slot index.
-pub fn score_at(snap: &NodeState, slot: u32, req: &Resolved) -> i64 {
+pub fn score_at(snap: &ClusterState, slot: u32, req: &Resolved) -> i64 {
     if !snap.present_at(slot) {
         return 0;
     }
@@ -214,7 +214,7 @@ pub fn score_at(snap: &NodeState, slot: u32, req: &Resolved) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::NodeCache;
+    use crate::cache::nodes::ClusterIndex;
     use crate::extender::plugins::testing::{node, pod};
     use proptest::prelude::*;
 
@@ -223,8 +223,8 @@ mod tests {
     }
 
     /// One node of 4 cores and 2 pod slots, one pod of 3 cores on it.
-    fn one_node() -> NodeCache {
-        let c = NodeCache::new();
+    fn one_node() -> ClusterIndex {
+        let c = ClusterIndex::new();
         c.apply_node(&node("n", None, "4", "2"));
         c.apply_pod(&pod("p", None, "3", Some("n")));
         c
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn emptier_nodes_score_higher() {
-        let c = NodeCache::new();
+        let c = ClusterIndex::new();
         c.apply_node(&node("empty", None, "8", "110"));
         c.apply_node(&node("half", None, "8", "110"));
         c.apply_node(&node("full", None, "8", "110"));
@@ -322,7 +322,7 @@ mod tests {
         fn fast_check_agrees_with_named_check(
             ops in proptest::collection::vec((0..3u8, 0..4u8, proptest::option::of(0..3u8), 1..5u8), 1..30)
         ) {
-            let c = NodeCache::new();
+            let c = ClusterIndex::new();
             for (kind, a, b, amount) in ops {
                 match kind {
                     0 => c.apply_node(&node(&format!("n{}", a % 3), None, &amount.to_string(), "3")),

@@ -5,7 +5,7 @@
 //! builds the preference of a grouped pod whose domain is known, and Score
 //! reads it.
 
-use crate::cache::nodes::NodeState;
+use crate::cache::nodes::ClusterState;
 use crate::extender::gang::{self, GangPlanner, GroupVerdict, Prefer};
 use crate::pods::fit::Amounts;
 use k8s_openapi::api::core::v1::Pod;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// request (the domain of a group without topology, and the nodes the pod
 /// itself may use).
 pub fn prefilter(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,
@@ -46,7 +46,7 @@ impl OutsideReasons {
 /// The preference of a grouped pod whose domain is known; `None` leaves
 /// scoring to the fit plugin.
 pub fn prescore(
-    snap: &NodeState,
+    snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,
@@ -62,8 +62,9 @@ pub fn score(prefer: &Prefer, node: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::{GroupRef, NodeCache};
+    use crate::cache::nodes::ClusterIndex;
     use crate::extender::plugins::testing::{RACK, all_nodes, gang, pod, racks};
+    use crate::model::refs::GroupRef;
     use crate::pods::fit::pod_requests;
 
     fn requests(p: &Pod) -> Amounts {
@@ -71,7 +72,7 @@ mod tests {
     }
 
     /// The verdict of one member over every node of the cache.
-    fn verdict(cache: &NodeCache, planner: &GangPlanner, p: &Pod) -> GroupVerdict {
+    fn verdict(cache: &ClusterIndex, planner: &GangPlanner, p: &Pod) -> GroupVerdict {
         let names = all_nodes(cache);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         prefilter(&cache.read(), planner, p, &requests(p), &names)

@@ -1,7 +1,7 @@
 //! The extender's plugins, shaped as kube-scheduler's framework: a
 //! per-pod state built once per request (PreFilter), then Filter plugins
 //! per node, then Score plugins per node. Every plugin is pure over the
-//! read-only [`NodeState`] snapshot; the only state that outlives a request
+//! read-only [`ClusterState`] snapshot; the only state that outlives a request
 //! is the [`GangPlanner`]'s plans.
 //!
 //! | plugin | PreFilter | Filter | Score |
@@ -19,7 +19,7 @@ pub mod priority;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::cache::nodes::{NodeState, Rejection};
+use crate::cache::nodes::{ClusterState, Rejection};
 use crate::extender::gang::{GangPlanner, GroupVerdict};
 use crate::pods::fit::{self as pod_fit, Amounts};
 use k8s_openapi::api::core::v1::Pod;
@@ -40,7 +40,7 @@ impl FilterState {
     /// and the DRA-adjusted requests. `candidates`: the request's node
     /// names.
     pub fn new(
-        snap: &NodeState,
+        snap: &ClusterState,
         planner: &GangPlanner,
         pod: &Pod,
         candidates: &[&str],
@@ -73,7 +73,7 @@ pub struct ScoreState {
 
 impl ScoreState {
     /// PreScore: requests that cannot be read score as none.
-    pub fn new(snap: &NodeState, planner: &GangPlanner, pod: Option<&Pod>) -> ScoreState {
+    pub fn new(snap: &ClusterState, planner: &GangPlanner, pod: Option<&Pod>) -> ScoreState {
         let requests: Amounts = pod
             .and_then(|p| p.spec.as_ref())
             .and_then(|s| pod_fit::pod_requests(s).ok())
@@ -86,7 +86,7 @@ impl ScoreState {
 
     /// The score of a node (by slot when cache-capable), 0..=10: the gang
     /// preference when there is one, else least allocated.
-    pub fn score(&self, snap: &NodeState, name: &str, slot: Option<u32>) -> i64 {
+    pub fn score(&self, snap: &ClusterState, name: &str, slot: Option<u32>) -> i64 {
         let s = match (&self.prefer, slot) {
             (Some(p), _) => gang::score(p, name),
             (None, Some(slot)) => fit::score_at(snap, slot, &self.requests),

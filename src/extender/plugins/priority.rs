@@ -5,12 +5,12 @@
 //! a PreFilter step: a rejection fails every node, unresolvable. It scores
 //! nothing.
 
-use crate::cache::nodes::{NodeState, Rejection};
+use crate::cache::nodes::{ClusterState, Rejection};
 use crate::pods::priority;
 use k8s_openapi::api::core::v1::Pod;
 
 /// Why the pod cannot go anywhere, before looking at nodes.
-pub fn prefilter(snap: &NodeState, pod: &Pod) -> Option<Rejection> {
+pub fn prefilter(snap: &ClusterState, pod: &Pod) -> Option<Rejection> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let spec = pod.spec.as_ref()?;
     let group = spec.scheduling_group.as_ref()?.pod_group_name.as_deref()?;

@@ -1,8 +1,8 @@
 //! Small builders for plugin and planner unit tests: Nodes with a rack
 //! label, grouped Pods, PodGroups with a topology key, over a
-//! [`NodeCache`] (no router, no HTTP).
+//! [`ClusterIndex`] (no router, no HTTP).
 
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::ClusterIndex;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use serde_json::json;
@@ -47,8 +47,8 @@ pub fn group(name: &str, min: u32, by_rack: bool) -> PodGroup {
 
 /// Racks of `nodes` nodes each, named `<rack>-<i>`, with `cpu` cores and
 /// 110 pod slots: `racks(&[("r1", 2, "4")])`.
-pub fn racks(spec: &[(&str, usize, &str)]) -> NodeCache {
-    let cache = NodeCache::new();
+pub fn racks(spec: &[(&str, usize, &str)]) -> ClusterIndex {
+    let cache = ClusterIndex::new();
     for (rack, nodes, cpu) in spec {
         for i in 0..*nodes {
             cache.apply_node(&node(&format!("{rack}-{i}"), Some(rack), cpu, "110"));
@@ -59,7 +59,7 @@ pub fn racks(spec: &[(&str, usize, &str)]) -> NodeCache {
 
 /// A gang of `n` members requesting `cpu` each: the group and its pods
 /// applied to the cache, the pods returned.
-pub fn gang(cache: &NodeCache, name: &str, n: u32, cpu: &str, by_rack: bool) -> Vec<Pod> {
+pub fn gang(cache: &ClusterIndex, name: &str, n: u32, cpu: &str, by_rack: bool) -> Vec<Pod> {
     cache.apply_pod_group(&group(name, n, by_rack));
     (0..n)
         .map(|i| {
@@ -71,6 +71,6 @@ pub fn gang(cache: &NodeCache, name: &str, n: u32, cpu: &str, by_rack: bool) -> 
 }
 
 /// Every node name of the cache, sorted.
-pub fn all_nodes(cache: &NodeCache) -> Vec<String> {
+pub fn all_nodes(cache: &ClusterIndex) -> Vec<String> {
     cache.read().node_names()
 }

@@ -2,7 +2,7 @@
 //! (`NodeNameToMetaVictims`) and the full-Pod (`NodeNameToVictims`) forms.
 
 use super::*;
-use crate::cache::nodes::NodeCache;
+use crate::cache::nodes::ClusterIndex;
 use crate::extender::types::Victims;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
@@ -78,8 +78,8 @@ fn composite(name: &str, all: bool, parent: Option<&str>) -> CompositePodGroup {
 /// | deep0, deep1 | n5 | 10 | deep (Single) beneath mid (Single) beneath outer (All) |
 /// | mis | n6 | 1 | hi-g (Single, 1000) |
 /// | mid0 | n6 | 50 | — |
-fn cluster() -> NodeCache {
-    let c = NodeCache::new();
+fn cluster() -> ClusterIndex {
+    let c = ClusterIndex::new();
     for n in ["n1", "n2", "n3", "n4", "n5", "n6"] {
         c.apply_node(&node(n));
     }
@@ -178,7 +178,7 @@ fn full_body(pod: &Value, cands: Candidates<'_>) -> Value {
     json!({"Pod": pod, "NodeNameToVictims": m, "NodeNameToMetaVictims": null})
 }
 
-fn run(c: &NodeCache, body: &Value) -> BTreeMap<String, (Vec<String>, i64)> {
+fn run(c: &ClusterIndex, body: &Value) -> BTreeMap<String, (Vec<String>, i64)> {
     let args: ExtenderPreemptionArgs = serde_json::from_value(body.clone()).unwrap();
     decide_preempt(&c.read(), &args)
         .node_name_to_meta_victims

@@ -40,7 +40,7 @@ impl ClusterWriter for Recorder {
     }
     fn write_group_condition<'a>(
         &'a self,
-        _: &'a crate::cache::nodes::GroupRef,
+        _: &'a crate::model::refs::GroupRef,
         _: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
         Box::pin(async { Err(WriteError::Other("not expected here".into())) })
@@ -107,13 +107,13 @@ fn pod(claims: &[&str]) -> Pod {
 }
 
 struct Fixture {
-    nodes: Arc<NodeCache>,
+    nodes: Arc<ClusterIndex>,
     writer: Arc<Recorder>,
     gate: Arc<BindingGate>,
 }
 
 fn fixture(timeout: u64, wait: u64) -> Fixture {
-    let nodes = Arc::new(NodeCache::new());
+    let nodes = Arc::new(ClusterIndex::new());
     nodes.apply_pod(&pod(&["gpu", "nic"]));
     Fixture {
         nodes,

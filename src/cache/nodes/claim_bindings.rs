@@ -4,7 +4,7 @@
 //! `status.devices[]`, the allocation's identity and the claim's consumers.
 //! Claims without such devices are not kept here: nothing gates their bind.
 
-use super::{Key, NodeState, key_of};
+use super::{ClusterState, Key, key_of};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use std::collections::{BTreeSet, HashMap};
 
@@ -120,9 +120,9 @@ impl ClaimBinding {
     }
 }
 
-// === impl NodeState ===
+// === impl ClusterState ===
 
-impl NodeState {
+impl ClusterState {
     /// The binding state of a claim (`namespace/name`), when it gates binding.
     pub fn claim_binding(&self, qualified: &str) -> Option<&ClaimBinding> {
         self.claim_bindings.get(qualified)

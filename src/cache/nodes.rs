@@ -41,7 +41,7 @@ mod groups;
 pub use claim_bindings::{ClaimBinding, GatedDevice, ShareKey};
 pub use groups::Scope;
 mod domains;
-pub use domains::{DomainIndex, GroupLedger, Rooms, Semantics};
+pub use domains::{DomainIndex, Rooms, Semantics};
 
 /// `(namespace, name)`.
 pub type Key = (String, String);

@@ -19,7 +19,7 @@
 
 use crate::model::refs::GroupRef;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -46,13 +46,33 @@ pub type Plans = HashMap<GroupRef, Plan>;
 #[derive(Debug, Default)]
 pub struct GangPlanner {
     plans: Mutex<Plans>,
+    /// The last reason each group could not be placed, not yet published
+    /// as its `Unschedulable` condition (bounded; see [`GangPlanner::note`]).
+    notes: Mutex<BTreeMap<GroupRef, String>>,
 }
+
+/// Most groups with an unpublished note at once.
+const MAX_NOTES: usize = 4096;
 
 // === impl GangPlanner ===
 
 impl GangPlanner {
     pub fn new() -> Self {
         GangPlanner::default()
+    }
+
+    /// Records why a group cannot be placed; the filter handler publishes
+    /// it ([`GangPlanner::take_notes`]). At most [`MAX_NOTES`] groups wait.
+    pub fn note(&self, group: &GroupRef, message: &str) {
+        let mut notes = self.notes.lock();
+        if notes.len() < MAX_NOTES || notes.contains_key(group) {
+            notes.insert(group.clone(), message.to_owned());
+        }
+    }
+
+    /// The notes recorded since the last call.
+    pub fn take_notes(&self) -> BTreeMap<GroupRef, String> {
+        std::mem::take(&mut *self.notes.lock())
     }
 
     /// The value of a group's live plan for `key`, made under `token`, that
@@ -160,6 +180,22 @@ mod tests {
 
     fn g(name: &str) -> GroupRef {
         GroupRef::group("ns", name)
+    }
+
+    #[test]
+    fn notes_keep_the_last_reason_are_bounded_and_drain_once() {
+        let planner = GangPlanner::new();
+        planner.note(&g("a"), "first");
+        planner.note(&g("a"), "second");
+        for i in 0..MAX_NOTES + 10 {
+            planner.note(&g(&format!("n{i}")), "full");
+        }
+        // An existing group is still updated when the table is full.
+        planner.note(&g("a"), "third");
+        let notes = planner.take_notes();
+        assert_eq!(notes.len(), MAX_NOTES);
+        assert_eq!(notes.get(&g("a")).map(String::as_str), Some("third"));
+        assert!(planner.take_notes().is_empty());
     }
 
     fn record(planner: &GangPlanner, group: &str, value: &str, token: u64, now: Instant) -> bool {

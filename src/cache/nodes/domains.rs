@@ -1,12 +1,9 @@
-//! Topology domains and the group ledger, for gang and topology-aware
-//! placement.
+//! Topology domains, for gang and topology-aware placement.
 //!
 //! - A label index per topology key (node names by label value), built on
 //!   the first request for that key and kept current by node applies, so a
 //!   group's domain is found without walking every node.
 //! - [`Rooms`]: what is free on a node for a fixed list of resources.
-//! - [`GroupLedger`]: the last reason each group could not be placed
-//!   (drained by the extender into status writes).
 //!
 //! Everything that reads node storage directly is here, so a change of that
 //! storage only touches this file.
@@ -14,7 +11,7 @@
 use super::{ClusterState, Key, ResId};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -77,18 +74,6 @@ impl DomainIndex {
     }
 }
 
-/// A PodGroup or CompositePodGroup (it lives in the pure core).
-use crate::model::refs::GroupRef;
-
-/// Unschedulable notes, behind one small lock (filter calls run
-/// concurrently under the cache's read lock). Domain plans are not kept
-/// here: the extender's gang planner owns them.
-#[derive(Debug, Default)]
-pub struct GroupLedger {
-    /// The last reason a group could not be placed, not yet published.
-    pub notes: BTreeMap<GroupRef, String>,
-}
-
 /// Switches of the Workload API semantics the extender follows (set from
 /// `serve`'s flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,12 +93,11 @@ impl Default for Semantics {
     }
 }
 
-/// The label indexes and the ledger (a field of [`ClusterState`]).
+/// The label indexes and the semantics switches (a field of [`ClusterState`]).
 #[derive(Debug, Default)]
 pub(super) struct Domains {
     /// One index per topology key asked for so far.
     indexes: Mutex<HashMap<String, Arc<DomainIndex>>>,
-    ledger: Mutex<GroupLedger>,
     semantics: Semantics,
 }
 
@@ -223,11 +207,6 @@ impl ClusterState {
     /// The semantics switches.
     pub fn semantics(&self) -> Semantics {
         self.domains.semantics
-    }
-
-    /// The group ledger (hold it briefly; never across an await).
-    pub fn group_ledger(&self) -> MutexGuard<'_, GroupLedger> {
-        self.domains.ledger.lock()
     }
 
     /// Keeps the label indexes current after a node was set or removed.

@@ -363,14 +363,10 @@ impl Gangs {
     /// Publishes the reasons filter recorded for groups it could not place
     /// (`Unschedulable` conditions), in the background.
     pub fn publish(self: &Arc<Self>, nodes: &Arc<ClusterIndex>, writer: &Arc<dyn ClusterWriter>) {
-        let notes = {
-            let snap = nodes.read();
-            let mut l = snap.group_ledger();
-            if l.notes.is_empty() {
-                return;
-            }
-            std::mem::take(&mut l.notes)
-        };
+        let notes = self.planner.take_notes();
+        if notes.is_empty() {
+            return;
+        }
         let (me, nodes, writer) = (Arc::clone(self), Arc::clone(nodes), Arc::clone(writer));
         tokio::spawn(async move {
             for (g, m) in notes {

@@ -60,14 +60,6 @@ impl GroupVerdict {
     }
 }
 
-/// Records why a group cannot be placed (published by the filter handler).
-pub(super) fn note(snap: &ClusterState, group: &GroupRef, message: &str) {
-    let mut l = snap.group_ledger();
-    if l.notes.len() < 4096 || l.notes.contains_key(group) {
-        l.notes.insert(group.clone(), message.to_owned());
-    }
-}
-
 /// The group verdict for a pod being filtered. `candidates`: the node
 /// names of the request (the domain of a group without topology).
 ///
@@ -100,7 +92,7 @@ pub fn filter_gate(
             };
         }
     };
-    if let Err(verdict) = enough_pods(snap, &levels, this) {
+    if let Err(verdict) = enough_pods(snap, planner, &levels, this) {
         return verdict;
     }
     let now = Instant::now();
@@ -113,14 +105,14 @@ pub fn filter_gate(
                 if let Err((message, unresolvable)) =
                     make_plan(snap, planner, &levels, level, &outer, this, now)
                 {
-                    note(snap, &levels[level].group, &message);
+                    planner.note(&levels[level].group, &message);
                     return GroupVerdict::reject(message, unresolvable);
                 }
                 if replanned {
                     // A fresh plan that does not hold: give up for this cycle.
                     let leaf = &levels[0].group;
                     let message = format!("{leaf}: no domain can hold the pods it needs");
-                    note(snap, leaf, &message);
+                    planner.note(leaf, &message);
                     return GroupVerdict::reject(message, false);
                 }
                 replanned = true;
@@ -147,7 +139,7 @@ pub fn filter_gate(
                 };
                 let message =
                     format!("{leaf}: {placed} of the {required} pods it still needs fit{where_}");
-                note(snap, leaf, &message);
+                planner.note(leaf, &message);
                 return GroupVerdict::reject(message, fits_empty < required);
             }
         }
@@ -158,6 +150,7 @@ pub fn filter_gate(
 /// unit (`Err`: the unresolvable verdict naming the first level short).
 pub(super) fn enough_pods(
     snap: &ClusterState,
+    planner: &GangPlanner,
     levels: &[Level],
     this: FilteredPod<'_, '_>,
 ) -> Result<(), GroupVerdict> {
@@ -186,7 +179,7 @@ pub(super) fn enough_pods(
             } else {
                 format!("{}: {have} of the {need} pods it needs exist", level.group)
             };
-            note(snap, &level.group, &message);
+            planner.note(&level.group, &message);
             return Err(GroupVerdict::reject(message, true));
         }
     }
@@ -228,7 +221,7 @@ pub(super) fn domains_of(
         let fixed = match fixed_domain(snap, &level.group, &key, &index) {
             Ok(fixed) => fixed,
             Err(message) => {
-                note(snap, &level.group, &message);
+                planner.note(&level.group, &message);
                 return Err(GroupVerdict::reject(message, true));
             }
         };

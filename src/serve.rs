@@ -188,6 +188,14 @@ pub struct ServeArgs {
     /// other bind wait, below the extender's `httpTimeout`.
     #[arg(long, env = "KRS_BINDING_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub binding_wait: Duration,
+    /// Largest extender request without `Nodes` or `NodeNameToVictims`
+    /// (cache-capable filter, prioritize and preempt; bind), in bytes.
+    #[arg(long, env = "KRS_EXTENDER_MAX_BODY_BYTES", default_value_t = crate::extender::limits::DEFAULT_BODY_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub extender_max_body_bytes: usize,
+    /// Largest full-mode extender request (`Nodes`, i.e. an extender that is
+    /// not `nodeCacheCapable`, or preempt's full victim Pods), in bytes.
+    #[arg(long, env = "KRS_EXTENDER_MAX_NODELIST_BYTES", default_value_t = crate::extender::limits::DEFAULT_NODELIST_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub extender_max_nodelist_bytes: usize,
 }
 
 impl ServeArgs {
@@ -239,6 +247,14 @@ impl ServeArgs {
         }
     }
 
+    /// The extender's body limits per mode.
+    pub fn extender_limits(&self) -> crate::extender::limits::Limits {
+        crate::extender::limits::Limits {
+            body: self.extender_max_body_bytes,
+            nodelist: self.extender_max_nodelist_bytes,
+        }
+    }
+
     pub fn binding_config(&self) -> BindingConfig {
         BindingConfig {
             timeout: self.binding_timeout,
@@ -282,6 +298,7 @@ pub fn standalone(
         binding: Arc::new(BindingGate::default()),
         gangs: Arc::new(Gangs::default()),
         access: None,
+        extender_limits: Default::default(),
     };
     Ok(Standalone {
         state,
@@ -338,6 +355,9 @@ async fn bind_all(
     state: &AppState,
     tls: Option<crate::tls::TlsConfigHandle>,
 ) -> anyhow::Result<Vec<Listener>> {
+    let mut state = state.clone();
+    state.extender_limits = args.extender_limits();
+    let state = &state;
     let wanted = [
         (
             "--listen",
@@ -480,6 +500,7 @@ pub async fn cluster_with(
             binding: Arc::new(BindingGate::default()),
             gangs: Arc::new(Gangs::default()),
             access: None,
+            extender_limits: Default::default(),
         },
         controller,
         watchers,

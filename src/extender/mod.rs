@@ -10,6 +10,7 @@
 pub mod binding;
 pub mod gang;
 pub mod hold;
+pub mod limits;
 pub mod preempt;
 pub mod selector;
 pub mod state;
@@ -23,7 +24,7 @@ use crate::cluster::PodBinding;
 use crate::metrics::{Endpoint, GangWait, GangWaitLabels};
 use crate::pods::fit::{self, Amounts};
 use crate::pods::priority;
-use crate::transport::{ApiError, Body, decode_json};
+use crate::transport::{ApiError, decode_json};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -31,19 +32,18 @@ use axum::routing::post;
 use axum::{Json, Router};
 use hold::Held;
 use k8s_openapi::api::core::v1::Pod;
+use limits::ExtenderBody;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use types::*;
 
-/// Largest extender request: a full NodeList of a big cluster is large.
-pub const MAX_EXTENDER_BODY_BYTES: usize = 64 * 1024 * 1024;
-
 /// The extender's routes over its own state, each timed by the latency
-/// middleware (failed requests too), with the extender's body limit. It
-/// sets no fallback, so it merges into the service router.
+/// middleware (failed requests too), with the extender's body limits
+/// ([`limits`]). It sets no fallback, so it merges into the service router.
 pub fn router(state: ExtenderState) -> Router {
+    let read_limit = state.limits.read_limit();
     let timed = |endpoint| state.metrics.latency(endpoint);
     Router::new()
         .route(
@@ -62,7 +62,7 @@ pub fn router(state: ExtenderState) -> Router {
             "/scheduler/preempt",
             post(preempt).route_layer(timed(Endpoint::ExtenderPreempt)),
         )
-        .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(read_limit))
         .with_state(state)
 }
 
@@ -446,7 +446,11 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+async fn filter(
+    State(s): State<ExtenderState>,
+    ExtenderBody(body): ExtenderBody,
+) -> Result<Response, ApiError> {
+    limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let snap = s.nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
@@ -460,8 +464,9 @@ async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Resp
 
 async fn prioritize(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Response, ApiError> {
+    limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let args: ExtenderArgs<'_> = decode_borrowed(&body)?;
     let snap = s.nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
@@ -474,8 +479,9 @@ async fn prioritize(
 
 async fn preempt(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Json<ExtenderPreemptionResult>, ApiError> {
+    limits::check(&s.limits, limits::Verb::Preempt, &body)?;
     let args: ExtenderPreemptionArgs = decode(&body)?;
     let out = decide_preempt(&s.nodes.read(), &args);
     Ok(Json(out))
@@ -487,8 +493,9 @@ async fn preempt(
 /// assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Json<ExtenderBindingResult>, ApiError> {
+    limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;
     let error = match bind_one(&s, &args).await {
         Ok(()) => String::new(),

@@ -196,6 +196,27 @@ pub struct ServeArgs {
     /// not `nodeCacheCapable`, or preempt's full victim Pods), in bytes.
     #[arg(long, env = "KRS_EXTENDER_MAX_NODELIST_BYTES", default_value_t = crate::extender::limits::DEFAULT_NODELIST_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub extender_max_nodelist_bytes: usize,
+    /// Open connections per listener; further clients wait in the listen
+    /// backlog until one closes.
+    #[arg(long, env = "KRS_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+    /// Requests handled at once per listener; further requests wait.
+    #[arg(long, env = "KRS_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_in_flight: usize,
+    /// An HTTP/1 request's headers must arrive within this, or the
+    /// connection is closed.
+    #[arg(long, env = "KRS_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// A request body must arrive within this, or the request fails.
+    #[arg(long, env = "KRS_BODY_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed.
+    #[arg(long, env = "KRS_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// HTTP/2: PING after this long without frames; close when the PING is
+    /// not answered within the same time.
+    #[arg(long, env = "KRS_HTTP2_KEEP_ALIVE", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keep_alive: Duration,
 }
 
 impl ServeArgs {
@@ -244,6 +265,18 @@ impl ServeArgs {
             runtime_label_key: self.runtime_label_key.clone(),
             default_runs_capacity: self.default_runs_capacity,
             heartbeat_stale_after: self.heartbeat_stale_after,
+        }
+    }
+
+    /// The bounds of every listener's connections and requests.
+    pub fn conn_limits(&self) -> crate::tls::ConnLimits {
+        crate::tls::ConnLimits {
+            max_connections: self.max_connections,
+            max_in_flight: self.max_in_flight,
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
+            h2_keep_alive: self.http2_keep_alive,
         }
     }
 
@@ -345,6 +378,7 @@ struct Listener {
     listener: tokio::net::TcpListener,
     router: axum::Router,
     tls: Option<crate::tls::TlsConfigHandle>,
+    limits: crate::tls::ConnLimits,
 }
 
 /// Binds every listener the flags ask for before anything is served, so a
@@ -392,6 +426,7 @@ async fn bind_all(
             listener,
             router,
             tls,
+            limits: args.conn_limits(),
         });
     }
     Ok(out)
@@ -408,7 +443,7 @@ async fn serve_all(listeners: Vec<Listener>, mode: &str) -> anyhow::Result<()> {
         tracing::info!(addr = %l.listener.local_addr()?, scheme, listener = l.what, mode, "listening");
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
-            crate::tls::serve(l.listener, l.router, l.tls, shutdown)
+            crate::tls::serve_with(l.listener, l.router, l.tls, l.limits, shutdown)
                 .await
                 .with_context(|| format!("serving the {} listener", l.what))
         });

@@ -502,6 +502,18 @@ fn worst_bodies() -> Vec<(&'static str, &'static str, String)> {
             sidecars.join(",")
         ),
     ));
+    // Many resources no node offers, against many (duplicate) names: the
+    // per-node check must not walk every resource for every name.
+    let requests: Vec<String> = (0..20_000).map(|i| format!(r#""e.io/r{i}":"1""#)).collect();
+    let names = vec![r#""n1""#; 1_000_000].join(",");
+    out.push((
+        "20,000 unoffered resources, 1,000,000 names",
+        "filter",
+        format!(
+            r#"{{"Pod":{{"spec":{{"containers":[{{"name":"c","image":"i","resources":{{"requests":{{{}}}}}}}]}}}},"NodeNames":[{names}]}}"#,
+            requests.join(",")
+        ),
+    ));
     // The longest node names filling the cache-capable body.
     let long = MAX_NODE_NAME_BYTES - 8;
     let names: Vec<String> = (0..(8 << 20) / (MAX_NODE_NAME_BYTES + 3) - 10)

@@ -45,6 +45,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use std::fmt;
+use std::sync::Arc;
 
 /// The API server's `MaxRequestBodyBytes`: no Pod it accepted is larger.
 pub const API_MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -96,6 +97,30 @@ impl Limits {
     pub fn read_limit(&self) -> usize {
         self.body.max(self.nodelist)
     }
+}
+
+/// How many resource names a reason lists before summing up the rest.
+const REASON_NAMES: usize = 8;
+
+/// The reason every cached node fails for resources no node offers, naming
+/// at most a few of them (a reason is copied once per node in the answer).
+/// `None` when every requested resource is offered somewhere.
+pub fn unoffered_reason(resolved: &crate::cache::nodes::Resolved) -> Option<(Arc<str>, bool)> {
+    let mut names = resolved.unoffered();
+    let first: Vec<&str> = names.by_ref().take(REASON_NAMES).collect();
+    if first.is_empty() {
+        return None;
+    }
+    let rest = names.count();
+    let mut m = first
+        .iter()
+        .map(|n| format!("Insufficient {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if rest > 0 {
+        m.push_str(&format!(" (and {rest} more resources no node offers)"));
+    }
+    Some((m.into(), true))
 }
 
 /// The request body of an extender verb. A body over the larger limit is a

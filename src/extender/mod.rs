@@ -313,6 +313,15 @@ pub fn decide_filter<'a>(
     let wide = wide
         .or(gate.wide.clone())
         .map(|r| (Arc::<str>::from(r.message), r.unresolvable));
+    let (resolved, special) = resolve_with_claims(snap, pod, &requests);
+    // Cache-capable, with many resources (the per-node check then walks
+    // them all): resources no node offers reject every node at once, with
+    // one shared reason, so the per-node cost stays bounded by the
+    // resources the cluster has.
+    let wide = match wide {
+        None if cache_capable && resolved.len() >= 64 => limits::unoffered_reason(&resolved),
+        w => w,
+    };
     let mut outside: Vec<Option<Arc<str>>> = Vec::new();
     let mut outside_reason = |level: usize| -> Arc<str> {
         if outside.len() <= level {
@@ -320,7 +329,6 @@ pub fn decide_filter<'a>(
         }
         Arc::clone(outside[level].get_or_insert_with(|| gate.outside_message(level).into()))
     };
-    let (resolved, special) = resolve_with_claims(snap, pod, &requests);
     let request_on = |slot: Option<u32>| -> &Resolved {
         slot.and_then(|slot| special.iter().find(|(s, _)| *s == slot))
             .map_or(&resolved, |(_, r)| r)

@@ -187,6 +187,35 @@ pub struct ServeArgs {
     /// other bind wait, below the extender's `httpTimeout`.
     #[arg(long, env = "KRS_BINDING_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub binding_wait: Duration,
+    /// Largest extender request without `Nodes` or `NodeNameToVictims`
+    /// (cache-capable filter, prioritize and preempt; bind), in bytes.
+    #[arg(long, env = "KRS_EXTENDER_MAX_BODY_BYTES", default_value_t = crate::extender::limits::DEFAULT_BODY_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub extender_max_body_bytes: usize,
+    /// Largest full-mode extender request (`Nodes`, i.e. an extender that is
+    /// not `nodeCacheCapable`, or preempt's full victim Pods), in bytes.
+    #[arg(long, env = "KRS_EXTENDER_MAX_NODELIST_BYTES", default_value_t = crate::extender::limits::DEFAULT_NODELIST_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub extender_max_nodelist_bytes: usize,
+    /// Open connections per listener; further clients wait in the listen
+    /// backlog until one closes.
+    #[arg(long, env = "KRS_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+    /// Requests handled at once per listener; further requests wait.
+    #[arg(long, env = "KRS_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_in_flight: usize,
+    /// An HTTP/1 request's headers must arrive within this, or the
+    /// connection is closed.
+    #[arg(long, env = "KRS_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// A request body must arrive within this, or the request fails.
+    #[arg(long, env = "KRS_BODY_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed.
+    #[arg(long, env = "KRS_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// HTTP/2: PING after this long without frames; close when the PING is
+    /// not answered within the same time.
+    #[arg(long, env = "KRS_HTTP2_KEEP_ALIVE", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keep_alive: Duration,
 }
 
 impl ServeArgs {
@@ -238,6 +267,26 @@ impl ServeArgs {
         }
     }
 
+    /// The bounds of every listener's connections and requests.
+    pub fn conn_limits(&self) -> crate::tls::ConnLimits {
+        crate::tls::ConnLimits {
+            max_connections: self.max_connections,
+            max_in_flight: self.max_in_flight,
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
+            h2_keep_alive: self.http2_keep_alive,
+        }
+    }
+
+    /// The extender's body limits per mode.
+    pub fn extender_limits(&self) -> crate::extender::limits::Limits {
+        crate::extender::limits::Limits {
+            body: self.extender_max_body_bytes,
+            nodelist: self.extender_max_nodelist_bytes,
+        }
+    }
+
     pub fn binding_config(&self) -> BindingConfig {
         BindingConfig {
             timeout: self.binding_timeout,
@@ -281,6 +330,7 @@ pub fn standalone(
         binding: Arc::new(BindingGate::default()),
         gangs: Arc::new(Gangs::default()),
         access: None,
+        extender_limits: Default::default(),
     };
     Ok(Standalone {
         state,
@@ -327,6 +377,7 @@ struct Listener {
     listener: tokio::net::TcpListener,
     router: axum::Router,
     tls: Option<crate::tls::TlsConfigHandle>,
+    limits: crate::tls::ConnLimits,
 }
 
 /// Binds every listener the flags ask for before anything is served, so a
@@ -337,6 +388,9 @@ async fn bind_all(
     state: &AppState,
     tls: Option<crate::tls::TlsConfigHandle>,
 ) -> anyhow::Result<Vec<Listener>> {
+    let mut state = state.clone();
+    state.extender_limits = args.extender_limits();
+    let state = &state;
     let wanted = [
         (
             "--listen",
@@ -371,6 +425,7 @@ async fn bind_all(
             listener,
             router,
             tls,
+            limits: args.conn_limits(),
         });
     }
     Ok(out)
@@ -387,7 +442,7 @@ async fn serve_all(listeners: Vec<Listener>, mode: &str) -> anyhow::Result<()> {
         tracing::info!(addr = %l.listener.local_addr()?, scheme, listener = l.what, mode, "listening");
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
-            crate::tls::serve(l.listener, l.router, l.tls, shutdown)
+            crate::tls::serve_with(l.listener, l.router, l.tls, l.limits, shutdown)
                 .await
                 .with_context(|| format!("serving the {} listener", l.what))
         });
@@ -479,6 +534,7 @@ pub async fn cluster_with(
             binding: Arc::new(BindingGate::default()),
             gangs: Arc::new(Gangs::default()),
             access: None,
+            extender_limits: Default::default(),
         },
         controller,
         watchers,

@@ -23,10 +23,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
@@ -35,6 +34,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt as _;
+use tower_http::timeout::TimeoutBody;
 
 /// What errors name for a certificate held in memory.
 const MEMORY_CERT: &str = "<in-memory certificate>";
@@ -352,16 +354,65 @@ fn parse_pair(
 
 // === serving ===
 
+/// Bounds of one listener's connections and requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Open connections at once; further ones wait in the listen backlog
+    /// until one closes.
+    pub max_connections: usize,
+    /// Requests being handled at once over all connections; further ones
+    /// wait for a slot.
+    pub max_in_flight: usize,
+    /// An HTTP/1 request's headers must arrive within this.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive within this (the request then fails).
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/1 keep-alive and HTTP/2 alike).
+    pub idle_timeout: Duration,
+    /// HTTP/2: a PING is sent after this long without frames, and the
+    /// connection closed when it is not answered within the same time.
+    pub h2_keep_alive: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_connections: 1024,
+            max_in_flight: 256,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            h2_keep_alive: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves: HTTPS (HTTP/1.1
 /// and HTTP/2 by ALPN) when `tls` is given, plain HTTP otherwise. Each
 /// connection runs in its own task; TLS handshakes happen there too, with a
 /// timeout, so a slow client cannot stall the accept loop. With TLS, the
 /// certificate files are watched for the lifetime of the server. On
-/// shutdown, open connections get [`SHUTDOWN_GRACE`] to finish.
+/// shutdown, open connections get [`SHUTDOWN_GRACE`] to finish. Default
+/// [`ConnLimits`]; see [`serve_with`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<TlsConfigHandle>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    serve_with(listener, router, tls, ConnLimits::default(), shutdown).await
+}
+
+/// [`serve`] within `limits`: at most `max_connections` connections are
+/// accepted (the rest wait in the backlog), at most `max_in_flight`
+/// requests are handled at once, headers and bodies must arrive in time,
+/// and idle connections are closed.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<TlsConfigHandle>,
+    limits: ConnLimits,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let acceptor = tls
@@ -372,11 +423,30 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.h2_keep_alive)
+        .keep_alive_timeout(limits.h2_keep_alive);
     let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
+    let max_connections = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let connections = Arc::new(Semaphore::new(max_connections));
+    let in_flight = Arc::new(Semaphore::new(
+        limits.max_in_flight.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // A connection slot first: beyond the bound, clients wait in the
+        // listen backlog rather than being accepted and starved.
+        let permit = tokio::select! {
+            p = Arc::clone(&connections).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -390,18 +460,21 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let builder = Arc::clone(&builder);
-        let watcher = graceful.watcher();
+        let conn = ConnCtx {
+            builder: Arc::clone(&builder),
+            router: router.clone(),
+            in_flight: Arc::clone(&in_flight),
+            limits,
+            stopped: stopped.clone(),
+        };
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             match acceptor {
-                None => serve_io(&builder, TokioIo::new(stream), service, watcher).await,
+                None => conn.serve(TokioIo::new(stream)).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            serve_io(&builder, TokioIo::new(tls), service, watcher).await;
-                        }
+                        Ok(Ok(tls)) => conn.serve(TokioIo::new(tls)).await,
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
@@ -413,8 +486,12 @@ pub async fn serve(
     if let Some(r) = reloader {
         r.abort();
     }
+    let _ = stop.send(true);
+    // Every connection holds a slot until it ends: all slots back means
+    // all connections closed.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
     tokio::select! {
-        () = graceful.shutdown() => {}
+        _ = connections.acquire_many(all) => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {
             tracing::warn!("connections still open after the shutdown grace period; closing them");
         }
@@ -422,17 +499,97 @@ pub async fn serve(
     Ok(())
 }
 
-async fn serve_io<I>(
-    builder: &auto::Builder<TokioExecutor>,
-    io: TokioIo<I>,
-    service: TowerToHyperService<Router>,
-    watcher: hyper_util::server::graceful::Watcher,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let conn = builder.serve_connection(io, service);
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(error = %e, "connection ended with an error");
+/// What one connection's task needs.
+struct ConnCtx {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    router: Router,
+    in_flight: Arc<Semaphore>,
+    limits: ConnLimits,
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Requests in flight on one connection, and when the last one ended.
+#[derive(Default)]
+struct Activity {
+    busy: std::sync::atomic::AtomicUsize,
+    last: Mutex<Option<tokio::time::Instant>>,
+}
+
+/// Marks a request in flight on its connection until dropped.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(a: &Arc<Activity>) -> Self {
+        a.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(Arc::clone(a))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.last.lock() = Some(tokio::time::Instant::now());
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl ConnCtx {
+    async fn serve<I>(mut self, io: TokioIo<I>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::default());
+        *activity.last.lock() = Some(tokio::time::Instant::now());
+        let (router, in_flight, body_timeout) = (
+            self.router.clone(),
+            Arc::clone(&self.in_flight),
+            self.limits.body_read_timeout,
+        );
+        let act = Arc::clone(&activity);
+        let service = hyper::service::service_fn(move |req: axum::http::Request<Incoming>| {
+            let (router, in_flight, busy) =
+                (router.clone(), Arc::clone(&in_flight), Busy::new(&act));
+            async move {
+                let _busy = busy;
+                // Closed only when the server is dropped; then serve anyway.
+                let _slot = in_flight.acquire_owned().await.ok();
+                let req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
+                router.oneshot(req).await
+            }
+        });
+        let conn = self.builder.serve_connection(io, service);
+        let mut conn = std::pin::pin!(conn);
+        let idle = self.limits.idle_timeout;
+        let mut closing = false;
+        loop {
+            let wake = (*activity.last.lock()).map_or_else(tokio::time::Instant::now, |t| t + idle);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                changed = self.stopped.changed(), if !closing => {
+                    if changed.is_err() || *self.stopped.borrow() {
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
+                () = tokio::time::sleep_until(wake), if !closing => {
+                    let quiet = activity.busy.load(std::sync::atomic::Ordering::SeqCst) == 0
+                        && (*activity.last.lock()).is_some_and(|t| t.elapsed() >= idle);
+                    if quiet {
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    } else if activity.busy.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                        // Busy: look again after another idle period.
+                        *activity.last.lock() = Some(tokio::time::Instant::now());
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -409,8 +409,12 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
     meta.name.clone().unwrap_or_default()
 }
 
-/// How many resolved `NodeNames` arrays are kept.
+/// How many resolved `NodeNames` arrays are kept (a lookup scans them).
 const REFS_CACHED: usize = 8;
+/// How many bytes the kept arrays may hold together ([`NodeRefs::bytes`]):
+/// a list larger than this is resolved for its request and not kept, and
+/// older lists are dropped until a new one fits.
+pub const REFS_CACHED_BYTES: usize = 32 * 1024 * 1024;
 
 /// A `NodeNames` array resolved to slot indexes ([`NO_SLOT`] for names the
 /// cache does not know), valid under the layout it was resolved in.
@@ -423,9 +427,17 @@ pub struct NodeRefs {
     slots: Vec<u32>,
     /// No name needs escaping in JSON (checked once per list).
     plain: bool,
+    /// The heap this resolution holds: the raw text, each name with its
+    /// box, the slots.
+    bytes: usize,
 }
 
 impl NodeRefs {
+    /// The heap bytes this resolution holds, as the reuse cache counts them.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Whether every name can be written between quotes as is.
     pub fn all_plain(&self) -> bool {
         self.plain
@@ -521,13 +533,20 @@ impl ClusterState {
         }
         let names: Vec<Box<str>> =
             serde_json::from_str::<Option<Vec<Box<str>>>>(raw)?.unwrap_or_default();
-        let slots = names
+        let slots: Vec<u32> = names
             .iter()
             .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
             .collect();
         let plain = names
             .iter()
             .all(|n| n.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'));
+        let bytes = std::mem::size_of::<NodeRefs>()
+            + raw.len()
+            + names
+                .iter()
+                .map(|n| n.len() + std::mem::size_of::<Box<str>>())
+                .sum::<usize>()
+            + std::mem::size_of_val(&slots[..]);
         let refs = Arc::new(NodeRefs {
             raw: raw.into(),
             hash,
@@ -535,11 +554,24 @@ impl ClusterState {
             names,
             slots,
             plain,
+            bytes,
         });
+        if bytes > REFS_CACHED_BYTES {
+            return Ok(refs);
+        }
         let mut cache = self.refs.lock();
         cache.retain(|r| r.layout == layout);
         cache.insert(0, Arc::clone(&refs));
         cache.truncate(REFS_CACHED);
+        let mut total = 0;
+        let keep = cache
+            .iter()
+            .take_while(|r| {
+                total += r.bytes;
+                total <= REFS_CACHED_BYTES
+            })
+            .count();
+        cache.truncate(keep);
         Ok(refs)
     }
 
@@ -1451,6 +1483,40 @@ mod tests {
         c.delete_pod("ns", "a");
         assert!(c.read().slot("n1").is_none());
         c.read().assert_consistent();
+    }
+
+    #[test]
+    fn the_reused_node_lists_are_bounded_in_bytes() {
+        let c = ClusterIndex::new();
+        c.apply_node(&mk_node("n1", "4"));
+        // Lists of 200-byte names, each a little over a third of the budget.
+        let list = |tag: char, count: usize| {
+            let names: Vec<String> = (0..count)
+                .map(|i| format!("{}{i:08}", tag.to_string().repeat(192)))
+                .collect();
+            serde_json::to_string(&names).unwrap()
+        };
+        let third = REFS_CACHED_BYTES / 3 / (2 * 200);
+        let (a, b, d) = (list('a', third), list('b', third), list('d', third));
+        let ra = c.read().resolve_names(&a).unwrap();
+        assert!(ra.bytes() > REFS_CACHED_BYTES / 3 - REFS_CACHED_BYTES / 10);
+        let rb = c.read().resolve_names(&b).unwrap();
+        assert!(Arc::ptr_eq(&ra, &c.read().resolve_names(&a).unwrap()));
+        // A third list does not fit beside the other two: the least
+        // recently used (b) goes, though only three lists are kept.
+        let rd = c.read().resolve_names(&d).unwrap();
+        assert!(ra.bytes() + rb.bytes() + rd.bytes() > REFS_CACHED_BYTES);
+        assert!(Arc::ptr_eq(&rd, &c.read().resolve_names(&d).unwrap()));
+        assert!(Arc::ptr_eq(&ra, &c.read().resolve_names(&a).unwrap()));
+        assert!(!Arc::ptr_eq(&rb, &c.read().resolve_names(&b).unwrap()));
+        // A list larger than the whole budget is resolved but never kept.
+        let huge = list('h', REFS_CACHED_BYTES / (200 + 24) + 1);
+        let h1 = c.read().resolve_names(&huge).unwrap();
+        assert!(h1.bytes() > REFS_CACHED_BYTES);
+        assert_eq!(h1.len(), REFS_CACHED_BYTES / (200 + 24) + 1);
+        assert!(!Arc::ptr_eq(&h1, &c.read().resolve_names(&huge).unwrap()));
+        // ... and costs the lists kept nothing (b and a now).
+        assert!(Arc::ptr_eq(&ra, &c.read().resolve_names(&a).unwrap()));
     }
 
     #[test]

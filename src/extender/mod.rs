@@ -28,6 +28,7 @@
 
 pub mod bind;
 pub mod gang;
+pub mod limits;
 pub mod planner;
 pub mod plugins;
 pub mod preempt;
@@ -40,13 +41,14 @@ pub use state::ExtenderState;
 use crate::cache::nodes::{ClusterIndex, ClusterState, NodeRefs};
 use crate::metrics::Endpoint;
 use crate::pods::fit::Amounts;
-use crate::transport::{ApiError, Body, decode_json};
+use crate::transport::{ApiError, decode_json};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use gang::GangPlanner;
+use limits::ExtenderBody;
 use plugins::fit::{self, Fit};
 use plugins::{FilterState, ScoreState};
 use serde::de::DeserializeOwned;
@@ -55,13 +57,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use types::*;
 
-/// Largest extender request: a full NodeList of a big cluster is large.
-pub const MAX_EXTENDER_BODY_BYTES: usize = 64 * 1024 * 1024;
-
 /// The extender's routes over its own state, each timed by the latency
-/// middleware (failed requests too), with the extender's body limit. It
-/// sets no fallback, so it merges into the service router.
+/// middleware (failed requests too), with the extender's body limits
+/// ([`limits`]). It sets no fallback, so it merges into the service router.
 pub fn router(state: ExtenderState) -> Router {
+    let read_limit = state.limits.read_limit();
     let timed = |endpoint| state.metrics.latency(endpoint);
     Router::new()
         .route(
@@ -80,7 +80,7 @@ pub fn router(state: ExtenderState) -> Router {
             "/scheduler/preempt",
             post(preempt).route_layer(timed(Endpoint::ExtenderPreempt)),
         )
-        .layer(DefaultBodyLimit::max(MAX_EXTENDER_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(read_limit))
         .with_state(state)
 }
 
@@ -260,6 +260,16 @@ pub fn decide_filter<'a>(
         .wide
         .as_ref()
         .map(|r| (Arc::<str>::from(r.message.as_str()), r.unresolvable));
+    // Cache-capable, with many resources (the per-node check then walks
+    // them all): resources no node offers reject every node at once, with
+    // one shared reason, so the per-node cost stays bounded by the
+    // resources the cluster has.
+    let wide = match wide {
+        None if cache_capable && state.requests.on(None).len() >= 64 => {
+            limits::unoffered_reason(state.requests.on(None))
+        }
+        w => w,
+    };
     let mut outside = plugins::gang::OutsideReasons::default();
     let mut reasons = Reasons::default();
     let not_found: Arc<str> = fit::NOT_FOUND.into();
@@ -365,7 +375,8 @@ fn json_bytes(bytes: Vec<u8>) -> Response {
 /// One filter call's work, body in, answer out: decode kube-scheduler's
 /// `ExtenderArgs`, resolve its nodes and decide over one snapshot of
 /// `nodes`, encode the `ExtenderFilterResult`. The handler and the benches
-/// both call this, so the benches measure what is served.
+/// both call this, so the benches measure what is served (the handler
+/// checks the structure limits first, [`limits::check`]).
 pub fn filter_bytes(
     nodes: &ClusterIndex,
     planner: &GangPlanner,
@@ -398,7 +409,11 @@ pub fn prioritize_bytes(
     Ok(bytes)
 }
 
-async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+async fn filter(
+    State(s): State<ExtenderState>,
+    ExtenderBody(body): ExtenderBody,
+) -> Result<Response, ApiError> {
+    limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let bytes = filter_bytes(&s.nodes, s.gangs.planner(), &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
     Ok(json_bytes(bytes))
@@ -406,16 +421,18 @@ async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Resp
 
 async fn prioritize(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Response, ApiError> {
+    limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let bytes = prioritize_bytes(&s.nodes, s.gangs.planner(), &body)?;
     Ok(json_bytes(bytes))
 }
 
 async fn preempt(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Json<ExtenderPreemptionResult>, ApiError> {
+    limits::check(&s.limits, limits::Verb::Preempt, &body)?;
     let args: ExtenderPreemptionArgs = decode(&body)?;
     let out = decide_preempt(&s.nodes.read(), &args);
     Ok(Json(out))
@@ -426,8 +443,9 @@ async fn preempt(
 /// failure the assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<ExtenderState>,
-    Body(body): Body,
+    ExtenderBody(body): ExtenderBody,
 ) -> Result<Json<ExtenderBindingResult>, ApiError> {
+    limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;
     let req = bind::BindRequest {
         namespace: if args.pod_namespace.is_empty() {

@@ -68,8 +68,85 @@ impl Candidate<'_> {
 }
 
 /// Whether `a` is at least as good as `b` everywhere and better somewhere.
+#[cfg(test)]
 fn dominates(a: &[i64; 4], b: &[i64; 4]) -> bool {
     a.iter().zip(b).all(|(x, y)| x <= y) && a != b
+}
+
+/// Which cost vectors no other one dominates (rule 6), in
+/// O(n log² n): the vectors are visited in lexicographic order, so every
+/// vector that could dominate the current one has been visited (a
+/// dominating vector is lexicographically smaller); equal vectors are
+/// visited together and never dominate each other. Whether a visited vector
+/// is at or below the current one in the last three counts is a prefix
+/// query over the second count (a Fenwick tree over its ranks) of
+/// staircases in the last two ([`Staircase`]).
+fn undominated(costs: &[[i64; 4]]) -> Vec<bool> {
+    let n = costs.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|&a, &b| costs[a].cmp(&costs[b]));
+    let mut ranks: Vec<i64> = costs.iter().map(|c| c[1]).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let rank = |v: i64| ranks.partition_point(|r| *r < v) + 1;
+    let mut tree: Vec<Staircase> = (0..=ranks.len()).map(|_| Staircase::default()).collect();
+    let mut keep = vec![false; n];
+    let mut i = 0;
+    while i < n {
+        let c = costs[order[i]];
+        let mut j = i;
+        while j < n && costs[order[j]] == c {
+            j += 1;
+        }
+        let r = rank(c[1]);
+        let mut k = r;
+        let mut dominated = false;
+        while k > 0 && !dominated {
+            dominated = tree[k].covers(c[2], c[3]);
+            k &= k - 1;
+        }
+        for &o in &order[i..j] {
+            keep[o] = !dominated;
+        }
+        let mut k = r;
+        while k < tree.len() {
+            tree[k].insert(c[2], c[3]);
+            k += k & k.wrapping_neg();
+        }
+        i = j;
+    }
+    keep
+}
+
+/// Points `(x, y)` none of which is at or below another in both: `y`
+/// strictly falls as `x` rises.
+#[derive(Default)]
+struct Staircase(std::collections::BTreeMap<i64, i64>);
+
+impl Staircase {
+    /// Whether some point is at or below `(x, y)` in both.
+    fn covers(&self, x: i64, y: i64) -> bool {
+        self.0
+            .range(..=x)
+            .next_back()
+            .is_some_and(|(_, &py)| py <= y)
+    }
+
+    fn insert(&mut self, x: i64, y: i64) {
+        if self.covers(x, y) {
+            return;
+        }
+        let gone: Vec<i64> = self
+            .0
+            .range(x..)
+            .take_while(|(_, py)| **py >= y)
+            .map(|(px, _)| *px)
+            .collect();
+        for px in gone {
+            self.0.remove(&px);
+        }
+        self.0.insert(x, y);
+    }
 }
 
 /// The preemptor's effective priority; `None` when it may not preempt.
@@ -172,9 +249,12 @@ fn evaluate<'s>(
     let mut seen: HashSet<&Key> = HashSet::with_capacity(uids.len());
     for uid in uids {
         let &(key, entry) = on_node.get((*uid)?)?;
-        if seen.insert(key) {
-            chosen.push((key, entry));
+        // A victim named twice, or already taken with its group, adds
+        // nothing: its group (one per pod) was completed the first time.
+        if !seen.insert(key) {
+            continue;
         }
+        chosen.push((key, entry));
         let Some(group) = entry.group.as_deref() else {
             continue;
         };
@@ -246,8 +326,8 @@ pub fn decide_preempt(
         .filter_map(|(node, uids, pdb)| evaluate(snap, node, uids, *pdb, preemptor, &mut memo))
         .collect();
     let costs: Vec<[i64; 4]> = candidates.iter().map(Candidate::costs).collect();
-    for (c, cost) in candidates.iter().zip(&costs) {
-        if costs.iter().any(|other| dominates(other, cost)) {
+    for (c, keep) in candidates.iter().zip(undominated(&costs)) {
+        if !keep {
             continue;
         }
         out.node_name_to_meta_victims.insert(

@@ -23,4 +23,7 @@ pub struct ExtenderState {
     pub gangs: Arc<Gangs>,
     /// Decision latency and bind outcomes.
     pub metrics: Arc<Metrics>,
+    /// Body limits per mode (`--extender-max-body-bytes`,
+    /// `--extender-max-nodelist-bytes`).
+    pub limits: crate::extender::limits::Limits,
 }

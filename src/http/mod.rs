@@ -47,6 +47,8 @@ pub struct AppState {
     /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
     /// them open (standalone mode).
     pub access: Option<auth::AccessControl>,
+    /// The extender's body limits per mode.
+    pub extender_limits: crate::extender::limits::Limits,
 }
 
 /// What the Run API, the standalone objects API, health and metrics share.
@@ -79,6 +81,7 @@ impl FromRef<AppState> for ExtenderState {
             binding: Arc::clone(&s.binding),
             gangs: Arc::clone(&s.gangs),
             metrics: Arc::clone(&s.metrics),
+            limits: s.extender_limits,
         }
     }
 }

@@ -100,18 +100,25 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, FitError> {
     }
     let mut sidecars = Amounts::new();
     let mut init_peak = Amounts::new();
+    // An init container's peak is its own requests plus the sidecars
+    // started before it. Only its own resources can raise the peak above the
+    // final sum: for any other resource the peak is a part of the sidecars'
+    // total, which the sum already holds. So each init container costs its
+    // own entries, not the sidecars' (no copy of them per init container).
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
         let own = container_requests(c, &format!("spec.initContainers[{i}]"))?;
-        let during = if c.restart_policy.as_deref() == Some("Always") {
+        if c.restart_policy.as_deref() == Some("Always") {
             add_amounts(&mut reqs, &own);
             add_amounts(&mut sidecars, &own);
-            sidecars.clone()
         } else {
-            let mut t = own;
-            add_amounts(&mut t, &sidecars);
-            t
-        };
-        max_amounts(&mut init_peak, &during);
+            for (k, v) in own {
+                let with = v
+                    .saturating_add(sidecars.get(&k).copied().unwrap_or(0))
+                    .min(quantity::MAX_AMOUNT);
+                let e = init_peak.entry(k).or_insert(0);
+                *e = (*e).max(with);
+            }
+        }
     }
     max_amounts(&mut reqs, &init_peak);
     if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {

@@ -41,6 +41,7 @@ mod deploy;
 mod extender;
 mod gang;
 mod hierarchy;
+mod hostile;
 mod http_api;
 mod latency;
 mod layering;

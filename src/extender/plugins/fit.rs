@@ -27,6 +27,26 @@ pub struct Resolved {
     memory: u64,
 }
 
+impl Resolved {
+    /// How many resources the request names (without `pods`).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Requested resources no cached node offers (their names were never
+    /// interned): every cached node is short of them.
+    pub fn unoffered(&self) -> impl Iterator<Item = &str> {
+        self.entries
+            .iter()
+            .filter(|(id, want, _)| id.is_none() && *want > 0)
+            .map(|(_, _, name)| name.as_str())
+    }
+}
+
 /// The fit of one node ([`filter`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fit {

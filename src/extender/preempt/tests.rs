@@ -338,6 +338,21 @@ fn cases() -> Vec<Case> {
             &[("n1", &["a1", "a0"], 0)],
         ),
         case(
+            "victims named many times, with and without their group, count once",
+            p100.clone(),
+            &[
+                (
+                    "n1",
+                    &["lo0", "a0", "s0", "lo0", "a1", "s0", "a0", "lo0"],
+                    0,
+                ),
+                ("n2", &["lo1", "lo1", "lo1"], 0),
+            ],
+            // n2 has one victim of priority 5, n1 three victims and two
+            // groups: n1 is dominated once each is counted once.
+            &[("n2", &["lo1"], 0)],
+        ),
+        case(
             "dominated candidates are dropped: more groups, higher priorities",
             p100.clone(),
             &[
@@ -481,4 +496,42 @@ fn a_parent_reference_cycle_ends() {
     c.apply_pod(&pod("cy0", Some("n6"), 10, Some("cyc")));
     let body = meta_body(&preemptor(100, None, None), &[("n6", &["cy0-uid"], 0)]);
     assert_eq!(run(&c, &body), want(&[("n6", &["cy0"], 0)]));
+}
+
+/// Rule 6 against the definition: every vector no other one dominates,
+/// with many ties (small value ranges) and equal vectors.
+mod dominance {
+    use super::super::{dominates, undominated};
+    use proptest::prelude::*;
+
+    fn brute(costs: &[[i64; 4]]) -> Vec<bool> {
+        costs
+            .iter()
+            .map(|c| !costs.iter().any(|o| dominates(o, c)))
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_definition(costs in prop::collection::vec(prop::array::uniform4(-3i64..4), 0..120)) {
+            prop_assert_eq!(undominated(&costs), brute(&costs));
+        }
+
+        #[test]
+        fn matches_the_definition_on_wide_values(costs in prop::collection::vec(prop::array::uniform4(any::<i64>()), 0..60)) {
+            prop_assert_eq!(undominated(&costs), brute(&costs));
+        }
+    }
+
+    #[test]
+    fn equal_vectors_stay_and_a_chain_keeps_its_head() {
+        assert_eq!(undominated(&[[1, 1, 1, 1], [1, 1, 1, 1]]), [true, true]);
+        let chain: Vec<[i64; 4]> = (0..1000).rev().map(|i| [i, i, i, i]).collect();
+        let keep = undominated(&chain);
+        assert_eq!(keep.iter().filter(|k| **k).count(), 1);
+        assert!(keep[999]);
+        // An antichain: all kept.
+        let anti: Vec<[i64; 4]> = (0..1000).map(|i| [i, -i, i % 7, 0]).collect();
+        assert!(undominated(&anti).iter().all(|k| *k));
+    }
 }

@@ -35,7 +35,7 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 /// Parses `500ms`, `15s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. 500ms, 15s, 5m, 1h"))
+        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. 500ms, 15s, 5m, 12h, 30d"))
 }
 
 /// Completes on SIGINT or SIGTERM.

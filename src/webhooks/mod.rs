@@ -104,11 +104,6 @@ pub const FIELD_MANAGER: &str = "kruntimes-scheduler";
 /// How often a Secret write is retried after losing a race.
 const MAX_ATTEMPTS: usize = 8;
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); write e.g. 30d, 12h, 1m"))
-}
-
 fn parse_bool(s: &str) -> Result<bool, String> {
     match s {
         "true" | "1" => Ok(true),
@@ -176,17 +171,17 @@ pub struct ManageWebhookArgs {
         overrides_with = "webhook_mutate_pods")]
     pub webhook_mutate_pods: bool,
     /// Validity of a new serving certificate.
-    #[arg(long, env = "KRS_CERT_VALIDITY", default_value = "365d", value_parser = parse_duration)]
+    #[arg(long, env = "KRS_CERT_VALIDITY", default_value = "365d", value_parser = crate::transport::parse_duration)]
     pub cert_validity: Duration,
     /// Validity of a new CA.
-    #[arg(long, env = "KRS_CA_VALIDITY", default_value = "3650d", value_parser = parse_duration)]
+    #[arg(long, env = "KRS_CA_VALIDITY", default_value = "3650d", value_parser = crate::transport::parse_duration)]
     pub ca_validity: Duration,
     /// Renew the serving certificate when less than this is left.
-    #[arg(long, env = "KRS_CERT_RENEW_BEFORE", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, env = "KRS_CERT_RENEW_BEFORE", default_value = "30d", value_parser = crate::transport::parse_duration)]
     pub cert_renew_before: Duration,
     /// How often the Secret is re-read (renewal, other replicas' renewals)
     /// and the configurations re-applied.
-    #[arg(long, env = "KRS_CERT_CHECK_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    #[arg(long, env = "KRS_CERT_CHECK_INTERVAL", default_value = "1m", value_parser = crate::transport::parse_duration)]
     pub cert_check_interval: Duration,
 }
 

@@ -264,10 +264,9 @@ pub fn decide_filter<'a>(
     // them all): resources no node offers reject every node at once, with
     // one shared reason, so the per-node cost stays bounded by the
     // resources the cluster has.
+    let everywhere = state.requests.on(None);
     let wide = match wide {
-        None if cache_capable && state.requests.on(None).len() >= 64 => {
-            limits::unoffered_reason(state.requests.on(None))
-        }
+        None if cache_capable && everywhere.len() >= 64 => limits::unoffered_reason(everywhere),
         w => w,
     };
     let mut outside = plugins::gang::OutsideReasons::default();

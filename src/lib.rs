@@ -31,7 +31,7 @@
 //!
 //! Dependencies point down. A module may import only modules of a lower
 //! layer than its own; modules of one layer never import each other. The
-//! test `tests/layering.rs` reads this table and every `crate::` path under
+//! test `tests/it/layering.rs` reads this table and every `crate::` path under
 //! `src/`, and fails on an import that goes up or sideways.
 //!
 //! | layer | modules | what they are |

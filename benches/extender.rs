@@ -13,7 +13,7 @@
 //! `testkit::percentile`) over 200 timed calls per case.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
+use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::gang::GangPlanner;
 use kruntimes_scheduler::extender::{filter_bytes, prioritize_bytes};
 use kruntimes_scheduler::testkit::{percentile, time_calls};

@@ -17,7 +17,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
+use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::types::ExtenderArgs;
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
 use serde_json::json;

@@ -14,7 +14,7 @@
 //! (nearest rank, `testkit::percentile`) over 200 timed calls per form.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kruntimes_scheduler::cache::nodes::{ClusterIndex, PodEntry};
+use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::decide_preempt;
 use kruntimes_scheduler::extender::types::ExtenderPreemptionArgs;
 use kruntimes_scheduler::testkit::{node, percentile, pod_group, time_calls};

@@ -16,7 +16,7 @@
 //!  cluster ── ports and adapters: ClusterWriter, kube client,
 //!       │     standalone store, watchers
 //!  cache ──── storage: the Run cache (cache::RunCache) and the cluster index
-//!       │     (cache::nodes::ClusterIndex): apply/delete/reset, assume/forget
+//!       │     (cache::cluster_index::ClusterIndex): apply/delete/reset, assume/forget
 //!  metrics
 //!       │
 //!  workload, pods, runs ── pure domain: validation, fit, priority,

@@ -1,6 +1,6 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::cache::{CacheConfig, RunCache};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
@@ -253,8 +253,8 @@ impl ServeArgs {
     }
 
     /// The extender's Workload API switches.
-    pub fn semantics(&self) -> crate::cache::nodes::Semantics {
-        crate::cache::nodes::Semantics {
+    pub fn semantics(&self) -> crate::cache::cluster_index::Semantics {
+        crate::cache::cluster_index::Semantics {
             group_preemption_policy: self.pod_group_preemption_policy,
         }
     }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use parking_lot::RwLock;
 
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::workload::PriorityClassRef;
 
 pub use crate::pods::priority::ClassLookup;

@@ -16,7 +16,7 @@
 //! (`cluster::kinds`) names, per kind, which one.
 
 use super::RunCache;
-use super::nodes::{ClusterIndex, Key, PodEntry};
+use super::cluster_index::{ClusterIndex, Key, PodEntry};
 use crate::crd::{Run, Runtime};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};

@@ -13,11 +13,11 @@
 //! index of unscheduled Runs per runtime for targeted wakeups.
 //!
 //! Watchers and the standalone store reach this cache and the cluster
-//! index ([`nodes::ClusterIndex`]) through one trait, [`index::Index`]:
+//! index ([`cluster_index::ClusterIndex`]) through one trait, [`index::Index`]:
 //! `apply` / `delete` / `reset` per kind.
 
+pub mod cluster_index;
 pub mod index;
-pub mod nodes;
 mod runs;
 pub mod views;
 

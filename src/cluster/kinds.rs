@@ -215,7 +215,7 @@ impl Kind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::ClusterIndex;
+    use crate::cache::cluster_index::ClusterIndex;
     use crate::cache::{CacheConfig, RunCache};
     use crate::cluster::standalone::StandaloneStore;
     use crate::metrics::Metrics;

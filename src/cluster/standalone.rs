@@ -12,10 +12,10 @@
 
 use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
 use crate::cache::RunCache;
+use crate::cache::cluster_index::ClusterIndex;
 #[cfg(doc)]
 use crate::cache::index::Index;
 use crate::cache::index::Indexes;
-use crate::cache::nodes::ClusterIndex;
 use crate::crd::RunStatus;
 use crate::model::refs::GroupRef;
 use crate::model::runtime_pod::RUNTIMED_READY;

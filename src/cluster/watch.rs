@@ -15,8 +15,8 @@
 
 use super::kinds::Kind;
 use crate::cache::RunCache;
+use crate::cache::cluster_index::{ClusterIndex, Key};
 use crate::cache::index::{Index, Indexes};
-use crate::cache::nodes::{ClusterIndex, Key};
 use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};

@@ -44,7 +44,7 @@ pub use hierarchy::{
 pub use preemption::preemption_nodes;
 pub use prefer::{Prefer, prefer};
 
-use crate::cache::nodes::{ClusterState, DomainIndex, Rejection};
+use crate::cache::cluster_index::{ClusterState, DomainIndex, Rejection};
 use crate::model::refs::GroupRef;
 use crate::pods::fit::{self, Amounts};
 use hierarchy::*;

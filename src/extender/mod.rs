@@ -2,7 +2,7 @@
 //! `/scheduler/prioritize`, `/scheduler/bind` and `/scheduler/preempt`.
 //!
 //! Handlers decode kube-scheduler's JSON, read one consistent snapshot of
-//! the [`ClusterIndex`](crate::cache::nodes::ClusterIndex) (storage only), decide
+//! the [`ClusterIndex`](crate::cache::cluster_index::ClusterIndex) (storage only), decide
 //! and encode. Every answer kube-scheduler can parse is HTTP 200; failures
 //! inside the extender are reported in `Error`. Only a body that is not the
 //! protocol at all is an HTTP 4xx.
@@ -38,7 +38,7 @@ pub mod types;
 pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
-use crate::cache::nodes::{ClusterIndex, ClusterState, NodeRefs};
+use crate::cache::cluster_index::{ClusterIndex, ClusterState, NodeRefs};
 use crate::metrics::Endpoint;
 use crate::pods::fit::Amounts;
 use crate::transport::{ApiError, decode_json};

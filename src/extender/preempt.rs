@@ -35,7 +35,7 @@
 //!    evicted for a gang that can never fit.
 
 use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims};
-use crate::cache::nodes::{ClusterState, Key, PodEntry, Scope};
+use crate::cache::cluster_index::{ClusterState, Key, PodEntry, Scope};
 use crate::pods::fit;
 use crate::pods::priority::{self, Declared};
 use k8s_openapi::api::core::v1::Pod;

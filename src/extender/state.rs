@@ -3,7 +3,7 @@
 //! composite state hands this out (axum `FromRef`); the extender knows
 //! nothing of the other surfaces.
 
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::ClusterWriter;
 use crate::extender::bind::device_gate::BindingGate;
 use crate::extender::bind::permit::Gangs;

@@ -46,7 +46,7 @@ pub struct ExtenderArgs<'a> {
     /// Cache-capable mode: the `NodeNames` array as sent. Kept as raw JSON
     /// text: kube-scheduler sends the same list for pod after pod, so the
     /// text is the key under which its resolution to cache slots is reused
-    /// (see [`ClusterState::resolve_names`](crate::cache::nodes::ClusterState::resolve_names)).
+    /// (see [`ClusterState::resolve_names`](crate::cache::cluster_index::ClusterState::resolve_names)).
     #[serde(default, borrow)]
     pub node_names: Option<&'a RawValue>,
 }

@@ -12,7 +12,7 @@ mod runs;
 
 use crate::admission::AdmissionState;
 use crate::cache::RunCache;
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::extender::ExtenderState;

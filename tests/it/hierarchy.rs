@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{app, post};
-use kruntimes_scheduler::cache::nodes::Semantics;
+use kruntimes_scheduler::cache::cluster_index::Semantics;
 use kruntimes_scheduler::serve::Standalone;
 use kruntimes_scheduler::testkit::{self, Obj};
 use serde_json::{Value, json};

@@ -124,7 +124,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The file's top-level module: `src/cache/nodes.rs` → `cache`.
+/// The file's top-level module: `src/cache/cluster_index.rs` → `cache`.
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).expect("file under src");
     let first = rel
@@ -243,7 +243,7 @@ fn the_table_is_read_from_the_docs() {
 
 #[test]
 fn paths_are_found_in_uses_groups_and_expressions_but_not_comments() {
-    let src = "use crate::cache::nodes::ClusterIndex;\n\
+    let src = "use crate::cache::cluster_index::ClusterIndex;\n\
                use crate::{\n    admission::{self, AdmissionState},\n    model,\n};\n\
                // see crate::http::router\n\
                /// [`x`](crate::http::AppState)\n\
@@ -274,7 +274,7 @@ fn upward_and_sideways_imports_fail() {
         ),
         file(
             "extender",
-            "use crate::http::AppState;\nuse crate::cache::nodes::ClusterIndex;",
+            "use crate::http::AppState;\nuse crate::cache::cluster_index::ClusterIndex;",
         ),
         file("admission", "fn f() { crate::extender::router(); }"),
         file(
@@ -297,7 +297,7 @@ fn upward_and_sideways_imports_fail() {
     // The same graph without the bad edges passes.
     let good = [
         file("cache", "use crate::model::refs::GroupRef;"),
-        file("extender", "use crate::cache::nodes::ClusterIndex;"),
+        file("extender", "use crate::cache::cluster_index::ClusterIndex;"),
         file("http", "use crate::extender::ExtenderState;"),
     ];
     assert_eq!(violations(&layers, &good), Vec::<String>::new());

@@ -21,7 +21,7 @@
 //!
 //! Time is tokio's clock, so tests run with paused time and never sleep.
 
-use crate::cache::nodes::{ClaimBinding, ClusterIndex};
+use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
 use crate::cluster::{ClaimAllocationRef, ClusterWriter};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -62,7 +62,7 @@ pub enum Verdict {
     Failed(String),
 }
 
-fn device_name(d: &crate::cache::nodes::ShareKey) -> String {
+fn device_name(d: &crate::cache::cluster_index::ShareKey) -> String {
     match &d.3 {
         Some(share) => format!("{}/{}/{} (share {share})", d.0, d.1, d.2),
         None => format!("{}/{}/{}", d.0, d.1, d.2),

@@ -38,7 +38,7 @@
 pub mod device_gate;
 pub mod permit;
 
-use crate::cache::nodes::{ClusterIndex, ClusterState};
+use crate::cache::cluster_index::{ClusterIndex, ClusterState};
 use crate::cluster::{BindError, ClusterWriter, PodBinding};
 use crate::extender::gang;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};

@@ -27,7 +27,7 @@
 //! lock (a drop guard), so a cancelled member never counts toward quorum
 //! and a unit without members does not stay in the table.
 
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::{ClusterWriter, EventKind, ObjectRef};
 use crate::extender::gang::{self, GangPlanner, bounded};
 use crate::model::refs::GroupRef;

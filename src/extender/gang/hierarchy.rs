@@ -159,7 +159,10 @@ pub type AllowedNodes = Option<Arc<BTreeSet<String>>>;
 
 /// The cached nodes a pod's own `nodeSelector` and required node affinity
 /// admit (`None`: it has neither).
-pub(super) fn eligible(snap: &ClusterState, p: &crate::cache::nodes::PodEntry) -> AllowedNodes {
+pub(super) fn eligible(
+    snap: &ClusterState,
+    p: &crate::cache::cluster_index::PodEntry,
+) -> AllowedNodes {
     let rule = p.node_rule.as_ref()?;
     Some(Arc::new(
         snap.node_names()

@@ -17,7 +17,7 @@ pub fn preemption_nodes(
     snap: &ClusterState,
     pod: &Pod,
     requests: &Amounts,
-    stays: impl Fn(&crate::cache::nodes::Key, &crate::cache::nodes::PodEntry) -> bool,
+    stays: impl Fn(&crate::cache::cluster_index::Key, &crate::cache::cluster_index::PodEntry) -> bool,
 ) -> Option<BTreeSet<String>> {
     let (ns, group) = group_of(pod)?;
     let name = pod.metadata.name.as_deref().unwrap_or_default();

@@ -119,7 +119,7 @@ impl Demand {
 /// Free room per node with an undo journal; nodes not touched yet are read
 /// from the snapshot.
 pub(super) struct FreeRooms<'s> {
-    pub(super) rooms: crate::cache::nodes::Rooms<'s>,
+    pub(super) rooms: crate::cache::cluster_index::Rooms<'s>,
     pub(super) changed: HashMap<String, Option<Vec<u64>>>,
     pub(super) journal: Vec<(String, Option<Option<Vec<u64>>>)>,
 }

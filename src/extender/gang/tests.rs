@@ -2,7 +2,7 @@
 //! hierarchies (cycles, too deep).
 
 use super::*;
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;

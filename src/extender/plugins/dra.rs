@@ -6,7 +6,7 @@
 //! pod's own requests, as kube-scheduler's least-allocated does).
 
 use super::fit::{self, Resolved};
-use crate::cache::nodes::ClusterState;
+use crate::cache::cluster_index::ClusterState;
 use crate::pods::fit::Amounts;
 use crate::pods::fit::{ClaimRef, pod_claims};
 use k8s_openapi::api::core::v1::Pod;

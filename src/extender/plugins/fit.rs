@@ -8,7 +8,7 @@
 //! message; messages are made once per distinct shortfall
 //! ([`short_message`]).
 
-use crate::cache::nodes::{ClusterState, NodeSlot, Rejection};
+use crate::cache::cluster_index::{ClusterState, NodeSlot, Rejection};
 use crate::model::resources::{ResId, ResourceVec};
 use crate::pods::fit::{self, Amounts};
 
@@ -234,7 +234,7 @@ pub fn score_at(snap: &ClusterState, slot: u32, req: &Resolved) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::ClusterIndex;
+    use crate::cache::cluster_index::ClusterIndex;
     use crate::extender::plugins::testing::{node, pod};
     use proptest::prelude::*;
 

@@ -5,7 +5,7 @@
 //! builds the preference of a grouped pod whose domain is known, and Score
 //! reads it.
 
-use crate::cache::nodes::ClusterState;
+use crate::cache::cluster_index::ClusterState;
 use crate::extender::gang::{self, GangPlanner, GroupVerdict, Prefer};
 use crate::pods::fit::Amounts;
 use k8s_openapi::api::core::v1::Pod;
@@ -62,7 +62,7 @@ pub fn score(prefer: &Prefer, node: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::nodes::ClusterIndex;
+    use crate::cache::cluster_index::ClusterIndex;
     use crate::extender::plugins::testing::{RACK, all_nodes, gang, pod, racks};
     use crate::model::refs::GroupRef;
     use crate::pods::fit::pod_requests;

@@ -19,7 +19,7 @@ pub mod priority;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::cache::nodes::{ClusterState, Rejection};
+use crate::cache::cluster_index::{ClusterState, Rejection};
 use crate::extender::gang::{GangPlanner, GroupVerdict};
 use crate::pods::fit::{self as pod_fit, Amounts};
 use k8s_openapi::api::core::v1::Pod;

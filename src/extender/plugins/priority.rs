@@ -5,7 +5,7 @@
 //! a PreFilter step: a rejection fails every node, unresolvable. It scores
 //! nothing.
 
-use crate::cache::nodes::{ClusterState, Rejection};
+use crate::cache::cluster_index::{ClusterState, Rejection};
 use crate::pods::priority;
 use k8s_openapi::api::core::v1::Pod;
 

@@ -2,7 +2,7 @@
 //! label, grouped Pods, PodGroups with a topology key, over a
 //! [`ClusterIndex`] (no router, no HTTP).
 
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use serde_json::json;

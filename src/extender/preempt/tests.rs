@@ -2,7 +2,7 @@
 //! (`NodeNameToMetaVictims`) and the full-Pod (`NodeNameToVictims`) forms.
 
 use super::*;
-use crate::cache::nodes::ClusterIndex;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::extender::types::Victims;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;

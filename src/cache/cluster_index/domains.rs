@@ -249,7 +249,7 @@ fn children<T, S>(
 
 #[cfg(test)]
 mod tests {
-    use crate::cache::nodes::ClusterIndex;
+    use crate::cache::cluster_index::ClusterIndex;
     use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
 

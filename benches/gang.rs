@@ -15,11 +15,11 @@
 //! from scratch.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::api::core::v1::Pod;
 use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
 use kruntimes_scheduler::extender::types::ExtenderArgs;
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
+use kruntimes_scheduler::testkit::{node, pod, pod_group};
 use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -30,14 +30,16 @@ const PER_RACK: usize = 5;
 fn cluster() -> ClusterIndex {
     let cache = ClusterIndex::new();
     for i in 0..NODES {
-        let node: Node =
-            serde_json::from_value(json!({"metadata": {"name": format!("node-{i:05}"),
-            "labels": {"kubernetes.io/hostname": format!("node-{i:05}"),
-                "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
-                "topology.kubernetes.io/rack": format!("rack-{:04}", i / PER_RACK)}},
-            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}))
-            .expect("node");
-        cache.apply_node(&node);
+        let name = format!("node-{i:05}");
+        let n = node(&name)
+            .allocatable("32", "128Gi")
+            .label("kubernetes.io/hostname", &name)
+            .label("topology.kubernetes.io/zone", &format!("zone-{}", i % 3))
+            .label(
+                "topology.kubernetes.io/rack",
+                &format!("rack-{:04}", i / PER_RACK),
+            );
+        cache.apply_node(&n.typed());
         // Some load everywhere, more on every third rack.
         let cpu = if (i / PER_RACK).is_multiple_of(3) {
             16_000
@@ -48,7 +50,7 @@ fn cluster() -> ClusterIndex {
             ("bench".into(), format!("load-{i}")),
             PodEntry {
                 uid: format!("load-{i}"),
-                node: Some(format!("node-{i:05}")),
+                node: Some(name),
                 requests: Some([("cpu".to_owned(), cpu)].into_iter().collect()),
                 ..PodEntry::default()
             },
@@ -62,20 +64,20 @@ static PLANNER: std::sync::LazyLock<gang::GangPlanner> =
     std::sync::LazyLock::new(gang::GangPlanner::new);
 
 fn member(group: &str, i: usize) -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": format!("{group}-{i}"), "namespace": "bench",
-            "uid": format!("{group}-{i}-uid")},
-        "spec": {"schedulingGroup": {"podGroupName": group},
-            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}}))
-    .expect("pod")
+    pod(&format!("{group}-{i}"))
+        .namespace("bench")
+        .uid(&format!("{group}-{i}-uid"))
+        .group(group)
+        .requests(&[("cpu", "2"), ("memory", "4Gi")])
+        .typed()
 }
 
 fn setup(cache: &ClusterIndex, group: &str, n: usize) -> Vec<Pod> {
-    let g: PodGroup =
-        serde_json::from_value(json!({"metadata": {"name": group, "namespace": "bench"},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": n}},
-            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]}}}))
-        .expect("group");
-    cache.apply_pod_group(&g);
+    let g = pod_group(group)
+        .namespace("bench")
+        .gang(n as u32)
+        .topology("topology.kubernetes.io/rack");
+    cache.apply_pod_group(&g.typed());
     let pods: Vec<Pod> = (0..n).map(|i| member(group, i)).collect();
     for p in &pods {
         cache.apply_pod(p);

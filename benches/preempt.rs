@@ -15,8 +15,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
-use kruntimes_scheduler::extender::decide_preempt;
-use kruntimes_scheduler::extender::types::ExtenderPreemptionArgs;
+use kruntimes_scheduler::extender::preempt_bytes;
 use kruntimes_scheduler::testkit::{node, percentile, pod_group, time_calls};
 use serde_json::{Value, json};
 use std::hint::black_box;
@@ -152,9 +151,7 @@ fn full_body() -> Vec<u8> {
 
 /// One preempt call as the handler does it: decode, decide, encode.
 fn preempt_call(cache: &ClusterIndex, body: &[u8]) -> Vec<u8> {
-    let args: ExtenderPreemptionArgs = serde_json::from_slice(body).expect("args");
-    let out = decide_preempt(&cache.read(), &args);
-    serde_json::to_vec(&out).expect("encode")
+    preempt_bytes(cache, body).expect("a valid preemption body")
 }
 
 /// p50 and p99 (nearest rank) of 200 timed calls, in milliseconds.

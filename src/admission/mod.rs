@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, response::IntoResponse, response::Response};
@@ -84,7 +84,10 @@ pub fn router(state: AdmissionState) -> Router {
         )
         .route("/admission/validate/workloads", post(validate_workloads))
         .route("/admission/mutate/pods", post(mutate_pods))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(crate::transport::body_limit(crate::transport::BodyLimit {
+            bytes: MAX_BODY_BYTES,
+            of: "the admission webhooks",
+        }))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             REVIEW_TIMEOUT,

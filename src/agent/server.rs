@@ -14,7 +14,7 @@ use crate::transport::{ApiError, JsonBody, Params};
 use axum::Json;
 use axum::Router;
 use axum::extract::connect_info::{ConnectInfo, Connected};
-use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -245,7 +245,10 @@ pub fn router(agent: Arc<Agent>, policy: PeerPolicy) -> Router {
         .route("/v1/reservations/{uid}", delete(release))
         .fallback(crate::transport::not_found)
         .method_not_allowed_fallback(crate::transport::method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(crate::transport::body_limit(crate::transport::BodyLimit {
+            bytes: MAX_BODY_BYTES,
+            of: "the agent",
+        }))
         .layer(axum::middleware::from_fn_with_state(guard, authorize))
         .with_state(agent)
 }

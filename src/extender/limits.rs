@@ -38,9 +38,7 @@
 //! to [`Limits::nodelist`] (`--extender-max-nodelist-bytes`).
 
 use crate::transport::ApiError;
-use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
-use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -121,27 +119,6 @@ pub fn unoffered_reason(resolved: &super::plugins::fit::Resolved) -> Option<(Arc
         m.push_str(&format!(" (and {rest} more resources no node offers)"));
     }
     Some((m.into(), true))
-}
-
-/// The request body of an extender verb. A body over the larger limit is a
-/// 413 naming both flags.
-pub struct ExtenderBody(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for ExtenderBody {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Bytes::from_request(req, state).await {
-            Ok(b) => Ok(ExtenderBody(b)),
-            Err(rej) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request body is larger than the extender's limit \
-                 (--extender-max-nodelist-bytes for Nodes or NodeNameToVictims, \
-                 --extender-max-body-bytes otherwise)",
-            )),
-            Err(rej) => Err(ApiError::new(rej.status(), rej.body_text())),
-        }
-    }
 }
 
 /// Which verb a body is for.

@@ -41,14 +41,13 @@ pub use state::ExtenderState;
 use crate::cache::cluster_index::{ClusterIndex, ClusterState, NodeRefs};
 use crate::metrics::Endpoint;
 use crate::pods::fit::Amounts;
-use crate::transport::{ApiError, decode_json};
-use axum::extract::{DefaultBodyLimit, State};
+use crate::transport::{ApiError, Body, BodyLimit, body_limit, decode_json};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use gang::GangPlanner;
-use limits::ExtenderBody;
 use plugins::fit::{self, Fit};
 use plugins::{FilterState, ScoreState};
 use serde::de::DeserializeOwned;
@@ -80,7 +79,11 @@ pub fn router(state: ExtenderState) -> Router {
             "/scheduler/preempt",
             post(preempt).route_layer(timed(Endpoint::ExtenderPreempt)),
         )
-        .layer(DefaultBodyLimit::max(read_limit))
+        .layer(body_limit(BodyLimit {
+            bytes: read_limit,
+            of: "the extender (--extender-max-nodelist-bytes for Nodes or \
+                 NodeNameToVictims, --extender-max-body-bytes otherwise)",
+        }))
         .with_state(state)
 }
 
@@ -408,10 +411,20 @@ pub fn prioritize_bytes(
     Ok(bytes)
 }
 
-async fn filter(
-    State(s): State<ExtenderState>,
-    ExtenderBody(body): ExtenderBody,
-) -> Result<Response, ApiError> {
+/// [`filter_bytes`] for preempt: the `ExtenderPreemptionResult` for the
+/// body's candidates, decided over one snapshot.
+pub fn preempt_bytes(nodes: &ClusterIndex, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let args: ExtenderPreemptionArgs = decode(body)?;
+    let out = decide_preempt(&nodes.read(), &args);
+    serde_json::to_vec(&out).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the preemption result: {e}"),
+        )
+    })
+}
+
+async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let bytes = filter_bytes(&s.nodes, s.gangs.planner(), &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
@@ -420,21 +433,16 @@ async fn filter(
 
 async fn prioritize(
     State(s): State<ExtenderState>,
-    ExtenderBody(body): ExtenderBody,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let bytes = prioritize_bytes(&s.nodes, s.gangs.planner(), &body)?;
     Ok(json_bytes(bytes))
 }
 
-async fn preempt(
-    State(s): State<ExtenderState>,
-    ExtenderBody(body): ExtenderBody,
-) -> Result<Json<ExtenderPreemptionResult>, ApiError> {
+async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Preempt, &body)?;
-    let args: ExtenderPreemptionArgs = decode(&body)?;
-    let out = decide_preempt(&s.nodes.read(), &args);
-    Ok(Json(out))
+    Ok(json_bytes(preempt_bytes(&s.nodes, &body)?))
 }
 
 /// Binds through [`bind::Binder`]: node check, cache check (fail closed),
@@ -442,7 +450,7 @@ async fn preempt(
 /// failure the assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<ExtenderState>,
-    ExtenderBody(body): ExtenderBody,
+    Body(body): Body,
 ) -> Result<Json<ExtenderBindingResult>, ApiError> {
     limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;

@@ -19,7 +19,7 @@ use crate::extender::ExtenderState;
 use crate::metrics::{Endpoint, Metrics};
 use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::extract::{FromRef, State};
 use axum::handler::Handler as _;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -222,7 +222,10 @@ fn health(state: &RunApiState) -> Router {
 fn finish(app: Router) -> Router {
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(crate::transport::body_limit(crate::transport::BodyLimit {
+            bytes: MAX_BODY_BYTES,
+            of: "the Run and object API",
+        }))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             Duration::from_secs(60),

@@ -50,14 +50,19 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<super::BodyLimit>()
+            .copied()
+            .unwrap_or_default();
         match Bytes::from_request(req, state).await {
             Ok(b) => Ok(Body(b)),
             Err(rej) => {
                 let status = rej.status();
                 let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
                     format!(
-                        "request body is larger than {} bytes",
-                        super::MAX_BODY_BYTES
+                        "request body is larger than {} bytes, the limit of {}",
+                        limit.bytes, limit.of
                     )
                 } else {
                     rej.body_text()

@@ -25,39 +25,50 @@ pub struct Spec {
 
 /// The spec of a group or composite in the snapshot.
 pub fn spec_of(snap: &ClusterState, r: &GroupRef) -> Option<Spec> {
-    let key = |k: Option<&String>| k.filter(|k| !k.is_empty()).cloned();
     if r.composite {
-        let c = snap.composite(&r.namespace, &r.name)?;
-        let s = &c.spec;
-        Some(Spec {
-            policy: match &s.scheduling_policy.gang {
-                Some(g) => Policy::Gang(usize::try_from(g.min_group_count).unwrap_or(0).max(1)),
-                None => Policy::Basic,
-            },
-            topology: key(s
-                .scheduling_constraints
+        let composite = snap.composite(&r.namespace, &r.name)?;
+        let spec = &composite.spec;
+        Some(Spec::of(
+            spec.scheduling_policy
+                .gang
+                .as_ref()
+                .map(|g| g.min_group_count),
+            spec.scheduling_constraints
                 .as_ref()
                 .and_then(|c| c.topology.as_ref())
                 .and_then(|t| t.first())
-                .map(|t| &t.key)),
-            parent: s.parent_composite_pod_group_name.clone(),
-        })
+                .map(|t| &t.key),
+            &spec.parent_composite_pod_group_name,
+        ))
     } else {
-        let g = snap.group(&r.namespace, &r.name)?;
-        let s = &g.spec;
-        Some(Spec {
-            policy: match &s.scheduling_policy.gang {
-                Some(g) => Policy::Gang(usize::try_from(g.min_count).unwrap_or(0).max(1)),
-                None => Policy::Basic,
-            },
-            topology: key(s
-                .scheduling_constraints
+        let group = snap.group(&r.namespace, &r.name)?;
+        let spec = &group.spec;
+        Some(Spec::of(
+            spec.scheduling_policy.gang.as_ref().map(|g| g.min_count),
+            spec.scheduling_constraints
                 .as_ref()
                 .and_then(|c| c.topology.as_ref())
                 .and_then(|t| t.first())
-                .map(|t| &t.key)),
-            parent: s.parent_composite_pod_group_name.clone(),
-        })
+                .map(|t| &t.key),
+            &spec.parent_composite_pod_group_name,
+        ))
+    }
+}
+
+impl Spec {
+    /// From the fields PodGroup and CompositePodGroup share (k8s-openapi
+    /// gives them distinct types): the gang minimum (`minCount` /
+    /// `minGroupCount`, at least 1), the first topology key (empty is
+    /// none) and the parent's name.
+    fn of(gang_min: Option<i32>, topology: Option<&String>, parent: &Option<String>) -> Spec {
+        Spec {
+            policy: match gang_min {
+                Some(min) => Policy::Gang(usize::try_from(min).unwrap_or(0).max(1)),
+                None => Policy::Basic,
+            },
+            topology: topology.filter(|k| !k.is_empty()).cloned(),
+            parent: parent.clone(),
+        }
     }
 }
 
@@ -361,8 +372,8 @@ pub(super) fn collect_satisfied(
     depth: usize,
     out: &mut Vec<GroupRef>,
 ) {
-    let (h, n) = tally(snap, r, QuorumCount::Placed, depth);
-    if h >= n {
+    let (have, need) = tally(snap, r, QuorumCount::Placed, depth);
+    if have >= need {
         out.push(r.clone());
     }
     if r.composite && depth < MAX_DEPTH {

@@ -54,11 +54,11 @@ pub(super) fn max_fit(room: &[u64], shape: &[u64]) -> u64 {
 pub(super) struct Demand {
     pub(super) classes: Vec<(Vec<u64>, usize)>,
     /// The nodes each class may use (`None`: any), by class.
-    pub(super) elig: Vec<AllowedNodes>,
+    pub(super) eligible: Vec<AllowedNodes>,
     /// At least this many must fit.
     pub(super) required: usize,
     /// Component-wise largest shape (for the leftover measure).
-    pub(super) big: Vec<u64>,
+    pub(super) largest: Vec<u64>,
 }
 
 impl Demand {
@@ -80,32 +80,32 @@ impl Demand {
             *counts.entry((dims.shape(r), ei)).or_default() += 1;
         }
         let mut classes: Vec<(Vec<u64>, usize)> = Vec::with_capacity(counts.len());
-        let mut elig: Vec<AllowedNodes> = Vec::with_capacity(counts.len());
+        let mut eligible: Vec<AllowedNodes> = Vec::with_capacity(counts.len());
         let mut order: Vec<((Vec<u64>, usize), usize)> = counts.into_iter().rev().collect();
         // Members with the fewest nodes first (stable: largest first within),
         // so unrestricted members do not take the only nodes others may use.
         order.sort_by_key(|((_, ei), _)| eligs[*ei].as_ref().map_or(usize::MAX, |s| s.len()));
         for ((shape, ei), c) in order {
             classes.push((shape, c));
-            elig.push(eligs[ei].clone());
+            eligible.push(eligs[ei].clone());
         }
-        let mut big = vec![0; dims.names.len()];
+        let mut largest = vec![0; dims.names.len()];
         for (s, _) in &classes {
-            for (b, v) in big.iter_mut().zip(s) {
+            for (b, v) in largest.iter_mut().zip(s) {
                 *b = (*b).max(*v);
             }
         }
         Demand {
             classes,
-            elig,
+            eligible,
             required,
-            big,
+            largest,
         }
     }
 
     /// Whether pods of class `i` may run on `node`.
     pub(super) fn allows(&self, i: usize, node: &str) -> bool {
-        self.elig
+        self.eligible
             .get(i)
             .and_then(Option::as_ref)
             .is_none_or(|s| s.contains(node))
@@ -205,19 +205,19 @@ impl<'s> FreeRooms<'s> {
                 continue;
             };
             let mut here = 0;
-            for (i, (shape, count)) in classes.iter_mut().enumerate() {
-                if *count == 0 || !need.allows(i, node) {
+            for (class, (shape, count)) in classes.iter_mut().enumerate() {
+                if *count == 0 || !need.allows(class, node) {
                     continue;
                 }
-                let k = max_fit(&room, shape).min(*count as u64) as usize;
-                if k == 0 {
+                let fits = max_fit(&room, shape).min(*count as u64) as usize;
+                if fits == 0 {
                     continue;
                 }
-                for (r, s) in room.iter_mut().zip(shape.iter()) {
-                    *r = r.saturating_sub(s.saturating_mul(k as u64));
+                for (amount, per_pod) in room.iter_mut().zip(shape.iter()) {
+                    *amount = amount.saturating_sub(per_pod.saturating_mul(fits as u64));
                 }
-                *count -= k;
-                here += k;
+                *count -= fits;
+                here += fits;
             }
             if here > 0 {
                 left -= here;
@@ -255,9 +255,9 @@ impl DomainBounds {
     }
 
     pub(super) fn with(&self, ix: Arc<DomainIndex>, value: &str) -> DomainBounds {
-        let mut w = self.0.clone();
-        w.push((ix, value.to_owned()));
-        DomainBounds(w)
+        let mut bounds = self.0.clone();
+        bounds.push((ix, value.to_owned()));
+        DomainBounds(bounds)
     }
 }
 
@@ -267,8 +267,8 @@ pub(super) struct GroupTree {
     pub(super) key: Option<(String, Arc<DomainIndex>)>,
     /// The domain value fixed by placed members.
     pub(super) fixed: Option<String>,
-    pub(super) body: GroupTreeKind,
-    pub(super) big: Vec<u64>,
+    pub(super) kind: GroupTreeKind,
+    pub(super) largest: Vec<u64>,
 }
 
 pub(super) enum GroupTreeKind {
@@ -307,14 +307,14 @@ impl GroupTree {
             if self.fixed.as_deref().is_some_and(|f| f != value) {
                 continue;
             }
-            let o = match &self.body {
+            let trial = match &self.kind {
                 // A leaf is tried on a flat copy of its domain's rooms.
                 GroupTreeKind::Leaf(need) => trial_leaf(
                     free,
                     nodes,
                     within,
                     need,
-                    &self.big,
+                    &self.largest,
                     &mut buf,
                     &mut scratch_room,
                 ),
@@ -322,28 +322,35 @@ impl GroupTree {
                     let inner = within.with(Arc::clone(ix), value);
                     let mark = free.mark();
                     let mut scratch = Vec::new();
-                    let o = self.place_in(Some(value), &inner, free, &mut scratch);
+                    let nested = self.place_in(Some(value), &inner, free, &mut scratch);
                     free.rollback(mark);
-                    o
+                    nested
                 }
             };
-            let Some(o) = o else { continue };
+            let Some(trial) = trial else { continue };
             let better = match best {
                 None => true,
-                Some((b, _)) => {
-                    (o.satisfied, o.placed, std::cmp::Reverse(o.leftover))
-                        > (b.satisfied, b.placed, std::cmp::Reverse(b.leftover))
+                Some((kept, _)) => {
+                    (
+                        trial.satisfied,
+                        trial.placed,
+                        std::cmp::Reverse(trial.leftover),
+                    ) > (
+                        kept.satisfied,
+                        kept.placed,
+                        std::cmp::Reverse(kept.leftover),
+                    )
                 }
             };
             if better {
-                best = Some((o, value));
+                best = Some((trial, value));
             }
         }
-        let (o, value) = best?;
+        let (chosen, value) = best?;
         let inner = within.with(Arc::clone(ix), value);
         record.push((self.group.clone(), key.clone(), value.to_owned()));
         self.place_in(Some(value), &inner, free, record);
-        Some(o)
+        Some(chosen)
     }
 
     pub(super) fn place_in(
@@ -374,28 +381,28 @@ impl GroupTree {
         if nodes.is_empty() {
             return None;
         }
-        match &self.body {
+        match &self.kind {
             GroupTreeKind::Leaf(need) => {
                 let (placed, _) = free.fill(nodes.iter().copied(), need);
                 Some(TrialResult {
                     satisfied: placed >= need.required,
                     placed,
-                    leftover: free.leftover(nodes.iter().copied(), &self.big),
+                    leftover: free.leftover(nodes.iter().copied(), &self.largest),
                 })
             }
             GroupTreeKind::Composite { children, need } => {
                 let mut satisfied = 0;
                 let mut placed = 0;
                 for c in children {
-                    if let Some(o) = c.place(within, free, record) {
-                        satisfied += usize::from(o.satisfied);
-                        placed += o.placed;
+                    if let Some(child) = c.place(within, free, record) {
+                        satisfied += usize::from(child.satisfied);
+                        placed += child.placed;
                     }
                 }
                 Some(TrialResult {
                     satisfied: satisfied >= *need,
                     placed,
-                    leftover: free.leftover(nodes.iter().copied(), &self.big),
+                    leftover: free.leftover(nodes.iter().copied(), &self.largest),
                 })
             }
         }
@@ -409,41 +416,41 @@ pub(super) fn trial_leaf(
     nodes: &[String],
     within: &DomainBounds,
     need: &Demand,
-    big: &[u64],
+    largest: &[u64],
     buf: &mut Vec<u64>,
     scratch: &mut Vec<u64>,
 ) -> Option<TrialResult> {
-    let d = big.len();
+    let axes = largest.len();
     buf.clear();
-    let restricted = need.elig.iter().any(Option::is_some);
+    let restricted = need.eligible.iter().any(Option::is_some);
     let mut names: Vec<&str> = Vec::new();
     for n in nodes {
         if within.admits(n) && free.load(n, buf, scratch) && restricted {
             names.push(n);
         }
     }
-    if buf.is_empty() || d == 0 {
+    if buf.is_empty() || axes == 0 {
         return None;
     }
     let mut left: Vec<usize> = need.classes.iter().map(|(_, c)| *c).collect();
     let mut placed = 0;
     let mut leftover = 0u64;
-    for (at, room) in buf.chunks_mut(d).enumerate() {
-        for (i, ((shape, _), l)) in need.classes.iter().zip(left.iter_mut()).enumerate() {
-            if *l == 0 || (restricted && !need.allows(i, names[at])) {
+    for (at, room) in buf.chunks_mut(axes).enumerate() {
+        for (class, ((shape, _), still)) in need.classes.iter().zip(left.iter_mut()).enumerate() {
+            if *still == 0 || (restricted && !need.allows(class, names[at])) {
                 continue;
             }
-            let k = max_fit(room, shape).min(*l as u64);
-            if k == 0 {
+            let fits = max_fit(room, shape).min(*still as u64);
+            if fits == 0 {
                 continue;
             }
-            for (r, s) in room.iter_mut().zip(shape) {
-                *r = r.saturating_sub(s.saturating_mul(k));
+            for (amount, per_pod) in room.iter_mut().zip(shape) {
+                *amount = amount.saturating_sub(per_pod.saturating_mul(fits));
             }
-            *l -= k as usize;
-            placed += k as usize;
+            *still -= fits as usize;
+            placed += fits as usize;
         }
-        leftover = leftover.saturating_add(max_fit(room, big));
+        leftover = leftover.saturating_add(max_fit(room, largest));
     }
     Some(TrialResult {
         satisfied: placed >= need.required,
@@ -472,7 +479,7 @@ pub(super) fn build_tree(
         Some((k, ix)) => fixed_domain(snap, r, k, ix).ok()?,
         None => None,
     };
-    let (body, big) = if r.composite {
+    let (kind, largest) = if r.composite {
         let mut kids: Vec<GroupTree> = if depth < MAX_DEPTH {
             children(snap, r)
                 .iter()
@@ -494,9 +501,9 @@ pub(super) fn build_tree(
             Policy::Gang(n) => n.saturating_sub(satisfied_already),
             Policy::Basic => 0,
         };
-        let mut big = vec![0; dims.names.len()];
+        let mut largest = vec![0; dims.names.len()];
         for k in &kids {
-            for (b, v) in big.iter_mut().zip(&k.big) {
+            for (b, v) in largest.iter_mut().zip(&k.largest) {
                 *b = (*b).max(*v);
             }
         }
@@ -505,29 +512,29 @@ pub(super) fn build_tree(
                 children: kids,
                 need,
             },
-            big,
+            largest,
         )
     } else {
         let (reqs, required) = leaf_need(snap, r, this);
         let need = Demand::new(dims, &reqs, required);
-        let big = need.big.clone();
-        (GroupTreeKind::Leaf(need), big)
+        let largest = need.largest.clone();
+        (GroupTreeKind::Leaf(need), largest)
     };
-    let big = if big.iter().all(|v| *v == 0) {
+    let largest = if largest.iter().all(|v| *v == 0) {
         let mut b = vec![0; dims.names.len()];
         if let Some(last) = b.last_mut() {
             *last = 1;
         }
         b
     } else {
-        big
+        largest
     };
     Some(GroupTree {
         group: r.clone(),
         key,
         fixed,
-        body,
-        big,
+        kind,
+        largest,
     })
 }
 
@@ -535,7 +542,7 @@ impl GroupTree {
     /// Pods the tree still needs placed: a leaf's, or the sum of its
     /// children's (each pod counted once).
     pub(super) fn required(&self) -> usize {
-        match &self.body {
+        match &self.kind {
             GroupTreeKind::Leaf(n) => n.required,
             GroupTreeKind::Composite { children, .. } => {
                 children.iter().map(GroupTree::required).sum()
@@ -544,7 +551,7 @@ impl GroupTree {
     }
 
     pub(super) fn demand(&self) -> u64 {
-        match &self.body {
+        match &self.kind {
             GroupTreeKind::Leaf(n) => n
                 .classes
                 .iter()

@@ -18,7 +18,8 @@ use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kruntimes_scheduler::admission::{self, AdmissionState, PriorityClasses};
+use kruntimes_scheduler::admission::{self, AdmissionState};
+use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
 use kruntimes_scheduler::certs;
 use kruntimes_scheduler::tls::{self, TlsConfigHandle};
 use rustls::pki_types::ServerName;
@@ -57,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
     ))?;
     certs::write(&dir, &generated, true)?;
     let handle = TlsConfigHandle::from_files(&dir.join("tls.crt"), &dir.join("tls.key"))?;
-    let classes = PriorityClasses::synced_with([PriorityClass {
+    let classes = ClusterIndex::with_priority_classes(&[PriorityClass {
         metadata: ObjectMeta {
             name: Some("high-priority".into()),
             ..Default::default()

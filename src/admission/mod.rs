@@ -35,7 +35,7 @@ use kube::core::admission::AdmissionResponse;
 
 use crate::transport::MAX_BODY_BYTES;
 use crate::transport::{ApiError, Body};
-pub use priority::{ClassLookup, PriorityClasses, PriorityLookup};
+pub use priority::{ClassLookup, PriorityLookup};
 use review::Request;
 
 /// How long one review may take before the handler gives up (the webhook
@@ -56,7 +56,7 @@ impl Default for AdmissionState {
     /// An empty, unsynced PriorityClass index (every class check fails
     /// closed) and metrics of its own.
     fn default() -> Self {
-        Self::new(Arc::new(PriorityClasses::new()))
+        Self::new(Arc::new(crate::cache::cluster_index::ClusterIndex::new()))
     }
 }
 

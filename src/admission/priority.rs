@@ -3,16 +3,11 @@
 //!
 //! The service has one PriorityClass index, the cluster index's
 //! ([`ClusterIndex`], fed by its watcher or the standalone store), which
-//! implements the trait; [`PriorityClasses`] is a small index of its own
-//! for running the webhooks without a cluster index (embedding, tests).
-//! Until an index has seen its initial list it is *not synced* and every
-//! lookup answers [`ClassLookup::NotSynced`]: admission then fails closed
-//! instead of guessing.
-
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use parking_lot::RwLock;
+//! implements the trait; webhooks embedded without watchers use a cluster
+//! index of their own ([`ClusterIndex::with_priority_classes`]). Until the
+//! index has seen its initial list it is *not synced* and every lookup
+//! answers [`ClassLookup::NotSynced`]: admission then fails closed instead
+//! of guessing.
 
 use crate::cache::cluster_index::ClusterIndex;
 use crate::workload::PriorityClassRef;
@@ -99,104 +94,10 @@ impl PriorityLookup for ClusterIndex {
     }
 }
 
-impl PriorityLookup for PriorityClasses {
-    fn lookup(&self, name: &str) -> ClassLookup {
-        PriorityClasses::lookup(self, name)
-    }
-}
-
-/// PriorityClasses by name: an index of its own, for the webhooks without
-/// a cluster index.
-#[derive(Debug, Default)]
-pub struct PriorityClasses {
-    /// Names and values, and whether the initial list has been seen.
-    state: RwLock<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Class name → value.
-    classes: BTreeMap<String, i32>,
-    /// The initial list has been applied.
-    synced: bool,
-}
-
-// === impl PriorityClasses ===
-
-impl PriorityClasses {
-    /// An empty index, not synced.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// An index holding exactly `classes`, synced (tests, standalone mode).
-    pub fn synced_with(classes: impl IntoIterator<Item = PriorityClass>) -> Self {
-        let index = Self::new();
-        index.reset(classes);
-        index
-    }
-
-    /// Adds or replaces one class (watch event `Apply`/`InitApply`).
-    pub fn apply(&self, pc: &PriorityClass) {
-        let Some(name) = pc.metadata.name.clone() else {
-            return;
-        };
-        self.state
-            .write()
-            .classes
-            .insert(name, pc.value.unwrap_or(0));
-    }
-
-    /// Removes one class (watch event `Delete`).
-    pub fn delete(&self, pc: &PriorityClass) {
-        if let Some(name) = &pc.metadata.name {
-            self.delete_name(name);
-        }
-    }
-
-    /// Removes one class by name.
-    pub fn delete_name(&self, name: &str) {
-        self.state.write().classes.remove(name);
-    }
-
-    /// Replaces the whole content (a full list) and marks the index synced.
-    pub fn reset(&self, classes: impl IntoIterator<Item = PriorityClass>) {
-        let classes = classes
-            .into_iter()
-            .filter_map(|pc| pc.metadata.name.map(|n| (n, pc.value.unwrap_or(0))))
-            .collect();
-        let mut state = self.state.write();
-        state.classes = classes;
-        state.synced = true;
-    }
-
-    /// Marks the index synced or not (e.g. not synced again while a watch
-    /// relists after losing its connection, if the caller prefers that).
-    pub fn set_synced(&self, synced: bool) {
-        self.state.write().synced = synced;
-    }
-
-    /// Whether the initial list has been seen.
-    pub fn is_synced(&self) -> bool {
-        self.state.read().synced
-    }
-
-    /// Looks one name up.
-    pub fn lookup(&self, name: &str) -> ClassLookup {
-        let state = self.state.read();
-        if !state.synced {
-            return ClassLookup::NotSynced;
-        }
-        state
-            .classes
-            .get(name)
-            .map_or(ClassLookup::Missing, |v| ClassLookup::Found(*v))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn mk_class(name: &str, value: i32) -> PriorityClass {
@@ -232,23 +133,28 @@ mod tests {
 
     #[test]
     fn fails_closed_until_synced() {
-        let index = PriorityClasses::new();
-        index.apply(&mk_class("high", 1000));
+        let index = ClusterIndex::new();
+        let index: &dyn PriorityLookup = {
+            index.apply_priority_class(&mk_class("high", 1000));
+            &index
+        };
         assert_eq!(index.lookup("high"), ClassLookup::NotSynced);
-        index.reset([mk_class("high", 1000)]);
+        let listed = ClusterIndex::with_priority_classes(&[mk_class("high", 1000)]);
+        let index: &dyn PriorityLookup = &listed;
         assert_eq!(index.lookup("high"), ClassLookup::Found(1000));
         assert_eq!(index.lookup("low"), ClassLookup::Missing);
     }
 
     #[test]
     fn apply_delete_reset() {
-        let index = PriorityClasses::synced_with([mk_class("a", 1)]);
-        index.apply(&mk_class("b", 2));
-        index.apply(&mk_class("a", 3));
+        let nodes = ClusterIndex::with_priority_classes(&[mk_class("a", 1)]);
+        let index: &dyn PriorityLookup = &nodes;
+        nodes.apply_priority_class(&mk_class("b", 2));
+        nodes.apply_priority_class(&mk_class("a", 3));
         assert_eq!(index.lookup("a"), ClassLookup::Found(3));
-        index.delete(&mk_class("a", 3));
+        nodes.delete_priority_class("a");
         assert_eq!(index.lookup("a"), ClassLookup::Missing);
-        index.reset([mk_class("c", 4)]);
+        nodes.reset_priority_classes(&[mk_class("c", 4)]);
         assert_eq!(index.lookup("b"), ClassLookup::Missing);
         assert_eq!(index.lookup("c"), ClassLookup::Found(4));
         let problems = index.check(&[
@@ -271,7 +177,8 @@ mod tests {
 
     #[test]
     fn explicit_priority_must_match_the_class() {
-        let index = PriorityClasses::synced_with([mk_class("high", 1000)]);
+        let nodes = ClusterIndex::with_priority_classes(&[mk_class("high", 1000)]);
+        let index: &dyn PriorityLookup = &nodes;
         let at = |priority| PriorityClassRef {
             path: "spec.priorityClassName".into(),
             name: "high".into(),

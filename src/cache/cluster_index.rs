@@ -1291,6 +1291,13 @@ impl ClusterIndex {
     pub fn delete_priority_class(&self, name: &str) {
         self.state.write().classes.remove(name);
     }
+    /// An index holding exactly these PriorityClasses, synced: for running
+    /// the admission webhooks without watchers (embedding, tests).
+    pub fn with_priority_classes(pcs: &[PriorityClass]) -> Self {
+        let index = Self::new();
+        index.reset_priority_classes(pcs);
+        index
+    }
     /// Replaces every PriorityClass (a relist); marks them synced.
     pub fn reset_priority_classes(&self, pcs: &[PriorityClass]) {
         self.state.write().classes = pcs

@@ -12,7 +12,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kruntimes_scheduler::admission::{self, AdmissionState, PriorityClasses};
+use kruntimes_scheduler::admission::{self, AdmissionState};
+use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
 use rstest::rstest;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -89,7 +90,7 @@ fn mk_class(name: &str, value: i32) -> PriorityClass {
 }
 
 fn state() -> AdmissionState {
-    AdmissionState::new(Arc::new(PriorityClasses::synced_with([mk_class(
+    AdmissionState::new(Arc::new(ClusterIndex::with_priority_classes(&[mk_class(
         "high-priority",
         1000,
     )])))
@@ -436,7 +437,7 @@ async fn pod_group_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
 #[tokio::test]
 async fn class_deleted_after_create_does_not_block_updates() {
     let review = fixture("podgroup-update.json");
-    let empty = AdmissionState::new(Arc::new(PriorityClasses::synced_with([])));
+    let empty = AdmissionState::new(Arc::new(ClusterIndex::with_priority_classes(&[])));
     let resp = response_of(&send(empty, VALIDATE_PG, &review).await, &review);
     check_verdict(&resp, Expect::Allow);
 }
@@ -522,7 +523,7 @@ async fn admission_writes_no_priority_into_groups() {
 #[tokio::test]
 async fn unsynced_class_cache_fails_closed() {
     let review = fixture("podgroup-create.json");
-    let unsynced = AdmissionState::new(Arc::new(PriorityClasses::new()));
+    let unsynced = AdmissionState::new(Arc::new(ClusterIndex::new()));
     let resp = response_of(&send(unsynced.clone(), VALIDATE_PG, &review).await, &review);
     check_verdict(&resp, Expect::Deny(503, &["spec.priorityClassName"]));
     let message = resp["status"]["message"].as_str().unwrap_or_default();

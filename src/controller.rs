@@ -5,9 +5,10 @@
 use crate::cache::{Decision, RunCache};
 use crate::cluster::{ClusterWriter, EventKind, ObjectRef, WriteError};
 use crate::crd::RunStatus;
-use crate::metrics::{Endpoint, WriteResult};
+use crate::health::{self, AbortOnDrop, Exit};
+use crate::metrics::{Endpoint, Task, WriteResult};
 use crate::model::refs::RunRef;
-use crate::runs::queue::RunKey;
+use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -58,9 +59,51 @@ pub struct RunController {
     cache: Arc<RunCache>,
     writer: Arc<dyn ClusterWriter>,
     /// Consecutive failed writes per Run, for exponential retry backoff.
+    /// Pruned when a cycle finds the Run gone or not to be scheduled (a
+    /// deleted Run is handed to a worker once more for that).
     failures: Mutex<HashMap<RunKey, u32>>,
-    /// Consecutive Pending outcomes per Run, for the backoff re-check.
+    /// Consecutive Pending outcomes per Run, for the backoff re-check
+    /// (pruned like `failures`).
     pending: Mutex<HashMap<RunKey, u32>>,
+}
+
+/// A reservation made by a cycle and not yet settled by its status write:
+/// released if the cycle is dropped (leadership lost, shutdown) or panics
+/// before the write answered, so it never outlives the cycle unwritten.
+struct Unsettled<'a> {
+    cache: &'a RunCache,
+    namespace: &'a str,
+    uid: &'a str,
+    pod: &'a str,
+    settled: bool,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.cache.release(self.namespace, self.uid, self.pod);
+        }
+    }
+}
+
+/// Marks a worker's key done however its cycle ends (returned, dropped or
+/// panicked), so the key is never left "processing" for good; after a
+/// panic the Run is retried with the write-failure backoff.
+struct Done<'a> {
+    controller: &'a RunController,
+    queue: &'a Arc<WorkQueue<RunKey>>,
+    key: &'a RunKey,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let delay = backoff(&self.controller.failures, self.key, RETRY_BASE, RETRY_MAX);
+            tracing::error!(run = %self.key, retry_in = ?delay, "a scheduling cycle panicked");
+            self.queue.add_after(self.key.clone(), delay);
+        }
+        self.queue.done(self.key);
+    }
 }
 
 impl RunController {
@@ -75,6 +118,19 @@ impl RunController {
 
     pub fn cache(&self) -> &Arc<RunCache> {
         &self.cache
+    }
+
+    /// Runs with retry or Pending backoff state (bounded by the Runs that
+    /// exist and wait).
+    pub fn backoff_entries(&self) -> usize {
+        self.failures.lock().len() + self.pending.lock().len()
+    }
+
+    /// Drops a Run's backoff state and its delayed retry.
+    fn forget(&self, key: &RunKey) {
+        self.failures.lock().remove(key);
+        self.pending.lock().remove(key);
+        self.cache.queue().forget_delayed(key);
     }
 
     async fn write(
@@ -129,17 +185,27 @@ impl RunController {
                 pod,
                 resource_version,
                 status,
-            } => match self.write(key, resource_version.as_deref(), &status).await {
-                Ok(()) => {
-                    metrics.runs_scheduled.inc();
-                    tracing::debug!(run = %key, %pod, "scheduled");
-                    CycleOutcome::Scheduled { pod }
+            } => {
+                let mut unsettled = Unsettled {
+                    cache: &self.cache,
+                    namespace: &key.namespace,
+                    uid: &uid,
+                    pod: &pod,
+                    settled: false,
+                };
+                let written = self.write(key, resource_version.as_deref(), &status).await;
+                // Kept on success; released by the guard on failure.
+                unsettled.settled = written.is_ok();
+                drop(unsettled);
+                match written {
+                    Ok(()) => {
+                        metrics.runs_scheduled.inc();
+                        tracing::debug!(run = %key, %pod, "scheduled");
+                        CycleOutcome::Scheduled { pod }
+                    }
+                    Err(e) => self.failed_write(key, e),
                 }
-                Err(e) => {
-                    self.cache.release(&key.namespace, &uid, &pod);
-                    self.failed_write(key, e)
-                }
-            },
+            }
             Decision::Pending {
                 uid,
                 reason,
@@ -189,8 +255,11 @@ impl RunController {
                 let delay = backoff(&self.pending, key, PENDING_BASE, PENDING_MAX);
                 self.cache.queue().add_after(key.clone(), delay);
             }
-            CycleOutcome::Skipped | CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
-            CycleOutcome::Scheduled { .. } | CycleOutcome::Failed { .. } | CycleOutcome::Gone => {
+            // Gone, or nothing to schedule (assigned, terminal, deleting):
+            // no backoff state is kept for it.
+            CycleOutcome::Skipped | CycleOutcome::Gone => self.forget(key),
+            CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
+            CycleOutcome::Scheduled { .. } | CycleOutcome::Failed { .. } => {
                 self.pending.lock().remove(key);
             }
         }
@@ -241,44 +310,51 @@ impl RunController {
         resync_every: Duration,
         stop: impl Future<Output = ()> + Send,
     ) {
-        let queue = Arc::clone(self.cache.queue());
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         // Everything waiting is worth a look when the loop (re)starts.
         self.cache.resync();
-        struct AbortOnDrop(tokio::task::JoinHandle<()>);
-        impl Drop for AbortOnDrop {
-            fn drop(&mut self) {
-                self.0.abort();
-            }
-        }
+        let metrics = Arc::clone(self.cache.metrics());
+        // The fallback resync, restarted if it panics.
         let _resync = {
             let cache = Arc::clone(&self.cache);
-            AbortOnDrop(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(resync_every);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    cache.resync();
-                }
-            }))
+            let metrics = Arc::clone(&metrics);
+            AbortOnDrop(tokio::spawn(health::supervise(
+                "run-resync",
+                move || {
+                    let cache = Arc::clone(&cache);
+                    async move {
+                        let mut tick = tokio::time::interval(resync_every);
+                        tick.tick().await;
+                        loop {
+                            tick.tick().await;
+                            cache.resync();
+                        }
+                    }
+                },
+                move |_| {
+                    metrics.task_restart(Task::RunResync);
+                    true
+                },
+            )))
         };
-        // A JoinSet aborts the workers if this future is dropped.
+        // Workers, each restarted if it panics; a JoinSet aborts them if
+        // this future is dropped.
         let mut handles = tokio::task::JoinSet::new();
         for _ in 0..workers.max(1) {
             let this = Arc::clone(&self);
-            let queue = Arc::clone(&queue);
-            let mut stop_rx = stop_rx.clone();
-            handles.spawn(async move {
-                loop {
-                    let key = tokio::select! {
-                        biased;
-                        _ = stop_rx.wait_for(|s| *s) => break,
-                        k = queue.next() => match k { Some(k) => k, None => break },
-                    };
-                    this.cycle(&key).await;
-                    queue.done(&key);
-                }
-            });
+            let stop_rx = stop_rx.clone();
+            let metrics = Arc::clone(&metrics);
+            handles.spawn(health::supervise(
+                "run-worker",
+                move || Arc::clone(&this).work(stop_rx.clone()),
+                move |exit| match exit {
+                    Exit::Ended => false,
+                    Exit::Panicked(_) => {
+                        metrics.task_restart(Task::RunWorker);
+                        true
+                    }
+                },
+            ));
         }
         let all_done = async move { while handles.join_next().await.is_some() {} };
         tokio::pin!(all_done);
@@ -288,6 +364,25 @@ impl RunController {
                 let _ = stop_tx.send(true);
                 all_done.await;
             }
+        }
+    }
+
+    /// One worker: cycles keys from the queue until `stop` turns true or
+    /// the queue shuts down. A key is marked done however its cycle ends.
+    async fn work(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let queue = Arc::clone(self.cache.queue());
+        loop {
+            let key = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                k = queue.next() => match k { Some(k) => k, None => break },
+            };
+            let _done = Done {
+                controller: &self,
+                queue: &queue,
+                key: &key,
+            };
+            self.cycle(&key).await;
         }
     }
 
@@ -301,5 +396,133 @@ impl RunController {
             n += 1;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+    use crate::cluster::kinds::Kind;
+    use crate::cluster::standalone::{StandaloneStore, kube_time};
+    use crate::cluster::{BindError, ClaimAllocationRef, PodBinding};
+    use crate::metrics::Metrics;
+    use crate::model::refs::GroupRef;
+    use crate::testkit::builders::{run, runtime_pod};
+    use futures::future::BoxFuture;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn store() -> Arc<StandaloneStore> {
+        let queue = Arc::new(WorkQueue::default());
+        let cache = Arc::new(RunCache::new(
+            CacheConfig::default(),
+            queue,
+            Arc::new(Metrics::default()),
+        ));
+        Arc::new(StandaloneStore::new(cache))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deleted_runs_leave_no_backoff_state_or_delayed_retry() {
+        let store = store();
+        let controller = RunController::new(Arc::clone(store.cache()), store.clone());
+        // No Runtime Pod: every Run stays Pending, with a Pending backoff
+        // re-check each.
+        let runs: Vec<_> = (0..1000)
+            .map(|i| run(&format!("r{i}"), &[("runs", "1")]).value())
+            .collect();
+        store.upsert(runs).unwrap();
+        // (The Pending write comes back through the store: twice each.)
+        assert!(controller.drain().await >= 1000);
+        assert_eq!(controller.backoff_entries(), 1000);
+        assert_eq!(store.cache().queue().delayed_len(), 1000);
+        for i in 0..1000 {
+            assert!(store.delete(Kind::Run, "ns", &format!("r{i}")));
+        }
+        // Each deletion hands the key to the loop once more.
+        assert_eq!(controller.drain().await, 1000);
+        assert_eq!(controller.backoff_entries(), 0);
+        assert_eq!(store.cache().queue().delayed_len(), 0);
+    }
+
+    /// Delegates to the store, but its first `n` Run status writes panic.
+    struct Panicking {
+        store: Arc<StandaloneStore>,
+        panics: AtomicUsize,
+    }
+
+    impl ClusterWriter for Panicking {
+        fn write_run_status<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+            resource_version: Option<&'a str>,
+            status: &'a RunStatus,
+        ) -> BoxFuture<'a, Result<(), WriteError>> {
+            if self
+                .panics
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                panic!("injected: the status write panicked");
+            }
+            self.store
+                .write_run_status(namespace, name, resource_version, status)
+        }
+        fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+            self.store.bind_pod(b)
+        }
+        fn clear_claim_allocation<'a>(
+            &'a self,
+            c: &'a ClaimAllocationRef,
+        ) -> BoxFuture<'a, Result<(), WriteError>> {
+            self.store.clear_claim_allocation(c)
+        }
+        fn write_group_condition<'a>(
+            &'a self,
+            g: &'a GroupRef,
+            c: &'a Condition,
+        ) -> BoxFuture<'a, Result<(), WriteError>> {
+            self.store.write_group_condition(g, c)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_cycle_restarts_its_worker_releases_its_reservation_and_retries() {
+        let store = store();
+        let heartbeat = kube_time(Timestamp::now());
+        store
+            .upsert(vec![
+                runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
+                run("r1", &[]).value(),
+            ])
+            .unwrap();
+        let writer = Arc::new(Panicking {
+            store: Arc::clone(&store),
+            panics: AtomicUsize::new(2),
+        });
+        let controller = Arc::new(RunController::new(Arc::clone(store.cache()), writer));
+        let cache = Arc::clone(store.cache());
+        let queue = Arc::clone(cache.queue());
+        let task = tokio::spawn(Arc::clone(&controller).run(1, Duration::from_secs(3600)));
+        crate::testkit::wait_until("the Run scheduled", Duration::from_secs(60), || {
+            cache
+                .run_status(&RunKey::new("ns", "r1"))
+                .is_some_and(|(_, s)| s.phase.as_deref() == Some("Scheduled"))
+        })
+        .await;
+        // Twice panicked, twice restarted. The reservations of the panicked
+        // cycles were released (a kept one would make every later cycle
+        // skip the Run), and the last was handed over to actual usage.
+        let text = cache.metrics().encode();
+        assert!(
+            text.contains("kruntimes_task_restarts_total{task=\"RunWorker\"} 2"),
+            "{text}"
+        );
+        cache.check_invariants().unwrap();
+        assert_eq!(cache.assumed_pod("ns", "uid-r1"), None);
+        queue.shutdown();
+        task.await.unwrap();
     }
 }

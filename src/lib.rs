@@ -16,7 +16,8 @@
 //!  cluster ── ports and adapters: ClusterWriter, kube client,
 //!       │     standalone store, watchers
 //!  cache ──── storage: the Run cache (cache::RunCache) and the cluster index
-//!       │     (cache::cluster_index::ClusterIndex): apply/delete/reset, assume/forget
+//!       │     (cache::cluster_index::ClusterIndex): apply/delete/reset, assume/forget;
+//!       │     health: readiness of the watches, supervision of background tasks
 //!  metrics
 //!       │
 //!  workload, pods, runs ── pure domain: validation, fit, priority,
@@ -39,7 +40,7 @@
 //! | 0 | `transport`, `crd`, `model`, `tls` | leaves: HTTP plumbing, the CRD, the pure core, TLS |
 //! | 1 | `workload`, `pods`, `runs`, `testkit` | pure domain; the test kit (fixtures, under `cfg(test)` or the `testkit` feature) |
 //! | 2 | `metrics` | the metrics registry |
-//! | 3 | `cache` | storage and indexes |
+//! | 3 | `cache`, `health` | storage and indexes; readiness and task supervision |
 //! | 4 | `cluster` | ports and adapters |
 //! | 5 | `extender`, `admission`, `controller`, `agent` | surfaces |
 //! | 6 | `http`, `webhooks` | the Run API and router composition; webhook management |
@@ -58,6 +59,7 @@ pub mod cluster;
 pub mod controller;
 pub mod crd;
 pub mod extender;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod model;

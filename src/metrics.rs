@@ -171,6 +171,35 @@ pub struct CertificateLabels {
     pub certificate: CertificateKind,
 }
 
+/// A background task that is restarted when it panics (or ends when it
+/// must not), for `kruntimes_task_restarts_total`. Watchers are counted
+/// per kind in `kruntimes_watch_restarts_total` instead.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Task {
+    /// A Run scheduling worker.
+    RunWorker,
+    /// The periodic fallback resync of Pending Runs.
+    RunResync,
+    /// The Lease contest of leader election.
+    LeaderElection,
+    /// Webhook registration and certificate renewal (`--manage-webhooks`).
+    WebhookRenewal,
+    /// The timer of the Run queue's delayed wakeups.
+    QueueTimer,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    pub task: Task,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The kind-table name of a watched kind (`Pod`, `PodGroup`, ...): a
+    /// fixed set compiled into the binary.
+    pub kind: &'static str,
+}
+
 #[derive(Clone)]
 pub struct LatencyHistogram;
 
@@ -198,6 +227,17 @@ pub struct Metrics {
     pub bind_failures: Family<BindFailureLabels, Counter>,
     /// `notAfter` of the self-managed webhook certificates (`--manage-webhooks`).
     pub certificate_expiry: Family<CertificateLabels, Gauge>,
+    /// Watches restarted (after an error, or after their task ended or
+    /// panicked), by kind.
+    pub watch_restarts: Family<KindLabels, Counter>,
+    /// Errors watches met (failed lists and watches, objects whose
+    /// handling panicked), by kind.
+    pub watch_errors: Family<KindLabels, Counter>,
+    /// Background tasks restarted after a panic, by task.
+    pub task_restarts: Family<TaskLabels, Counter>,
+    /// 1 while this replica runs the Run loop as leader (holds the Lease,
+    /// or leader election is off), else 0.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -265,7 +305,35 @@ impl Default for Metrics {
             "Expiry (Unix time) of the self-managed webhook serving certificate and its CA",
             certificate_expiry.clone(),
         );
+        let watch_restarts = Family::default();
+        registry.register(
+            "watch_restarts",
+            "Watches restarted after an error or after their task ended or panicked, by kind",
+            watch_restarts.clone(),
+        );
+        let watch_errors = Family::default();
+        registry.register(
+            "watch_errors",
+            "Errors met by watches (failed lists or watches, objects whose handling panicked), by kind",
+            watch_errors.clone(),
+        );
+        let task_restarts = Family::default();
+        registry.register(
+            "task_restarts",
+            "Background tasks restarted after a panic, by task",
+            task_restarts.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica runs the Run loop as leader (it holds the Lease, or leader election is off), else 0",
+            leader.clone(),
+        );
         Metrics {
+            watch_restarts,
+            watch_errors,
+            task_restarts,
+            leader,
             certificate_expiry,
             admission_verdicts,
             gang_waits,
@@ -360,6 +428,30 @@ impl Metrics {
         self.certificate_expiry
             .get_or_create(&CertificateLabels { certificate })
             .set(not_after);
+    }
+
+    /// Counts a restart of a background task.
+    pub fn task_restart(&self, task: Task) {
+        self.task_restarts.get_or_create(&TaskLabels { task }).inc();
+    }
+
+    /// Creates a watched kind's series at 0, so they are exported before
+    /// the first error.
+    pub fn watch_started(&self, kind: &'static str) {
+        let _ = self.watch_restarts.get_or_create(&KindLabels { kind });
+        let _ = self.watch_errors.get_or_create(&KindLabels { kind });
+    }
+
+    /// Counts an error a watch met.
+    pub fn watch_error(&self, kind: &'static str) {
+        self.watch_errors.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// Counts a restart of a watch.
+    pub fn watch_restart(&self, kind: &'static str) {
+        self.watch_restarts
+            .get_or_create(&KindLabels { kind })
+            .inc();
     }
 
     /// OpenMetrics text.

@@ -10,8 +10,9 @@ use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
 use crate::extender::bind::device_gate::{BindingConfig, BindingGate};
 use crate::extender::bind::permit::Gangs;
+use crate::health::{self, Health};
 use crate::http::AppState;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Task};
 use crate::runs::queue::WorkQueue;
 use crate::transport::{parse_duration, shutdown_signal};
 use anyhow::Context as _;
@@ -177,6 +178,12 @@ pub struct ServeArgs {
     /// within this).
     #[arg(long, env = "KRS_LEADER_ELECT_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_elect_duration: Duration,
+    /// Cluster mode: `/readyz` answers 503 once a watch has been failing
+    /// (its lists or watches erroring) for longer than this; it is ready
+    /// again when the watch lists. A watcher task that ended or panicked
+    /// makes it 503 at once, until its restart has listed.
+    #[arg(long, env = "KRS_WATCH_FAILURE_GRACE", default_value = "60s", value_parser = parse_duration)]
+    pub watch_failure_grace: Duration,
     /// Extender bind: how long after the first wait for a ResourceClaim's
     /// device binding conditions its allocation is cleared and the pod
     /// rescheduled (kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
@@ -321,9 +328,14 @@ pub fn standalone(
     nodes.set_priority_classes_synced(true);
     let writer: Arc<dyn ClusterWriter> = store.clone();
     let controller = Arc::new(RunController::new(Arc::clone(&cache), writer));
+    let health = Arc::new(Health::new(
+        Arc::clone(&metrics),
+        health::DEFAULT_WATCH_FAILURE_GRACE,
+    ));
     let state = AppState {
         cache,
         store: Some(Arc::clone(&store)),
+        health,
         metrics,
         nodes,
         writer: store.clone(),
@@ -358,9 +370,11 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     app.state.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, components = %components.names(), "standalone mode: state loaded");
-    let loop_task = components
-        .runs
-        .then(|| tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period)));
+    let loop_task = components.runs.then(|| {
+        // The one replica of standalone mode is its leader.
+        app.state.metrics.leader.set(1);
+        tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
+    });
     let queue = Arc::clone(app.state.cache.queue());
     let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
     let result = listen_all(args, components, &app.state, tls, "standalone mode").await;
@@ -472,7 +486,13 @@ async fn listen_all(
 
 /// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    let config = kube_config(kubeconfig).await?;
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// The client configuration as kube-rs discovers it, or from `--kubeconfig`.
+pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
@@ -483,8 +503,7 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result
         None => kube::Config::infer()
             .await
             .context("no cluster configuration found (in-cluster, KUBECONFIG or ~/.kube/config); pass --state PATH for standalone mode")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    })
 }
 
 /// This process's identity for leader election and events.
@@ -505,29 +524,47 @@ pub struct Cluster {
 
 /// Builds the cluster-mode service and starts every watcher.
 pub async fn cluster(config: CacheConfig, client: kube::Client, identity: &str) -> Cluster {
-    cluster_with(config, client, identity, Components::ALL.watches()).await
+    cluster_with(
+        config,
+        client,
+        identity,
+        Components::ALL.watches(),
+        health::DEFAULT_WATCH_FAILURE_GRACE,
+    )
+    .await
 }
 
-/// Builds the cluster-mode service and starts the watchers `watches` names.
+/// Builds the cluster-mode service and starts the watchers `watches` names;
+/// readiness turns off once a watch has been failing for longer than
+/// `watch_failure_grace`.
 pub async fn cluster_with(
     config: CacheConfig,
     client: kube::Client,
     identity: &str,
     watches: crate::cluster::watch::Watches,
+    watch_failure_grace: Duration,
 ) -> Cluster {
     let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::new(Arc::clone(&metrics), watch_failure_grace));
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(RunCache::new(config, queue, Arc::clone(&metrics)));
     let writer: Arc<dyn ClusterWriter> =
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(ClusterIndex::new());
-    let watchers =
-        crate::cluster::watch::spawn(client, Arc::clone(&cache), Arc::clone(&nodes), watches).await;
+    let watchers = crate::cluster::watch::spawn(
+        client,
+        Arc::clone(&cache),
+        Arc::clone(&nodes),
+        watches,
+        Arc::clone(&health),
+    )
+    .await;
     Cluster {
         state: AppState {
             cache,
             store: None,
+            health,
             metrics,
             nodes,
             writer,
@@ -542,7 +579,10 @@ pub async fn cluster_with(
 }
 
 /// Runs the Run loop whenever this replica holds the Lease; stops it and
-/// drops every reservation when the Lease is lost.
+/// drops every reservation when the Lease is lost, or whenever the lease
+/// manager fails (it is replaced, and the Lease contested again: see
+/// [`leader::contest`]). `kruntimes_leader` is 1 while the loop runs.
+/// Dropping this future releases the Lease.
 pub async fn lead(
     client: kube::Client,
     cfg: LeaderConfig,
@@ -550,22 +590,15 @@ pub async fn lead(
     workers: usize,
     resync: Duration,
 ) {
-    let mut backoff = Duration::from_secs(1);
-    let (mut rx, _task) = loop {
-        match leader::elect(client.clone(), &cfg).await {
-            Ok(v) => break v,
-            Err(e) => {
-                tracing::error!(error = %e, "starting leader election failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-            }
-        }
-    };
+    let metrics = Arc::clone(controller.cache().metrics());
+    let (mut rx, _contest) = leader::contest(client, cfg.clone(), Arc::clone(&metrics));
     loop {
+        // The contest keeps its sender for as long as `rx` lives.
         if rx.wait_for(|l| *l).await.is_err() {
             return;
         }
         tracing::info!(identity = %cfg.identity, "became leader: running the Run loop");
+        metrics.leader.set(1);
         let mut lost = rx.clone();
         let stop = async move {
             let _ = lost.wait_for(|l| !*l).await;
@@ -573,14 +606,17 @@ pub async fn lead(
         Arc::clone(&controller)
             .run_until(workers, resync, stop)
             .await;
+        metrics.leader.set(0);
         let dropped = controller.cache().clear_assumptions();
-        tracing::warn!(dropped, "lost leadership: Run loop stopped");
+        tracing::warn!(dropped, "not leader: Run loop stopped");
     }
 }
 
 async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let components = args.components()?;
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let config = kube_config(args.kubeconfig.as_deref()).await?;
+    let client =
+        kube::Client::try_from(config.clone()).context("building the Kubernetes client")?;
     let id = identity();
     tracing::info!(components = %components.names(), "cluster mode");
     let mut app = cluster_with(
@@ -588,6 +624,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         client.clone(),
         &id,
         components.watches(),
+        args.watch_failure_grace,
     )
     .await;
     app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
@@ -623,8 +660,17 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
             grace: (args.leader_elect_duration / 3).max(Duration::from_secs(1)),
         };
         tracing::info!(lease = %cfg.lease_name, namespace = %cfg.namespace, identity = %cfg.identity, "leader election on");
+        // The Lease's own client gives up on a call after the renewal
+        // grace: a hung renewal is an error (and a step down) before the
+        // Lease can expire, never a leader that no longer holds it.
+        let mut lease_config = config.clone();
+        lease_config.connect_timeout = Some(cfg.grace);
+        lease_config.read_timeout = Some(cfg.grace);
+        lease_config.write_timeout = Some(cfg.grace);
+        let lease_client =
+            kube::Client::try_from(lease_config).context("building the Lease client")?;
         Some(tokio::spawn(lead(
-            client.clone(),
+            lease_client,
             cfg,
             Arc::clone(&app.controller),
             args.workers,
@@ -632,6 +678,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         )))
     } else {
         tracing::info!("leader election off: this replica schedules Runs");
+        app.state.metrics.leader.set(1);
         Some(tokio::spawn(
             Arc::clone(&app.controller).run(args.workers, args.resync_period),
         ))
@@ -663,8 +710,19 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         None => args.tls.load().context("loading --tls-cert/--tls-key")?,
     };
     let listeners = bind_all(args, components, &app.state, tls).await?;
-    // The webhooks are registered only now that a listener can answer them.
-    let webhook_task = managed.map(|m| tokio::spawn(register_and_renew(m)));
+    // The webhooks are registered only now that a listener can answer
+    // them; registration and renewal are restarted if they panic.
+    let webhook_task = managed.map(|m| {
+        let metrics = Arc::clone(&app.state.metrics);
+        tokio::spawn(health::supervise(
+            "webhook-renewal",
+            move || register_and_renew(m.clone()),
+            move |_| {
+                metrics.task_restart(Task::WebhookRenewal);
+                true
+            },
+        ))
+    });
     let result = serve_all(listeners, "cluster mode").await;
     queue.shutdown();
     if let Some(t) = webhook_task {

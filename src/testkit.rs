@@ -9,6 +9,8 @@
 //! - [`call`]: one request through an axum router, answered as status,
 //!   JSON body and text.
 //! - [`poll`]: wait, bounded, until a condition holds.
+//! - [`faults`]: faults injected through the real code paths (an object
+//!   whose handling by a watcher panics).
 //! - [`stats`]: [`percentile`] (nearest rank) and [`time_calls`], used
 //!   for every figure the benches print.
 //!
@@ -21,6 +23,7 @@
 
 pub mod builders;
 pub mod call;
+pub mod faults;
 pub mod poll;
 pub mod stats;
 

@@ -31,7 +31,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use parking_lot::{RwLock, RwLockReadGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -101,15 +101,19 @@ impl PlainLoad {
         }
     }
 
-    fn sub(&mut self, load: &Load) {
+    /// Returns how many resources left the sum.
+    fn sub(&mut self, load: &Load) -> usize {
+        let mut gone = 0;
         for &(id, a) in load {
             if let Ok(pos) = self.0.binary_search_by_key(&id, |e| e.0) {
                 self.0[pos].1 = self.0[pos].1.saturating_sub(u128::from(a));
                 if self.0[pos].1 == 0 {
                     self.0.remove(pos);
+                    gone += 1;
                 }
             }
         }
+        gone
     }
 }
 
@@ -343,6 +347,11 @@ pub struct ClusterState {
     pods: HashMap<Key, PodEntry, Fast>,
     /// Pods this extender bound (or is binding), until the watch shows them bound.
     assumed: HashMap<Key, PodEntry, Fast>,
+    /// The bind each assumption belongs to ([`ClusterIndex::assume_for`]),
+    /// so a bind that ends late forgets only its own.
+    assume_tokens: HashMap<Key, u64, Fast>,
+    /// The next bind token.
+    next_token: u64,
     /// PodGroups.
     groups: HashMap<Key, PodGroup, Fast>,
     /// Member pods per PodGroup `(namespace, group)`, by name, as
@@ -367,7 +376,15 @@ pub struct ClusterState {
     refs: parking_lot::Mutex<Vec<Arc<NodeRefs>>>,
     /// Topology label indexes and the group ledger (see [`domains`]).
     domains: domains::Domains,
+    /// Interned names the last sweep kept (see [`ClusterState::sweep_names`]).
+    names_kept: usize,
+    /// Resources that left a slot's `alloc`, `used` or `plain` since.
+    names_freed: usize,
 }
+
+/// Names interned or resources dropped from a slot since the last sweep
+/// that start the next one: at most this many unused names are kept.
+const NAMES_SWEEP: usize = 64;
 
 impl Default for ClusterState {
     fn default() -> Self {
@@ -383,6 +400,8 @@ impl Default for ClusterState {
             nodes: NodeTable::default(),
             pods: HashMap::default(),
             assumed: HashMap::default(),
+            assume_tokens: HashMap::default(),
+            next_token: 1,
             groups: HashMap::default(),
             members: HashMap::default(),
             composites: HashMap::default(),
@@ -394,6 +413,8 @@ impl Default for ClusterState {
             claim_bindings: HashMap::new(),
             refs: Default::default(),
             domains: domains::Domains::default(),
+            names_kept: 0,
+            names_freed: 0,
         }
     }
 }
@@ -669,7 +690,88 @@ impl ClusterState {
         Some(priority::resolve(declared, &self.classes))
     }
 
+    /// Interned resource names, and per-resource columns kept (both
+    /// return to what the cluster uses after churn of unusual names).
+    pub fn interned(&self) -> (usize, usize) {
+        (self.names.len(), self.nodes.cols.len())
+    }
+
     // --- writes ---
+
+    /// Frees interned names nothing counts any more, with their columns,
+    /// so names churned by pods requesting unusual resources
+    /// (`example.com/r-<i>`) do not pile up. A name is in use while a Node
+    /// offers it or a counted pod's load holds it (slot `alloc`, `used`,
+    /// `plain`); the ids of `runs`, `pods`, `cpu` and `memory` are always
+    /// kept. A name can only have fallen out of use by being interned, or
+    /// by leaving a slot, since the last sweep: after [`NAMES_SWEEP`] of
+    /// those the next write sweeps, so fewer than that many unused names
+    /// are ever kept, and a sweep (a pass over the slots) is paid for by
+    /// as many changes. Runs under the write lock at the end of a write,
+    /// when no id is held outside the state.
+    fn sweep_names(&mut self) {
+        if self.names_freed + self.names.len().saturating_sub(self.names_kept) < NAMES_SWEEP {
+            return;
+        }
+        let mut live = vec![false; self.names.len()];
+        let mut mark = |id: ResId| {
+            if let Some(l) = live.get_mut(id as usize) {
+                *l = true;
+            }
+        };
+        for id in [
+            crate::model::resources::RUNS_ID,
+            self.pods_id,
+            self.cpu_id,
+            self.memory_id,
+        ] {
+            mark(id);
+        }
+        for slot in &self.nodes.slots {
+            if let Some(info) = &slot.node {
+                info.alloc.iter().for_each(|(id, _)| mark(id));
+            }
+            slot.used.iter().for_each(|(id, _)| mark(id));
+            slot.plain.0.iter().for_each(|(id, _)| mark(*id));
+        }
+        let map = self.names.compact(|id| live[id as usize]);
+        let new = |id: ResId| map.get(id as usize).copied().flatten();
+        for slot in &mut self.nodes.slots {
+            if let Some(info) = &mut slot.node {
+                info.alloc.remap(&map);
+            }
+            slot.used.remap(&map);
+            slot.plain.0 = slot
+                .plain
+                .0
+                .iter()
+                .filter_map(|&(id, a)| Some((new(id)?, a)))
+                .collect();
+            slot.plain.0.shrink_to_fit();
+        }
+        let old = std::mem::take(&mut self.nodes.cols);
+        let mut cols: Vec<Vec<[u64; 2]>> = Vec::new();
+        for (id, col) in old.into_iter().enumerate() {
+            if let Some(to) = new(id as ResId) {
+                let to = to as usize;
+                if cols.len() <= to {
+                    cols.resize_with(to + 1, Vec::new);
+                }
+                cols[to] = col;
+            }
+        }
+        // A column a live id never had (nothing counted yet) reads as zeros.
+        let slots = self.nodes.slots.len();
+        for c in &mut cols {
+            c.resize(slots, [0, 0]);
+        }
+        self.nodes.cols = cols;
+        self.pods_id = new(self.pods_id).unwrap_or(self.pods_id);
+        self.cpu_id = new(self.cpu_id).unwrap_or(self.cpu_id);
+        self.memory_id = new(self.memory_id).unwrap_or(self.memory_id);
+        self.names_kept = self.names.len();
+        self.names_freed = 0;
+    }
 
     /// The entry counted for a key: assumed wins over the watched one.
     fn counted(&self, k: &Key) -> Option<&PodEntry> {
@@ -717,7 +819,7 @@ impl ClusterState {
         {
             slot.pods.remove(k);
             match &b.plain {
-                Some(load) => slot.plain.sub(load),
+                Some(load) => self.names_freed += slot.plain.sub(load),
                 None => {
                     slot.claimed.remove(k);
                 }
@@ -791,6 +893,7 @@ impl ClusterState {
         if let Some(i) = self.nodes.find(node) {
             self.nodes.set_col(i, USED, &vec);
             let slot = &mut self.nodes.slots[i as usize];
+            self.names_freed += slot.used.iter().filter(|(id, _)| vec.get(*id) == 0).count();
             slot.used = vec;
         }
         self.nodes.release_if_empty(node);
@@ -940,6 +1043,13 @@ impl ClusterState {
             return;
         }
         let alloc = info.alloc.clone();
+        if let Some(old) = self.nodes.get(&name).and_then(|s| s.node.as_ref()) {
+            self.names_freed += old
+                .alloc
+                .iter()
+                .filter(|(id, _)| alloc.get(*id) == 0)
+                .count();
+        }
         self.nodes.entry(&name).node = Some(info);
         if let Some(i) = self.nodes.find(&name) {
             self.nodes.set_col(i, ALLOC, &alloc);
@@ -950,7 +1060,9 @@ impl ClusterState {
 
     fn unset_node(&mut self, name: &str) {
         if let Some(i) = self.nodes.find(name) {
-            self.nodes.slots[i as usize].node = None;
+            if let Some(old) = self.nodes.slots[i as usize].node.take() {
+                self.names_freed += old.alloc.len();
+            }
             self.nodes.set_col(i, ALLOC, &ResourceVec::new());
             self.nodes.set_present(i, false);
         }
@@ -999,6 +1111,7 @@ impl ClusterState {
             && (entry.node.is_some() || a.uid != entry.uid || entry.terminal)
         {
             self.assumed.remove(&k);
+            self.assume_tokens.remove(&k);
         }
         self.index_pod(&k, &entry, true);
         self.pods.insert(k.clone(), entry);
@@ -1011,6 +1124,7 @@ impl ClusterState {
             self.index_pod(k, &old, false);
         }
         self.assumed.remove(k);
+        self.assume_tokens.remove(k);
         self.reindex(k, before);
     }
 
@@ -1104,9 +1218,37 @@ pub struct ClusterIndex {
     claim_changes: tokio::sync::Notify,
 }
 
+/// The write lock of the state; releasing it sweeps interned names that
+/// are no longer used ([`ClusterState::sweep_names`]).
+struct Writing<'a>(RwLockWriteGuard<'a, ClusterState>);
+
+impl std::ops::Deref for Writing<'_> {
+    type Target = ClusterState;
+    fn deref(&self) -> &ClusterState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Writing<'_> {
+    fn deref_mut(&mut self) -> &mut ClusterState {
+        &mut self.0
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.sweep_names();
+    }
+}
+
 // === impl ClusterIndex ===
 
 impl ClusterIndex {
+    /// Takes the write lock (see [`Writing`]).
+    fn write(&self) -> Writing<'_> {
+        Writing(self.state.write())
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -1140,14 +1282,14 @@ impl ClusterIndex {
 
     // Nodes
     pub fn apply_node(&self, node: &Node) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         s.set_node(node);
     }
     pub fn delete_node(&self, name: &str) {
-        self.state.write().unset_node(name);
+        self.write().unset_node(name);
     }
     pub fn reset_nodes(&self, nodes: &[Node]) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         let keep: HashSet<String> = nodes.iter().map(|n| name_of(&n.metadata)).collect();
         let gone: Vec<String> = s
             .nodes
@@ -1169,16 +1311,15 @@ impl ClusterIndex {
     }
     /// Applies an already extracted pod (watchers strip pods early).
     pub fn apply_pod_entry(&self, key: Key, entry: PodEntry) {
-        self.state.write().put_pod(key, entry);
+        self.write().put_pod(key, entry);
     }
     pub fn delete_pod(&self, namespace: &str, name: &str) {
-        self.state
-            .write()
+        self.write()
             .remove_pod(&(namespace.to_owned(), name.to_owned()));
     }
     /// Deletes every pod not in `keep` (the end of a relist applied pod by pod).
     pub fn retain_pods(&self, keep: &HashSet<Key>) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         let gone: Vec<Key> = s
             .pods
             .keys()
@@ -1190,7 +1331,7 @@ impl ClusterIndex {
         }
     }
     pub fn reset_pods(&self, pods: Vec<(Key, PodEntry)>) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         let keep: HashSet<&Key> = pods.iter().map(|(k, _)| k).collect();
         let gone: Vec<Key> = s
             .pods
@@ -1209,46 +1350,67 @@ impl ClusterIndex {
     /// Counts a pod on `node` until the watch shows it bound (or gone).
     /// False when the pod is not cached (nothing to count).
     pub fn assume(&self, namespace: &str, name: &str, uid: &str, node: &str) -> bool {
-        let mut s = self.state.write();
+        self.assume_for(namespace, name, uid, node).is_some()
+    }
+
+    /// [`ClusterIndex::assume`] for one bind: returns the token that
+    /// [`ClusterIndex::forget_for`] needs to undo this assumption and no
+    /// later one (a retried bind of the same pod takes a new token).
+    pub fn assume_for(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Option<u64> {
+        let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        let Some(mut e) = s.pods.get(&k).cloned() else {
-            return false;
-        };
+        let mut e = s.pods.get(&k).cloned()?;
         if !uid.is_empty() && e.uid != uid {
-            return false;
+            return None;
         }
         let before = s.counted_load(&k);
         e.node = Some(node.to_owned());
         s.assumed.insert(k.clone(), e);
+        let token = s.next_token;
+        s.next_token += 1;
+        s.assume_tokens.insert(k.clone(), token);
         s.reindex(&k, before);
-        true
+        Some(token)
     }
 
-    /// Drops an assumption (the bind failed).
+    /// Drops an assumption (the bind failed), whichever bind made it.
     pub fn forget(&self, namespace: &str, name: &str) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
         let before = s.counted_load(&k);
         if s.assumed.remove(&k).is_some() {
+            s.assume_tokens.remove(&k);
             s.reindex(&k, before);
         }
     }
 
+    /// Drops the assumption bind `token` made, if it is still the pod's
+    /// (a newer bind's assumption is left alone). Whether it was dropped.
+    pub fn forget_for(&self, namespace: &str, name: &str, token: u64) -> bool {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        if s.assume_tokens.get(&k) != Some(&token) {
+            return false;
+        }
+        let before = s.counted_load(&k);
+        s.assume_tokens.remove(&k);
+        if s.assumed.remove(&k).is_some() {
+            s.reindex(&k, before);
+        }
+        true
+    }
+
     // PodGroups
     pub fn apply_pod_group(&self, g: &PodGroup) {
-        self.state
-            .write()
-            .groups
-            .insert(key_of(&g.metadata), g.clone());
+        self.write().groups.insert(key_of(&g.metadata), g.clone());
     }
     pub fn delete_pod_group(&self, namespace: &str, name: &str) {
-        self.state
-            .write()
+        self.write()
             .groups
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
     pub fn reset_pod_groups(&self, gs: &[PodGroup]) {
-        self.state.write().groups = gs
+        self.write().groups = gs
             .iter()
             .map(|g| (key_of(&g.metadata), g.clone()))
             .collect();
@@ -1256,19 +1418,17 @@ impl ClusterIndex {
 
     // CompositePodGroups
     pub fn apply_composite(&self, g: &CompositePodGroup) {
-        self.state
-            .write()
+        self.write()
             .composites
             .insert(key_of(&g.metadata), g.clone());
     }
     pub fn delete_composite(&self, namespace: &str, name: &str) {
-        self.state
-            .write()
+        self.write()
             .composites
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
     pub fn reset_composites(&self, gs: &[CompositePodGroup]) {
-        self.state.write().composites = gs
+        self.write().composites = gs
             .iter()
             .map(|g| (key_of(&g.metadata), g.clone()))
             .collect();
@@ -1283,13 +1443,12 @@ impl ClusterIndex {
         }
     }
     pub fn apply_priority_class(&self, pc: &PriorityClass) {
-        self.state
-            .write()
+        self.write()
             .classes
             .insert(name_of(&pc.metadata), Self::class_of(pc));
     }
     pub fn delete_priority_class(&self, name: &str) {
-        self.state.write().classes.remove(name);
+        self.write().classes.remove(name);
     }
     /// An index holding exactly these PriorityClasses, synced: for running
     /// the admission webhooks without watchers (embedding, tests).
@@ -1300,7 +1459,7 @@ impl ClusterIndex {
     }
     /// Replaces every PriorityClass (a relist); marks them synced.
     pub fn reset_priority_classes(&self, pcs: &[PriorityClass]) {
-        self.state.write().classes = pcs
+        self.write().classes = pcs
             .iter()
             .map(|pc| (name_of(&pc.metadata), Self::class_of(pc)))
             .collect();
@@ -1309,12 +1468,12 @@ impl ClusterIndex {
 
     // ResourceClaims
     pub fn apply_claim(&self, c: &ResourceClaim) {
-        self.state.write().set_claim(c);
+        self.write().set_claim(c);
         self.claim_changes.notify_waiters();
     }
     pub fn delete_claim(&self, namespace: &str, name: &str) {
         {
-            let mut s = self.state.write();
+            let mut s = self.write();
             let q = format!("{namespace}/{name}");
             s.claims.remove(&q);
             s.claim_bindings.remove(&q);
@@ -1324,7 +1483,7 @@ impl ClusterIndex {
     }
     pub fn reset_claims(&self, cs: &[ResourceClaim]) {
         {
-            let mut s = self.state.write();
+            let mut s = self.write();
             s.claims.clear();
             s.claim_bindings.clear();
             for c in cs {
@@ -1342,17 +1501,17 @@ impl ClusterIndex {
 
     // ResourceSlices
     pub fn apply_slice(&self, sl: &ResourceSlice) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         s.set_slice(sl);
         s.recompute_dra_nodes();
     }
     pub fn delete_slice(&self, name: &str) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         s.unset_slice(name);
         s.recompute_dra_nodes();
     }
     pub fn reset_slices(&self, sls: &[ResourceSlice]) {
-        let mut s = self.state.write();
+        let mut s = self.write();
         s.slices.clear();
         s.devices.clear();
         for sl in sls {
@@ -1451,6 +1610,68 @@ mod tests {
 
     fn cpu(c: &ClusterIndex, node: &str) -> Option<u64> {
         c.read().used(node, "cpu")
+    }
+
+    /// A pod bound to `node` requesting one of an unusual resource.
+    fn unusual(i: usize, node: &str) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": format!("u{i}"), "namespace": "ns", "uid": format!("u{i}")},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "1m", format!("example.com/r-{i}"): "1"}}}]}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn churned_resource_names_and_their_columns_are_freed() {
+        let c = ClusterIndex::new();
+        for n in 0..10 {
+            c.apply_node(&mk_node(&format!("n{n}"), "100"));
+        }
+        let baseline = c.read().interned();
+        // 100k pods, each requesting a resource of its own, created and
+        // deleted with 100 alive at a time.
+        let mut peak = baseline;
+        for i in 0..100_000 {
+            c.apply_pod(&unusual(i, &format!("n{}", i % 10)));
+            if i >= 100 {
+                c.delete_pod("ns", &format!("u{}", i - 100));
+            }
+            let now = c.read().interned();
+            peak = (peak.0.max(now.0), peak.1.max(now.1));
+            if i % 10_000 == 0 {
+                c.read().assert_consistent();
+            }
+        }
+        // Never more than what is alive plus the sweep's slack.
+        assert!(peak.0 <= baseline.0 + 100 + NAMES_SWEEP, "{peak:?}");
+        assert!(peak.1 <= baseline.1 + 100 + NAMES_SWEEP, "{peak:?}");
+        // The 100 still alive are counted where they are.
+        assert_eq!(c.read().used("n3", "example.com/r-99993"), Some(1));
+        c.read().assert_consistent();
+        for i in 99_900..100_000 {
+            c.delete_pod("ns", &format!("u{i}"));
+        }
+        // A write after the churn: a pod of usual resources comes and goes.
+        c.apply_pod(&mk_pod("p", Some("n1"), "1", None));
+        c.delete_pod("ns", "p");
+        let after = c.read().interned();
+        assert!(
+            after.0 <= baseline.0 + NAMES_SWEEP,
+            "{after:?} vs {baseline:?}"
+        );
+        assert!(
+            after.1 <= baseline.1 + NAMES_SWEEP,
+            "{after:?} vs {baseline:?}"
+        );
+        c.read().assert_consistent();
+        // Fit still reads the well-known resources right after the renumbering.
+        let snap = c.read();
+        assert_eq!(snap.used("n1", "cpu"), None);
+        let [pods, cpu, _] = snap.well_known_ids();
+        let slot = snap.find("n1").unwrap();
+        assert_eq!(snap.amounts_at(cpu, slot), [100_000, 0]);
+        assert_eq!(snap.amounts_at(pods, slot), [10, 0]);
     }
 
     #[test]

@@ -187,7 +187,8 @@ impl RunCache {
         self.wake_released(nss, ns, released_on);
     }
 
-    /// Applies a Run deletion.
+    /// Applies a Run deletion. The Run's key is queued once more, so the
+    /// scheduling loop finds it gone and drops its retry state.
     pub fn delete_run(&self, namespace: &str, name: &str) {
         let mut st = self.state.write();
         let Some(nss) = st.namespaces.get_mut(namespace) else {
@@ -199,6 +200,7 @@ impl RunCache {
         let mut released_on = Vec::new();
         self.forget_run(nss, name, old, &mut released_on);
         self.wake_released(nss, namespace, released_on);
+        self.queue.add(RunKey::new(namespace, name));
     }
 
     /// Replaces every Run (a relist). Assumed reservations survive: they are

@@ -3,39 +3,52 @@
 //! wired from the kind table ([`super::kinds`]).
 //!
 //! A watcher runs `kube-runtime`'s watcher (list, then watch from the
-//! list's resourceVersion; on `410 Gone`, disconnects or errors it relists
-//! with backoff), strips what the index does not read, and hands each event
-//! to the index: `Apply` → `apply`, `Delete` → `delete`, and a relist
-//! (`Init`, `InitApply`…, `InitDone`) → `reset`, so usage is recomputed
-//! from what the API server says — never counted twice, never lost. An
-//! index with a paged relist (Pods) gets each listed object as its page
-//! arrives and `retain` at the end instead. The caches are ready once every
-//! watched kind has listed once; a kind the process does not watch, or the
-//! cluster does not serve, is reset to empty and does not hold readiness.
+//! list's resourceVersion; a closed watch is resumed from there), strips
+//! what the index does not read, and hands each event to the index:
+//! `Apply` → `apply`, `Delete` → `delete`, and a relist (`Init`,
+//! `InitApply`…, `InitDone`) → `reset`, so usage is recomputed from what
+//! the API server says — never counted twice, never lost. An index with a
+//! paged relist (Pods) gets each listed object as its page arrives and
+//! `retain` at the end instead. The caches are ready once every watched
+//! kind has listed once; a kind the process does not watch, or the cluster
+//! does not serve, is reset to empty and does not hold readiness.
+//!
+//! Failures, as client-go's reflector treats them: an error (a failed list
+//! or watch, `410 Gone`) ends the watch, and it starts again with a fresh
+//! list after a backoff (0.8s doubling to 30s). So a watch is healthy from
+//! a completed list to its next error, and [`Health`] knows when it heals:
+//! `/readyz` turns 503 once a kind has been failing for longer than
+//! `--watch-failure-grace`, and 200 again when its list completes. The
+//! watcher task itself is supervised: if it panics or ends it is restarted
+//! with backoff (readiness is off until it has listed again), and an
+//! object whose handling panicked is skipped, at that resourceVersion, by
+//! the restarted watch, so one bad object cannot keep a kind down.
 
 use super::kinds::Kind;
 use crate::cache::RunCache;
 use crate::cache::cluster_index::{ClusterIndex, Key};
 use crate::cache::index::{Index, Indexes};
+use crate::health::{self, Exit, Health};
 use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use kube::{Client, Resource};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::sync::Arc;
 
 /// Which kinds have not completed their first list yet; calls `synced`
-/// once none is left.
+/// once none is left. Every completed list also tells [`Health`] the kind
+/// is healthy.
 pub struct SyncTracker {
     pending: Mutex<BTreeSet<&'static str>>,
     synced: Box<dyn Fn() + Send + Sync>,
+    health: Option<Arc<Health>>,
 }
 
 impl SyncTracker {
@@ -46,14 +59,102 @@ impl SyncTracker {
         SyncTracker {
             pending: Mutex::new(kinds.into_iter().collect()),
             synced: Box::new(synced),
+            health: None,
         }
     }
 
+    /// Reports every completed list to `health` as well.
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
     fn done(&self, kind: &'static str) {
+        if let Some(h) = &self.health {
+            h.watch_listed(kind);
+        }
         let mut p = self.pending.lock();
         if p.remove(kind) && p.is_empty() {
             (self.synced)();
             tracing::info!("caches synced");
+        }
+    }
+}
+
+/// Objects (uid and resourceVersion) whose handling panicked: a restarted
+/// watch skips them until they change. Bounded; the oldest go first.
+#[derive(Debug, Default)]
+pub struct Quarantine(Mutex<VecDeque<(String, String)>>);
+
+/// Most objects a kind keeps skipped.
+const QUARANTINED: usize = 64;
+
+impl Quarantine {
+    fn key(meta: &ObjectMeta) -> Option<(String, String)> {
+        Some((meta.uid.clone()?, meta.resource_version.clone()?))
+    }
+
+    /// Whether this version of the object is skipped.
+    pub fn holds(&self, meta: &ObjectMeta) -> bool {
+        Self::key(meta).is_some_and(|k| self.0.lock().contains(&k))
+    }
+
+    fn add(&self, key: (String, String)) {
+        let mut q = self.0.lock();
+        if !q.contains(&key) {
+            if q.len() == QUARANTINED {
+                q.pop_front();
+            }
+            q.push_back(key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The object being handed to the index: quarantined if its handling
+/// panics (the guard drops while unwinding).
+struct InFlight<'a> {
+    quarantine: &'a Quarantine,
+    kind: &'static str,
+    key: Option<(String, String)>,
+    name: String,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(quarantine: &'a Quarantine, kind: &'static str, meta: &ObjectMeta) -> Self {
+        let guard = InFlight {
+            quarantine,
+            kind,
+            key: Quarantine::key(meta),
+            name: format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or(""),
+                meta.name.as_deref().unwrap_or("")
+            ),
+        };
+        // Test builds: an object can ask for its handling to panic (the
+        // guard above is live, so it is quarantined like a real panic).
+        #[cfg(any(test, feature = "testkit"))]
+        crate::testkit::faults::on_watched(meta);
+        guard
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(key) = self.key.take()
+        {
+            tracing::error!(kind = self.kind, object = %self.name, resource_version = %key.1,
+                "handling this object panicked: the restarted watch skips this version of it");
+            self.quarantine.add(key);
         }
     }
 }
@@ -117,9 +218,17 @@ fn key_of(meta: &ObjectMeta) -> Key {
     )
 }
 
-/// Applies one watcher event stream to an index until it ends; marks the
-/// kind synced at the end of each list.
-pub async fn drive<K, I, S>(mut stream: S, kind: &'static str, index: &I, sync: &SyncTracker)
+/// Applies one watcher event stream to an index until it ends (`Ok`) or
+/// fails (the error; the caller relists); marks the kind synced at the end
+/// of each list. Objects in `quarantine` are skipped; an object whose
+/// handling panics is put there as the panic unwinds.
+pub async fn drive<K, I, S>(
+    mut stream: S,
+    kind: &'static str,
+    index: &I,
+    sync: &SyncTracker,
+    quarantine: &Quarantine,
+) -> Result<(), watcher::Error>
 where
     K: Resource,
     I: Index<K> + ?Sized,
@@ -128,10 +237,24 @@ where
     // A whole relist (`reset`), or the keys of a paged one (`retain`).
     let mut buffer: Vec<K> = Vec::new();
     let mut seen: HashSet<Key> = HashSet::new();
+    let skip = |o: &K| {
+        let held = quarantine.holds(o.meta());
+        if held {
+            tracing::warn!(kind, object = %format!("{}/{}", o.meta().namespace.as_deref().unwrap_or(""), o.meta().name.as_deref().unwrap_or("")),
+                "skipping an object whose handling panicked before");
+        }
+        held
+    };
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(Event::Apply(o)) => index.apply(o),
+            Ok(Event::Apply(o)) => {
+                if !skip(&o) {
+                    let _guard = InFlight::new(quarantine, kind, o.meta());
+                    index.apply(o)
+                }
+            }
             Ok(Event::Delete(o)) => {
+                let _guard = InFlight::new(quarantine, kind, o.meta());
                 let (ns, name) = key_of(o.meta());
                 index.delete(&ns, &name)
             }
@@ -141,9 +264,17 @@ where
             }
             Ok(Event::InitApply(o)) if I::PAGED_RELIST => {
                 seen.insert(key_of(o.meta()));
-                index.apply(o)
+                if !skip(&o) {
+                    let _guard = InFlight::new(quarantine, kind, o.meta());
+                    index.apply(o)
+                }
             }
-            Ok(Event::InitApply(o)) => buffer.push(o),
+            Ok(Event::InitApply(o)) => {
+                if !skip(&o) {
+                    drop(InFlight::new(quarantine, kind, o.meta()));
+                    buffer.push(o)
+                }
+            }
             Ok(Event::InitDone) => {
                 if I::PAGED_RELIST {
                     index.retain(&std::mem::take(&mut seen));
@@ -152,14 +283,101 @@ where
                 }
                 sync.done(kind);
             }
-            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying with backoff"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One kind's watch: what it reads, where it writes, who is told.
+struct KindWatch<K: Resource, I: ?Sized> {
+    api: Api<K>,
+    config: watcher::Config,
+    index: Arc<I>,
+    kind: &'static str,
+    strip: fn(&mut K),
+    sync: Arc<SyncTracker>,
+    health: Arc<Health>,
+    /// Kept across restarts of the task.
+    quarantine: Arc<Quarantine>,
+}
+
+impl<K: Resource + Clone, I: ?Sized> Clone for KindWatch<K, I> {
+    fn clone(&self) -> Self {
+        KindWatch {
+            api: self.api.clone(),
+            config: self.config.clone(),
+            index: Arc::clone(&self.index),
+            kind: self.kind,
+            strip: self.strip,
+            sync: Arc::clone(&self.sync),
+            health: Arc::clone(&self.health),
+            quarantine: Arc::clone(&self.quarantine),
         }
     }
 }
 
+impl<K, I> KindWatch<K, I>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    I: Index<K> + ?Sized + 'static,
+{
+    /// Lists and watches until an error, then lists again after a backoff;
+    /// never returns.
+    async fn run(self) {
+        let kind = self.kind;
+        let mut backoff = DefaultBackoff::default();
+        loop {
+            let strip = self.strip;
+            let stream = watcher::watcher(self.api.clone(), self.config.clone())
+                .map(move |ev| ev.map(|e| e.modify(strip)));
+            let ended = drive(
+                Box::pin(stream),
+                kind,
+                &*self.index,
+                &self.sync,
+                &self.quarantine,
+            )
+            .await;
+            let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(30));
+            match ended {
+                Err(e) => {
+                    tracing::warn!(kind, error = %e, relist_in = ?delay, "watch failed; listing again after a backoff");
+                    self.health.watch_failed(kind, &e.to_string());
+                }
+                Ok(()) => {
+                    tracing::warn!(kind, relist_in = ?delay, "watch stream ended; listing again after a backoff");
+                }
+            }
+            tokio::time::sleep(delay).await;
+            self.health.watch_restarting(kind);
+        }
+    }
+
+    /// [`KindWatch::run`] as a supervised task: restarted with backoff if
+    /// it panics or ends, readiness off meanwhile.
+    async fn supervised(self) {
+        let kind = self.kind;
+        let health = Arc::clone(&self.health);
+        health::supervise(
+            kind,
+            move || self.clone().run(),
+            move |exit| {
+                if let Exit::Panicked(m) = exit {
+                    health.watch_failed(kind, &format!("handling an object panicked: {m}"));
+                }
+                health.watch_down(kind, &exit.to_string());
+                health.watch_restarting(kind);
+                true
+            },
+        )
+        .await
+    }
+}
+
 /// The one watcher: watches every object of `K` (across namespaces) with
-/// `config`, strips each with `strip`, and feeds `index` until the stream
-/// ends (it does not: the watcher relists with backoff).
+/// `config`, strips each with `strip`, and feeds `index`, relisting after
+/// errors and restarted if it panics; it does not end.
 pub async fn watch<K, I>(
     api: Api<K>,
     config: watcher::Config,
@@ -167,20 +385,30 @@ pub async fn watch<K, I>(
     kind: &'static str,
     strip: fn(&mut K),
     sync: Arc<SyncTracker>,
+    health: Arc<Health>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
-    I: Index<K> + ?Sized,
+    I: Index<K> + ?Sized + 'static,
 {
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .map(move |ev| ev.map(|e| e.modify(strip)));
-    drive(Box::pin(stream), kind, &*index, &sync).await;
+    health.watch_planned(kind);
+    KindWatch {
+        api,
+        config,
+        index,
+        kind,
+        strip,
+        sync,
+        health,
+        quarantine: Arc::default(),
+    }
+    .supervised()
+    .await
 }
 
 /// A watch decided on, to start once every kind's readiness is counted.
 pub type Planned = (
     &'static str,
-    Box<dyn FnOnce(Arc<SyncTracker>) -> tokio::task::JoinHandle<()> + Send>,
+    Box<dyn FnOnce(Arc<SyncTracker>, Arc<Health>) -> tokio::task::JoinHandle<()> + Send>,
 );
 
 /// Plans one kind's watch: none when the process does not read the kind
@@ -215,7 +443,9 @@ where
     let index = Arc::clone(index);
     Some((
         kind,
-        Box::new(move |sync| tokio::spawn(watch(api, config, index, kind, strip, sync))),
+        Box::new(move |sync, health| {
+            tokio::spawn(watch(api, config, index, kind, strip, sync, health))
+        }),
     ))
 }
 
@@ -235,12 +465,13 @@ pub struct Watches {
 
 /// Starts the watchers of every kind in the kind table this process reads;
 /// returns their tasks. `/readyz` turns true once each watched kind has
-/// been listed.
+/// been listed, and tells `health` how each watch fares.
 pub async fn spawn(
     client: Client,
     cache: Arc<RunCache>,
     nodes: Arc<ClusterIndex>,
     watches: Watches,
+    health: Arc<Health>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let ix = Indexes::new(Arc::clone(&cache), nodes);
     let mut planned = Vec::new();
@@ -252,13 +483,19 @@ pub async fn spawn(
     if planned.is_empty() {
         cache.set_synced(true);
     }
-    let sync = Arc::new(SyncTracker::new(planned.iter().map(|(k, _)| *k), {
-        let cache = Arc::clone(&cache);
-        move || cache.set_synced(true)
-    }));
+    for (kind, _) in &planned {
+        health.watch_planned(kind);
+    }
+    let sync = Arc::new(
+        SyncTracker::new(planned.iter().map(|(k, _)| *k), {
+            let cache = Arc::clone(&cache);
+            move || cache.set_synced(true)
+        })
+        .with_health(Arc::clone(&health)),
+    );
     planned
         .into_iter()
-        .map(|(_, start)| start(Arc::clone(&sync)))
+        .map(|(_, start)| start(Arc::clone(&sync), Arc::clone(&health)))
         .collect()
 }
 
@@ -329,7 +566,8 @@ mod tests {
         n
     }
 
-    /// A list, changes, a failed watch, a relist.
+    /// A list, changes, a failed watch (the rest is not read: the watch
+    /// ends at its error).
     fn events() -> Vec<Result<Event<Node>, watcher::Error>> {
         vec![
             Ok(Event::Init),
@@ -339,11 +577,28 @@ mod tests {
             Ok(Event::Apply(node("c"))),
             Ok(Event::Delete(node("a"))),
             Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Apply(node("never"))),
+        ]
+    }
+
+    /// The relist that follows.
+    fn relist() -> Vec<Result<Event<Node>, watcher::Error>> {
+        vec![
             Ok(Event::Init),
             Ok(Event::InitApply(node("b"))),
             Ok(Event::InitApply(node("c"))),
             Ok(Event::InitDone),
         ]
+    }
+
+    /// Drives the events, then the relist after the error.
+    async fn both<I: Index<Node>>(index: &I, kind: &'static str, sync: &SyncTracker) {
+        let q = Quarantine::default();
+        let first = drive(futures::stream::iter(events()), kind, index, sync, &q).await;
+        assert!(first.is_err(), "the watch ends at its error");
+        drive(futures::stream::iter(relist()), kind, index, sync, &q)
+            .await
+            .unwrap();
     }
 
     fn tracker(kinds: &[&'static str]) -> (SyncTracker, Arc<AtomicUsize>) {
@@ -359,7 +614,7 @@ mod tests {
     async fn watcher_applies_deletes_and_resets_through_the_index() {
         let index = Fake::default();
         let (sync, synced) = tracker(&["Node"]);
-        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        both(&index, "Node", &sync).await;
         assert_eq!(
             index.take(),
             ["reset [a,b]", "apply c", "delete default/a", "reset [b,c]"]
@@ -372,7 +627,7 @@ mod tests {
     async fn paged_relist_applies_as_it_arrives_and_retains_what_it_showed() {
         let index = Paged::default();
         let (sync, _) = tracker(&["Node"]);
-        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        both(&index, "Node", &sync).await;
         assert_eq!(
             index.0.take(),
             [
@@ -392,10 +647,13 @@ mod tests {
     async fn readiness_waits_for_every_watched_kind() {
         let (sync, synced) = tracker(&["Node", "PodGroup"]);
         let index = Fake::default();
-        drive(futures::stream::iter(events()), "Node", &index, &sync).await;
+        both(&index, "Node", &sync).await;
         assert_eq!(synced.load(Ordering::SeqCst), 0);
         let list = vec![Ok(Event::Init), Ok(Event::InitDone)];
-        drive(futures::stream::iter(list), "PodGroup", &index, &sync).await;
+        let q = Quarantine::default();
+        drive(futures::stream::iter(list), "PodGroup", &index, &sync, &q)
+            .await
+            .unwrap();
         assert_eq!(synced.load(Ordering::SeqCst), 1);
     }
 
@@ -433,7 +691,10 @@ mod tests {
             Ok(Event::InitApply(pod("plain", false))),
             Ok(Event::InitDone),
         ];
-        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync).await;
+        let q = Quarantine::default();
+        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync, &q)
+            .await
+            .unwrap();
         assert_eq!(synced.load(Ordering::SeqCst), 1);
         assert_eq!(runtime_pods(), ["r1", "r2"]);
         assert!(ix.nodes.read().pod("ns", "plain").is_some());
@@ -443,11 +704,72 @@ mod tests {
             Ok(Event::InitApply(pod("r2", false))),
             Ok(Event::InitDone),
         ];
-        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync).await;
+        drive(futures::stream::iter(events), "Pod", &*ix.pods, &sync, &q)
+            .await
+            .unwrap();
         assert!(runtime_pods().is_empty());
         let nodes = ix.nodes.read();
         assert!(nodes.pod("ns", "r2").is_some());
         assert!(nodes.pod("ns", "r1").is_none() && nodes.pod("ns", "plain").is_none());
+    }
+
+    /// A node whose handling panics (through the test hook).
+    fn poison(name: &str, rv: &str) -> Node {
+        let mut n = node(name);
+        n.metadata.uid = Some(format!("uid-{name}"));
+        n.metadata.resource_version = Some(rv.into());
+        n.metadata.annotations = Some(
+            [(
+                crate::testkit::faults::PANIC_WHEN_WATCHED.to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        );
+        n
+    }
+
+    #[tokio::test]
+    async fn an_object_whose_handling_panicked_is_skipped_until_it_changes() {
+        let index = Arc::new(Fake::default());
+        let q = Arc::new(Quarantine::default());
+        let (sync, synced) = tracker(&["Node"]);
+        let sync = Arc::new(sync);
+        let list = || {
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(node("a"))),
+                Ok(Event::InitApply(poison("bad", "7"))),
+                Ok(Event::InitApply(node("b"))),
+                Ok(Event::InitDone),
+            ]
+        };
+        // The first list panics on the bad node.
+        let run = {
+            let (index, q, sync) = (Arc::clone(&index), Arc::clone(&q), Arc::clone(&sync));
+            tokio::spawn(async move {
+                let _ = drive(futures::stream::iter(list()), "Node", &*index, &sync, &q).await;
+            })
+        };
+        assert!(run.await.unwrap_err().is_panic());
+        assert_eq!(q.len(), 1);
+        assert_eq!(synced.load(Ordering::SeqCst), 0);
+        // The restarted watch lists without it and is synced.
+        drive(futures::stream::iter(list()), "Node", &*index, &sync, &q)
+            .await
+            .unwrap();
+        assert_eq!(index.take(), ["reset [a,b]"]);
+        assert_eq!(synced.load(Ordering::SeqCst), 1);
+        // A new version of it is handled again (here: it still panics, so
+        // that version is skipped too).
+        let changed = vec![Ok(Event::Apply(poison("bad", "8")))];
+        let run = {
+            let (index, q, sync) = (Arc::clone(&index), Arc::clone(&q), Arc::clone(&sync));
+            tokio::spawn(async move {
+                let _ = drive(futures::stream::iter(changed), "Node", &*index, &sync, &q).await;
+            })
+        };
+        assert!(run.await.unwrap_err().is_panic());
+        assert_eq!(q.len(), 2);
     }
 
     #[test]

@@ -48,7 +48,15 @@ pub struct GangPlanner {
     plans: Mutex<Plans>,
     /// The last reason each group could not be placed, not yet published
     /// as its `Unschedulable` condition (bounded; see [`GangPlanner::note`]).
-    notes: Mutex<BTreeMap<GroupRef, String>>,
+    notes: Mutex<BTreeMap<GroupRef, Note>>,
+}
+
+/// Why a group could not be placed, for the group object (uid) the cache
+/// held then: a recreated group under the same name is another group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub uid: Option<String>,
+    pub message: String,
 }
 
 /// Most groups with an unpublished note at once.
@@ -61,17 +69,24 @@ impl GangPlanner {
         GangPlanner::default()
     }
 
-    /// Records why a group cannot be placed; the filter handler publishes
-    /// it ([`GangPlanner::take_notes`]). At most [`MAX_NOTES`] groups wait.
-    pub fn note(&self, group: &GroupRef, message: &str) {
+    /// Records why a group (the object with `uid`) cannot be placed; the
+    /// filter handler publishes it ([`GangPlanner::take_notes`]). At most
+    /// [`MAX_NOTES`] groups wait.
+    pub fn note(&self, group: &GroupRef, uid: Option<&str>, message: &str) {
         let mut notes = self.notes.lock();
         if notes.len() < MAX_NOTES || notes.contains_key(group) {
-            notes.insert(group.clone(), message.to_owned());
+            notes.insert(
+                group.clone(),
+                Note {
+                    uid: uid.map(str::to_owned),
+                    message: message.to_owned(),
+                },
+            );
         }
     }
 
     /// The notes recorded since the last call.
-    pub fn take_notes(&self) -> BTreeMap<GroupRef, String> {
+    pub fn take_notes(&self) -> BTreeMap<GroupRef, Note> {
         std::mem::take(&mut *self.notes.lock())
     }
 
@@ -185,16 +200,22 @@ mod tests {
     #[test]
     fn notes_keep_the_last_reason_are_bounded_and_drain_once() {
         let planner = GangPlanner::new();
-        planner.note(&g("a"), "first");
-        planner.note(&g("a"), "second");
+        planner.note(&g("a"), Some("a-1"), "first");
+        planner.note(&g("a"), Some("a-1"), "second");
         for i in 0..MAX_NOTES + 10 {
-            planner.note(&g(&format!("n{i}")), "full");
+            planner.note(&g(&format!("n{i}")), None, "full");
         }
         // An existing group is still updated when the table is full.
-        planner.note(&g("a"), "third");
+        planner.note(&g("a"), Some("a-2"), "third");
         let notes = planner.take_notes();
         assert_eq!(notes.len(), MAX_NOTES);
-        assert_eq!(notes.get(&g("a")).map(String::as_str), Some("third"));
+        assert_eq!(
+            notes.get(&g("a")),
+            Some(&Note {
+                uid: Some("a-2".into()),
+                message: "third".into()
+            })
+        );
         assert!(planner.take_notes().is_empty());
     }
 

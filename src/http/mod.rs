@@ -16,6 +16,7 @@ use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::extender::ExtenderState;
+use crate::health::Health;
 use crate::metrics::{Endpoint, Metrics};
 use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
 use axum::Router;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
+    /// How the watches fare (`/readyz`).
+    pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     /// The extender's cluster model (Nodes, Pods, groups, DRA).
     pub nodes: Arc<ClusterIndex>,
@@ -57,6 +60,8 @@ pub struct RunApiState {
     pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
+    /// How the watches fare (`/readyz`).
+    pub health: Arc<Health>,
     pub metrics: Arc<Metrics>,
     /// Cluster mode: who may read the Run API and `/metrics`.
     pub access: Option<auth::AccessControl>,
@@ -67,6 +72,7 @@ impl FromRef<AppState> for RunApiState {
         RunApiState {
             cache: Arc::clone(&s.cache),
             store: s.store.clone(),
+            health: Arc::clone(&s.health),
             metrics: Arc::clone(&s.metrics),
             access: s.access.clone(),
         }
@@ -237,11 +243,22 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// 200 `ok` once the caches are synced and while every watch is healthy;
+/// else 503 with one line per cause, naming the watch (see
+/// [`Health::readiness`]).
 async fn readyz(State(s): State<RunApiState>) -> Response {
-    if s.cache.is_synced() {
+    let mut causes = s.health.readiness().err().unwrap_or_default();
+    if !s.cache.is_synced() && causes.is_empty() {
+        causes.push("caches not synced".to_owned());
+    }
+    if causes.is_empty() {
         "ok".into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready:\n{}\n", causes.join("\n")),
+        )
+            .into_response()
     }
 }
 

@@ -19,7 +19,8 @@ pub type ResId = u32;
 pub const RUNS_ID: ResId = 0;
 
 /// Interns resource names so the hot path compares integers, not strings.
-/// Grows monotonically; ids are never reused.
+/// Ids are stable until [`ResourceNames::compact`] renumbers them (an
+/// owner whose names churn frees the ones nothing uses any more).
 #[derive(Debug, Clone)]
 pub struct ResourceNames {
     by_name: HashMap<String, ResId>,
@@ -52,6 +53,40 @@ impl ResourceNames {
         self.by_name.get(name).copied()
     }
 
+    /// Names interned.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Keeps the names `keep` accepts, renumbered densely in their old
+    /// order, and frees the others; returns each old id's new id (`None`:
+    /// freed). Every id held elsewhere must be renumbered through it
+    /// ([`ResourceVec::remap`]); the order of ids is kept, so sorted
+    /// vectors stay sorted.
+    pub fn compact(&mut self, keep: impl Fn(ResId) -> bool) -> Vec<Option<ResId>> {
+        let old = std::mem::take(&mut self.names);
+        let mut map = Vec::with_capacity(old.len());
+        let mut names = Vec::new();
+        let mut by_name = HashMap::new();
+        for (id, name) in old.into_iter().enumerate() {
+            if keep(id as ResId) {
+                let new = names.len() as ResId;
+                by_name.insert(name.clone(), new);
+                names.push(name);
+                map.push(Some(new));
+            } else {
+                map.push(None);
+            }
+        }
+        self.names = names;
+        self.by_name = by_name;
+        map
+    }
+
     pub fn name(&self, id: ResId) -> &str {
         self.names
             .get(id as usize)
@@ -80,6 +115,18 @@ impl ResourceVec {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Renumbers ids through `map` (from [`ResourceNames::compact`], which
+    /// keeps their order); amounts of freed ids are dropped. Gives back
+    /// spare storage.
+    pub fn remap(&mut self, map: &[Option<ResId>]) {
+        self.0 = self
+            .0
+            .iter()
+            .filter_map(|&(id, a)| Some((map.get(id as usize).copied().flatten()?, a)))
+            .collect();
+        self.0.shrink_to_fit();
     }
 
     pub fn len(&self) -> usize {

@@ -438,6 +438,100 @@ async fn filter_waits_for_enough_members_to_exist() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn filter_for_a_pod_the_cache_does_not_know_makes_no_plan_and_writes_no_condition() {
+    // g: a gang of 2 in a rack, both members cached. h: a gang of 3 with one.
+    let mut objs = nodes(2, 2, 4, 1);
+    objs.push(gang("g", 2, Some(RACK), None));
+    objs.push(gang("h", 3, None, None));
+    let g = members("g", "g", 2, 1);
+    let h = members("h", "h", 1, 1);
+    objs.extend(g.clone());
+    objs.extend(h.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let all = node_names(&a).await;
+    let planner = Arc::clone(a.state.gangs.planner());
+
+    // A caller makes up a member of g the cache has never seen.
+    let ghost = pod("ghost", Some("g"), 1);
+    let f = filter(&a, &ghost, &all).await;
+    assert!(f.passed.is_empty());
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "pod ml/ghost is not in the extender's cache yet"
+    );
+    // A real member's name with another uid.
+    let mut forged = g[0].clone();
+    forged["metadata"]["uid"] = json!("forged-uid");
+    let f = filter(&a, &forged, &all).await;
+    assert!(
+        f.unresolvable["r1-n1"].contains("has another uid in the extender's cache"),
+        "{:?}",
+        f.unresolvable
+    );
+    // A made-up member of h, short of pods: no Unschedulable note for it.
+    let f = filter(&a, &pod("ghost-h", Some("h"), 1), &all).await;
+    assert!(f.unresolvable["r0-n0"].contains("not in the extender's cache"));
+    settle().await;
+    assert!(planner.is_empty(), "a plan was made for a made-up pod");
+    assert_eq!(condition(&a, "PodGroup", "h").await, None);
+    assert_eq!(condition(&a, "PodGroup", "g").await, None);
+
+    // The real pods: g is planned, h gets its condition.
+    let f = filter(&a, &g[0], &all).await;
+    assert_eq!(f.passed.len(), 2, "{:?}", f.unresolvable);
+    assert!(!planner.is_empty());
+    let f = filter(&a, &h[0], &all).await;
+    assert_eq!(
+        f.unresolvable["r0-n0"],
+        "pod group ml/h: 1 of the 3 pods it needs exist"
+    );
+    settle().await;
+    let c = condition(&a, "PodGroup", "h").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("False", "Unschedulable"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_group_created_again_under_its_name_gets_its_conditions_again() {
+    let mut objs = nodes(1, 2, 4, 1);
+    objs.push(testkit::pod_group("g").gang(1).uid("g-first").value());
+    let first = pod("first", Some("g"), 1);
+    objs.push(first.clone());
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    assert!(schedule(&a, &[first], 2).await.is_empty());
+    settle().await;
+    let c = condition(&a, "PodGroup", "g").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"));
+    assert_eq!(a.state.gangs.written(), 1);
+
+    // The group and its pod are deleted, and a group of the same name is
+    // created again: a new object, with no conditions yet.
+    delete(&a, "Pod", "first").await;
+    delete(&a, "PodGroup", "g").await;
+    upsert(
+        &a,
+        vec![testkit::pod_group("g").gang(2).uid("g-second").value()],
+    )
+    .await;
+    assert_eq!(condition(&a, "PodGroup", "g").await, None);
+    // Short of pods: Unschedulable is written to the new group...
+    let second = members("second", "g", 2, 1);
+    upsert(&a, vec![second[0].clone()]).await;
+    let all = node_names(&a).await;
+    assert!(filter(&a, &second[0], &all).await.passed.is_empty());
+    settle().await;
+    let c = condition(&a, "PodGroup", "g").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("False", "Unschedulable"));
+    // ...and Scheduled once its quorum is bound.
+    upsert(&a, vec![second[1].clone()]).await;
+    assert!(schedule(&a, &second, 2).await.is_empty());
+    settle().await;
+    let c = condition(&a, "PodGroup", "g").await.expect("condition");
+    assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"));
+    // One entry: the old group's was replaced.
+    assert_eq!(a.state.gangs.written(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn held_members_are_released_when_the_wait_expires() {
     let mut objs = nodes(2, 2, 4, 1);
     objs.push(gang("g", 3, Some(RACK), None));

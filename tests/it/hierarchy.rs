@@ -63,14 +63,27 @@ async fn cluster(objects: Vec<Value>) -> Standalone {
     a
 }
 
-/// Filter over n1 and n2: the one reason every node got, or `""` if both passed.
+/// Filter over n1 and n2: the one reason every node got, or `""` if both
+/// passed. The pod exists while it is filtered, as for kube-scheduler
+/// (the extender plans only for pods its cache holds), and is gone after.
 async fn filter(a: &Standalone, pod: &Value) -> String {
+    let r = post(a, "/v1/objects", &pod.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
     let r = post(
         a,
         "/scheduler/filter",
         &json!({"Pod": pod, "Nodes": null, "NodeNames": ["n1", "n2"]}).to_string(),
     )
     .await;
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let gone = common::call(
+        a,
+        axum::http::Method::DELETE,
+        &format!("/v1/objects?kind=Pod&namespace=ml&name={name}"),
+        None,
+    )
+    .await;
+    assert_eq!(gone.status, 204, "{}", gone.text);
     assert_eq!(r.status, 200, "{}", r.text);
     let un: BTreeMap<String, String> =
         serde_json::from_value(r.body["FailedAndUnresolvableNodes"].clone()).unwrap_or_default();

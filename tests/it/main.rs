@@ -39,6 +39,7 @@ mod binding;
 mod cluster;
 mod deploy;
 mod extender;
+mod faults;
 mod gang;
 mod hierarchy;
 mod hostile;

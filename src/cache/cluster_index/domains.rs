@@ -104,7 +104,7 @@ pub(super) struct Domains {
 impl super::ClusterIndex {
     /// Sets the semantics switches (at start-up).
     pub fn set_semantics(&self, s: Semantics) {
-        self.state.write().domains.semantics = s;
+        self.write().domains.semantics = s;
     }
 }
 

@@ -154,15 +154,21 @@ struct Assumption {
     binder: Binder,
     namespace: String,
     name: String,
+    /// This bind's assumption (a retry of the same pod has its own): what
+    /// is forgotten is this one only.
+    token: u64,
     stage: Stage,
     live: bool,
 }
 
 impl Assumption {
-    /// The bind failed: the pod is no longer counted on the node.
+    /// The bind failed: the pod is no longer counted on the node (unless a
+    /// newer bind of it assumed it since).
     fn release(mut self) {
         self.live = false;
-        self.binder.nodes.forget(&self.namespace, &self.name);
+        self.binder
+            .nodes
+            .forget_for(&self.namespace, &self.name, self.token);
     }
 
     /// The Binding was created: the assumption stays until the watch shows
@@ -177,7 +183,9 @@ impl Drop for Assumption {
         if !self.live {
             return;
         }
-        self.binder.nodes.forget(&self.namespace, &self.name);
+        self.binder
+            .nodes
+            .forget_for(&self.namespace, &self.name, self.token);
         self.binder
             .metrics
             .bind_failure(BindFailureCause::Cancelled);
@@ -262,18 +270,19 @@ impl Binder {
             }
             check_cached(&snap, ns, name, &req.uid)?;
         }
-        if !self.nodes.assume(ns, name, &req.uid, &req.node) {
+        let Some(token) = self.nodes.assume_for(ns, name, &req.uid, &req.node) else {
             // The pod left the cache (or was replaced) since the check.
             check_cached(&self.nodes.read(), ns, name, &req.uid)?;
             return Err(BindFailure::NotCached(Missing::Pod {
                 namespace: ns.to_owned(),
                 name: name.to_owned(),
             }));
-        }
+        };
         let mut assumption = Assumption {
             binder: self.clone(),
             namespace: ns.to_owned(),
             name: name.to_owned(),
+            token,
             stage: Stage::Devices,
             live: true,
         };

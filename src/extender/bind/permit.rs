@@ -20,7 +20,10 @@
 //! for composites) is set `True` once a group's quorum is bound, and `False`
 //! with reason `Unschedulable` while filter cannot place it or when its wait
 //! expires. Writes happen only when the condition changes, and never after
-//! `True` (the condition is terminal).
+//! `True` (the condition is terminal). What was written is remembered per
+//! group *object* (by uid): a PodGroup deleted and created again under its
+//! name gets its conditions written again, and entries of groups gone are
+//! swept as the table grows.
 //!
 //! Cancellation: a bind future dropped while its member is held takes the
 //! member out of its unit and forgets its assumption under the table's
@@ -133,13 +136,35 @@ pub enum Held {
     Waited,
 }
 
+/// The last condition written to a group object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Written {
+    /// The group object's uid.
+    uid: String,
+    status: bool,
+    reason: String,
+    message: String,
+}
+
+/// What was written, per group, bounded by the groups that exist: swept
+/// of groups gone (or replaced) whenever it doubles.
+#[derive(Debug)]
+struct WrittenTable {
+    by_group: HashMap<GroupRef, Written>,
+    /// Sweep when the table grows past this.
+    sweep_at: usize,
+}
+
+/// The smallest size that starts a sweep.
+const MIN_SWEEP: usize = 1024;
+
 /// The coordinator. Share it behind an `Arc`.
 pub struct Gangs {
     wait: Duration,
     units: Mutex<HashMap<GroupRef, Unit>>,
     generation: AtomicU64,
-    /// The last condition written per group: `(status, reason, message)`.
-    written: Mutex<HashMap<GroupRef, (bool, String, String)>>,
+    /// The last condition written per group object.
+    written: Mutex<WrittenTable>,
     /// The domain plans of groups not placed yet (dropped on quorum).
     planner: Arc<GangPlanner>,
 }
@@ -158,7 +183,10 @@ impl Gangs {
             wait,
             units: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
-            written: Mutex::new(HashMap::new()),
+            written: Mutex::new(WrittenTable {
+                by_group: HashMap::new(),
+                sweep_at: MIN_SWEEP,
+            }),
             planner: Arc::default(),
         }
     }
@@ -181,6 +209,11 @@ impl Gangs {
     /// Units with members held now.
     pub fn units(&self) -> usize {
         self.units.lock().len()
+    }
+
+    /// Groups whose last written condition is remembered.
+    pub fn written(&self) -> usize {
+        self.written.lock().by_group.len()
     }
 
     /// Whether a member is held now.
@@ -326,7 +359,7 @@ impl Gangs {
                 message,
             )
             .await;
-        self.set_condition(nodes, writer, unit, false, UNSCHEDULABLE, message)
+        self.set_condition(nodes, writer, unit, None, false, UNSCHEDULABLE, message)
             .await;
     }
 
@@ -355,7 +388,7 @@ impl Gangs {
             } else {
                 "quorum bound".to_owned()
             };
-            self.set_condition(nodes, writer, g, true, SCHEDULED, &message)
+            self.set_condition(nodes, writer, g, None, true, SCHEDULED, &message)
                 .await;
         }
     }
@@ -369,20 +402,35 @@ impl Gangs {
         }
         let (me, nodes, writer) = (Arc::clone(self), Arc::clone(nodes), Arc::clone(writer));
         tokio::spawn(async move {
-            for (g, m) in notes {
-                me.set_condition(&nodes, writer.as_ref(), &g, false, UNSCHEDULABLE, &m)
-                    .await;
+            for (g, note) in notes {
+                // Written only to the group object the note was made for.
+                let Some(uid) = note.uid.as_deref() else {
+                    continue;
+                };
+                me.set_condition(
+                    &nodes,
+                    writer.as_ref(),
+                    &g,
+                    Some(uid),
+                    false,
+                    UNSCHEDULABLE,
+                    &note.message,
+                )
+                .await;
             }
         });
     }
 
     /// Writes a group's condition when it differs from what the cache shows
-    /// and from the last write; never after `True`.
+    /// and from the last write to that group object; never after `True`.
+    /// With `only_uid`, only to the group object with that uid.
+    #[allow(clippy::too_many_arguments)]
     pub async fn set_condition(
         &self,
         nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
         group: &GroupRef,
+        only_uid: Option<&str>,
         status: bool,
         reason: &str,
         message: &str,
@@ -393,15 +441,15 @@ impl Gangs {
         } else {
             POD_GROUP_SCHEDULED
         };
-        let (current, generation) = {
+        let (current, generation, uid) = {
             let snap = nodes.read();
-            let (conds, generation) = if group.composite {
+            let (conds, meta) = if group.composite {
                 let Some(c) = snap.composite(&group.namespace, &group.name) else {
                     return;
                 };
                 (
                     c.status.as_ref().and_then(|s| s.conditions.clone()),
-                    c.metadata.generation,
+                    &c.metadata,
                 )
             } else {
                 let Some(g) = snap.group(&group.namespace, &group.name) else {
@@ -409,15 +457,24 @@ impl Gangs {
                 };
                 (
                     g.status.as_ref().and_then(|s| s.conditions.clone()),
-                    g.metadata.generation,
+                    &g.metadata,
                 )
             };
             (
                 conds.into_iter().flatten().find(|c| c.type_ == type_),
-                generation,
+                meta.generation,
+                meta.uid.clone().unwrap_or_default(),
             )
         };
-        let want = (status, reason.to_owned(), message.clone());
+        if only_uid.is_some_and(|u| u != uid) {
+            return;
+        }
+        let want = Written {
+            uid: uid.clone(),
+            status,
+            reason: reason.to_owned(),
+            message: message.clone(),
+        };
         if let Some(c) = &current {
             if c.status == "True" {
                 return;
@@ -428,12 +485,26 @@ impl Gangs {
         }
         {
             let mut w = self.written.lock();
-            match w.get(group) {
-                Some(prev) if prev.0 => return,
+            match w.by_group.get(group) {
+                // What this group object was last given (another uid: a
+                // group of the same name that is gone).
+                Some(prev) if prev.uid == uid && prev.status => return,
                 Some(prev) if *prev == want => return,
                 _ => {}
             }
-            w.insert(group.clone(), want);
+            w.by_group.insert(group.clone(), want);
+            if w.by_group.len() > w.sweep_at {
+                let snap = nodes.read();
+                w.by_group.retain(|g, written| {
+                    let meta = if g.composite {
+                        snap.composite(&g.namespace, &g.name).map(|c| &c.metadata)
+                    } else {
+                        snap.group(&g.namespace, &g.name).map(|c| &c.metadata)
+                    };
+                    meta.and_then(|m| m.uid.as_deref()) == Some(written.uid.as_str())
+                });
+                w.sweep_at = (w.by_group.len() * 2).max(MIN_SWEEP);
+            }
         }
         let now = k8s_openapi::jiff::Timestamp::now();
         let transition = match &current {
@@ -450,7 +521,7 @@ impl Gangs {
         };
         if let Err(e) = writer.write_group_condition(group, &condition).await {
             tracing::warn!(%group, error = %e, "writing the group condition failed");
-            self.written.lock().remove(group);
+            self.written.lock().by_group.remove(group);
         }
     }
 }

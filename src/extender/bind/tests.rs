@@ -410,6 +410,39 @@ async fn a_gang_member_cancelled_during_its_api_call_is_forgotten_when_the_call_
     f.assert_clean("p1");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_retried_bind_keeps_its_assumption_when_the_earlier_call_fails_late() {
+    let f = fixture(1, 1, true);
+    // The first bind reaches its API call, and its caller goes away.
+    let first = f.spawn("p0");
+    settle().await;
+    assert_eq!(f.writer.started(), 1);
+    cancel(first).await;
+    // kube-scheduler retries: the second bind assumes the pod again and
+    // reaches its own call.
+    let second = f.spawn("p0");
+    settle().await;
+    assert_eq!(f.writer.started(), 2);
+    // The first call fails late: it forgets its own assumption, not the
+    // retry's.
+    *f.writer.answer.lock() = Err(BindError::Other {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        message: "connection reset".into(),
+    });
+    f.writer.release.add_permits(1);
+    settle().await;
+    assert!(f.assumed("p0"), "the retry's assumption was dropped");
+    assert_eq!(f.cpu_used(), 1000);
+    // The retry's call succeeds: the pod stays assumed, counted once.
+    *f.writer.answer.lock() = Ok(());
+    f.writer.release.add_permits(1);
+    assert!(second.await.unwrap().is_ok());
+    assert!(f.assumed("p0"));
+    assert_eq!(f.cpu_used(), 1000);
+    assert_eq!(f.placed(), 1);
+}
+
 // === fail closed ===
 
 #[tokio::test(start_paused = true)]

@@ -79,6 +79,27 @@ pub fn filter_gate(
         return GroupVerdict::default();
     };
     let name = pod.metadata.name.as_deref().unwrap_or_default();
+    // Plans and notes are keyed to real pods: a request for a pod the
+    // cache does not know, or knows under another uid, must not make or
+    // refresh a plan, or record a note, for its group. It waits (as bind
+    // refuses it) until the watch shows the pod.
+    match snap.pod(namespace, name) {
+        None => {
+            return GroupVerdict::reject(
+                format!("pod {namespace}/{name} is not in the extender's cache yet"),
+                true,
+            );
+        }
+        Some(cached) if pod.metadata.uid.as_deref().unwrap_or_default() != cached.uid => {
+            return GroupVerdict::reject(
+                format!(
+                    "pod {namespace}/{name} has another uid in the extender's cache (it was replaced)"
+                ),
+                true,
+            );
+        }
+        Some(_) => {}
+    }
     // The pod itself may use the nodes kube-scheduler offered.
     let offered: AllowedNodes = (!candidates.is_empty())
         .then(|| Arc::new(candidates.iter().map(|n| (*n).to_owned()).collect()));
@@ -105,14 +126,14 @@ pub fn filter_gate(
                 if let Err((message, unresolvable)) =
                     make_plan(snap, planner, &levels, level, &outer, this, now)
                 {
-                    planner.note(&levels[level].group, &message);
+                    note(snap, planner, &levels[level].group, &message);
                     return GroupVerdict::reject(message, unresolvable);
                 }
                 if replanned {
                     // A fresh plan that does not hold: give up for this cycle.
                     let leaf = &levels[0].group;
                     let message = format!("{leaf}: no domain can hold the pods it needs");
-                    planner.note(leaf, &message);
+                    note(snap, planner, leaf, &message);
                     return GroupVerdict::reject(message, false);
                 }
                 replanned = true;
@@ -139,11 +160,24 @@ pub fn filter_gate(
                 };
                 let message =
                     format!("{leaf}: {placed} of the {required} pods it still needs fit{where_}");
-                planner.note(leaf, &message);
+                note(snap, planner, leaf, &message);
                 return GroupVerdict::reject(message, fits_empty < required);
             }
         }
     }
+}
+
+/// Records why `group` cannot be placed, for the object the cache holds
+/// under its name now (by uid: a group recreated later is not it).
+fn note(snap: &ClusterState, planner: &GangPlanner, group: &GroupRef, message: &str) {
+    let uid = if group.composite {
+        snap.composite(&group.namespace, &group.name)
+            .and_then(|c| c.metadata.uid.as_deref())
+    } else {
+        snap.group(&group.namespace, &group.name)
+            .and_then(|g| g.metadata.uid.as_deref())
+    };
+    planner.note(group, uid, message);
 }
 
 /// Step 1: enough pods exist for each gang from the pod's group up to its
@@ -179,7 +213,7 @@ pub(super) fn enough_pods(
             } else {
                 format!("{}: {have} of the {need} pods it needs exist", level.group)
             };
-            planner.note(&level.group, &message);
+            note(snap, planner, &level.group, &message);
             return Err(GroupVerdict::reject(message, true));
         }
     }
@@ -221,7 +255,7 @@ pub(super) fn domains_of(
         let fixed = match fixed_domain(snap, &level.group, &key, &index) {
             Ok(fixed) => fixed,
             Err(message) => {
-                planner.note(&level.group, &message);
+                note(snap, planner, &level.group, &message);
                 return Err(GroupVerdict::reject(message, true));
             }
         };

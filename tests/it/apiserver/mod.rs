@@ -8,7 +8,8 @@
 //! server-side apply ownership of `holderIdentity`.
 //!
 //! Fault injection: conflicts on the next N status patches, delivery lag on
-//! Run watch events, dropping every open watch, compacting history.
+//! Run watch events, dropping every open watch, compacting history, lists
+//! and watches of chosen resources failing (500), and the Lease API failing.
 #![allow(dead_code)]
 
 use axum::Router;
@@ -193,6 +194,10 @@ pub struct Inner {
     pub conflicts: usize,
     /// Resources answered with 404, as for an API group the cluster does not serve.
     pub unserved: Vec<Res>,
+    /// Resources whose lists and watches fail with 500 until removed.
+    pub failing: Vec<Res>,
+    /// Every Lease request fails with 500 while set.
+    pub fail_leases: bool,
     /// Every accepted `pods/binding`: (namespace/name, node).
     pub bindings: Vec<(String, String)>,
     /// Every accepted ResourceClaim status patch: (namespace/name, patch body).
@@ -257,13 +262,20 @@ impl FakeApi {
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
                 axum::routing::patch(patch_event),
             )
-            .route(
-                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
-                axum::routing::post(create_lease),
-            )
-            .route(
-                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
-                get(get_lease).patch(patch_lease).put(put_lease),
+            .merge(
+                Router::new()
+                    .route(
+                        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                        axum::routing::post(create_lease),
+                    )
+                    .route(
+                        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+                        get(get_lease).patch(patch_lease).put(put_lease),
+                    )
+                    .route_layer(axum::middleware::from_fn_with_state(
+                        api.clone(),
+                        lease_faults,
+                    )),
             )
             .route(
                 "/apis/authentication.k8s.io/v1/tokenreviews",
@@ -368,6 +380,18 @@ impl FakeApi {
             .filter(|((r, _, _), _)| *r == res)
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// Lists and watches of `res` fail (500) while `failing`; open watches
+    /// are closed, so watchers meet the failure at once.
+    pub fn fail_lists(&self, res: Res, failing: bool) {
+        let mut g = self.inner.lock();
+        g.failing.retain(|r| *r != res);
+        if failing {
+            g.failing.push(res);
+            g.drop_gen += 1;
+            let _ = self.changed.send(g.rv);
+        }
     }
 
     /// Closes every open watch and forgets history, so watchers must relist.
@@ -484,6 +508,9 @@ async fn list_or_watch(api: FakeApi, res: Res, params: HashMap<String, String>) 
             "NotFound",
             "the server could not find the requested resource",
         );
+    }
+    if api.inner.lock().failing.contains(&res) {
+        return status(500, "InternalError", "injected: the list or watch failed");
     }
     if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
         api.watch_response(res, &params)
@@ -744,6 +771,18 @@ async fn patch_event(
         json_patch::merge(&mut cur, &p);
     }
     axum::Json(api.put(Res::Events, cur)).into_response()
+}
+
+/// Every Lease request fails while `fail_leases` is set.
+async fn lease_faults(
+    State(api): State<FakeApi>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if api.inner.lock().fail_leases {
+        return status(500, "InternalError", "injected: the Lease API failed");
+    }
+    next.run(req).await
 }
 
 async fn get_lease(

@@ -184,11 +184,21 @@ pub struct ServeArgs {
     /// makes it 503 at once, until its restart has listed.
     #[arg(long, env = "KRS_WATCH_FAILURE_GRACE", default_value = "60s", value_parser = parse_duration)]
     pub watch_failure_grace: Duration,
-    /// Extender bind: how long after the first wait for a ResourceClaim's
-    /// device binding conditions its allocation is cleared and the pod
-    /// rescheduled (kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
-    #[arg(long, env = "KRS_BINDING_TIMEOUT", default_value = "600s", value_parser = parse_duration)]
-    pub binding_timeout: Duration,
+    /// Extender bind: how long after a ResourceClaim's allocation
+    /// (`allocationTimestamp`; else the first wait for it) its device binding
+    /// conditions may stay unmet before the allocation is cleared and the
+    /// pod rescheduled (kube-scheduler's `DynamicResourcesArgs.bindingTimeout`).
+    /// Default 600s. With `--scheduler-config` the configuration's value is
+    /// used, and this flag, if given, must agree with it.
+    #[arg(long, env = "KRS_BINDING_TIMEOUT", value_parser = parse_duration)]
+    pub binding_timeout: Option<Duration>,
+    /// kube-scheduler's `KubeSchedulerConfiguration` (the file its
+    /// `--config` reads): `DynamicResourcesArgs.bindingTimeout` replaces
+    /// `--binding-timeout`, and the extender entry's `httpTimeout` must
+    /// exceed `--binding-wait` + `--gang-wait`; a configuration that cannot
+    /// work is refused at start.
+    #[arg(long, env = "KRS_SCHEDULER_CONFIG")]
+    pub scheduler_config: Option<PathBuf>,
     /// Extender bind: the longest one bind call waits for device binding
     /// conditions before answering `Error` for a retry; keep it, plus any
     /// other bind wait, below the extender's `httpTimeout`.
@@ -294,11 +304,39 @@ impl ServeArgs {
         }
     }
 
-    pub fn binding_config(&self) -> BindingConfig {
-        BindingConfig {
-            timeout: self.binding_timeout,
+    /// The device gate's settings: `--binding-wait`, and the binding
+    /// timeout from `--scheduler-config` (checked against the waits and
+    /// `--binding-timeout`) or `--binding-timeout`.
+    pub fn binding_config(&self) -> anyhow::Result<BindingConfig> {
+        let timeout = match &self.scheduler_config {
+            None => self
+                .binding_timeout
+                .unwrap_or(crate::extender::bind::device_gate::DEFAULT_BINDING_TIMEOUT),
+            Some(path) => {
+                use crate::extender::scheduler_config;
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --scheduler-config {}", path.display()))?;
+                let c = scheduler_config::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("--scheduler-config {}: {e}", path.display()))?;
+                c.check_waits(self.binding_wait, self.gang_wait)
+                    .map_err(|e| anyhow::anyhow!("--scheduler-config {}: {e}", path.display()))?;
+                if let Some(flag) = self.binding_timeout
+                    && flag != c.binding_timeout
+                {
+                    anyhow::bail!(
+                        "--binding-timeout {flag:?} disagrees with --scheduler-config {}: \
+                         DynamicResourcesArgs.bindingTimeout is {:?}; drop --binding-timeout",
+                        path.display(),
+                        c.binding_timeout
+                    );
+                }
+                c.binding_timeout
+            }
+        };
+        Ok(BindingConfig {
+            timeout,
             wait: self.binding_wait,
-        }
+        })
     }
 }
 
@@ -362,11 +400,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let components = args.components()?;
+    let binding = args.binding_config()?;
     let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let count = objects.len();
     let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
-    app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
+    app.state.binding = Arc::new(BindingGate::new(binding));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     app.state.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, components = %components.names(), "standalone mode: state loaded");
@@ -614,6 +653,7 @@ pub async fn lead(
 
 async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     let components = args.components()?;
+    let binding = args.binding_config()?;
     let config = kube_config(args.kubeconfig.as_deref()).await?;
     let client =
         kube::Client::try_from(config.clone()).context("building the Kubernetes client")?;
@@ -627,7 +667,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         args.watch_failure_grace,
     )
     .await;
-    app.state.binding = Arc::new(BindingGate::new(args.binding_config()));
+    app.state.binding = Arc::new(BindingGate::new(binding));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     app.state.nodes.set_semantics(args.semantics());
     if args.authorize_reads {

@@ -23,10 +23,13 @@
 //! without hashing a name.
 
 use crate::model::resources::{ResId, ResourceNames, ResourceVec};
-use crate::pods::fit::{self, AllocatedDevice, Amounts, ClaimRef, DeviceInfo, PodLoad};
+use crate::pods::dra::{Consumer, DeviceClasses};
+use crate::pods::fit::{
+    self, AllocatedDevice, Amounts, ClaimRef, DeviceInfo, PodLevel, PodLoad, Reach,
+};
 use crate::pods::priority::{self, Class, Classes, Declared, Effective};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -268,6 +271,9 @@ pub struct PodEntry {
     pub node: Option<String>,
     /// Effective requests (`None` when a quantity does not parse).
     pub requests: Option<Amounts>,
+    /// Pod-level requests: the resources whose DRA amounts lie inside
+    /// `requests`, with their headroom ([`fit::PodLevel`]).
+    pub level: PodLevel,
     /// `spec.schedulingGroup.podGroupName`.
     pub group: Option<String>,
     pub priority: Option<i32>,
@@ -287,12 +293,20 @@ impl PodEntry {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let demand = spec.map_or(Some((Amounts::new(), PodLevel::new())), |s| {
+            fit::pod_demand(s).ok()
+        });
+        let (requests, level) = match demand {
+            Some((r, l)) => (Some(r), l),
+            None => (None, PodLevel::new()),
+        };
         PodEntry {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             node: spec
                 .and_then(|s| s.node_name.clone())
                 .filter(|n| !n.is_empty()),
-            requests: spec.map_or(Some(Amounts::new()), |s| fit::pod_requests(s).ok()),
+            requests,
+            level,
             group: spec
                 .and_then(|s| s.scheduling_group.as_ref())
                 .and_then(|g| g.pod_group_name.clone()),
@@ -329,6 +343,8 @@ impl PodEntry {
 struct ClaimEntry {
     /// `(device, consumedCapacity)` per allocation result.
     devices: Vec<(DeviceKey, Option<BTreeMap<String, Quantity>>)>,
+    /// `status.reservedFor`.
+    reserved_for: Vec<Consumer>,
 }
 
 /// Everything the extender knows.
@@ -372,6 +388,8 @@ pub struct ClusterState {
     devices: HashMap<DeviceKey, DeviceInfo>,
     /// Binding state of allocated claims with gated devices, by `namespace/name`.
     claim_bindings: HashMap<String, ClaimBinding>,
+    /// DeviceClasses: which extended resources DRA satisfies.
+    device_classes: DeviceClasses,
     /// Recently resolved `NodeNames` arrays, most recent first.
     refs: parking_lot::Mutex<Vec<Arc<NodeRefs>>>,
     /// Topology label indexes and the group ledger (see [`domains`]).
@@ -411,6 +429,7 @@ impl Default for ClusterState {
             slices: HashMap::new(),
             devices: HashMap::new(),
             claim_bindings: HashMap::new(),
+            device_classes: DeviceClasses::new(),
             refs: Default::default(),
             domains: domains::Domains::default(),
             names_kept: 0,
@@ -880,6 +899,7 @@ impl ClusterState {
             .iter()
             .map(|p| PodLoad {
                 requests: p.requests.as_ref().unwrap_or(&empty),
+                level: &p.level,
                 claims: &p.claims,
             })
             .collect();
@@ -900,19 +920,24 @@ impl ClusterState {
     }
 
     /// The allocated devices of a claim that take from `node`: those whose
-    /// ResourceSlice is on that node or names no node (`None` while the
-    /// claim is not allocated).
+    /// ResourceSlice (or own node selection) reaches that node (`None`
+    /// while the claim is not allocated).
     fn devices_on<'a>(&'a self, claim: &str, node: &str) -> Option<Vec<AllocatedDevice<'a>>> {
         let c = self.claims.get(claim)?;
+        let empty = BTreeMap::new();
+        let labels = self
+            .nodes
+            .get(node)
+            .and_then(|s| s.node.as_ref())
+            .map_or(&empty, |n| &n.labels);
         Some(
             c.devices
                 .iter()
                 .filter_map(|(dk, consumed)| {
                     let device = self.devices.get(dk)?;
                     device
-                        .node
-                        .as_deref()
-                        .is_none_or(|n| n == node)
+                        .reach
+                        .matches(node, labels)
                         .then_some(AllocatedDevice {
                             consumed: consumed.as_ref(),
                             device,
@@ -920,6 +945,34 @@ impl ClusterState {
                 })
                 .collect(),
         )
+    }
+
+    /// Whether a claim is allocated a device that maps a node resource.
+    fn claim_mapped(&self, entry: &ClaimEntry) -> bool {
+        entry
+            .devices
+            .iter()
+            .any(|(dk, _)| self.devices.get(dk).is_some_and(DeviceInfo::mapped))
+    }
+
+    /// What the DRA sharing rule reads of an allocated claim
+    /// (`namespace/name`): whether a device of it maps a node resource, its
+    /// `status.reservedFor`, and whether a counted pod other than `pod`
+    /// (`(namespace, name)`) uses it. `None` while it is not allocated.
+    pub fn claim_sharing(&self, claim: &str, pod: &Key) -> Option<(bool, &[Consumer], bool)> {
+        let entry = self.claims.get(claim)?;
+        let others = self
+            .claim_users
+            .get(claim)
+            .into_iter()
+            .flatten()
+            .any(|k| k != pod && self.counted(k).is_some());
+        Some((self.claim_mapped(entry), &entry.reserved_for, others))
+    }
+
+    /// The DeviceClasses (which extended resources DRA satisfies).
+    pub fn device_classes(&self) -> &DeviceClasses {
+        &self.device_classes
     }
 
     /// What a pending pod's own allocated claims would add on each node:
@@ -937,12 +990,23 @@ impl ClusterState {
             let Some(entry) = self.claims.get(&c.claim) else {
                 continue;
             };
-            special.extend(
-                entry
-                    .devices
-                    .iter()
-                    .filter_map(|(dk, _)| self.devices.get(dk)?.node.clone()),
-            );
+            for (dk, _) in &entry.devices {
+                match self.devices.get(dk).map(|d| &d.reach) {
+                    Some(Reach::Node(n)) => {
+                        special.insert(n.clone());
+                    }
+                    // Nodes a selector reaches: every node is looked at
+                    // once (only for pods whose claims have such devices).
+                    Some(r @ Reach::Selector(_)) => special.extend(
+                        self.nodes
+                            .iter()
+                            .filter_map(|s| Some((s, s.node.as_ref()?)))
+                            .filter(|(s, n)| r.matches(&s.name, &n.labels))
+                            .map(|(s, _)| s.name.to_string()),
+                    ),
+                    _ => {}
+                }
+            }
             special.extend(
                 self.claim_users
                     .get(&c.claim)
@@ -952,7 +1016,7 @@ impl ClusterState {
             );
         }
         // A node no device is on and where nothing is counted: only the
-        // node-less devices take from it.
+        // devices of every node take from it.
         out.everywhere = self.claims_load_on(claims, None);
         for node in special {
             if let Some(slot) = self.nodes.find(&node) {
@@ -972,7 +1036,7 @@ impl ClusterState {
                     e.devices
                         .iter()
                         .filter_map(|(dk, consumed)| {
-                            let device = self.devices.get(dk).filter(|d| d.node.is_none())?;
+                            let device = self.devices.get(dk).filter(|d| d.reach == Reach::All)?;
                             Some(AllocatedDevice {
                                 consumed: consumed.as_ref(),
                                 device,
@@ -1050,10 +1114,17 @@ impl ClusterState {
                 .filter(|(id, _)| alloc.get(*id) == 0)
                 .count();
         }
-        self.nodes.entry(&name).node = Some(info);
+        let slot = self.nodes.entry(&name);
+        let relabelled = slot.node.as_ref().is_none_or(|n| n.labels != info.labels);
+        let claimed = !slot.claimed.is_empty();
+        slot.node = Some(info);
         if let Some(i) = self.nodes.find(&name) {
             self.nodes.set_col(i, ALLOC, &alloc);
             self.nodes.set_present(i, true);
+        }
+        // Devices reach nodes by label: what claims take here may change.
+        if relabelled && claimed {
+            self.recompute(&name);
         }
         self.node_labels_changed(&name);
     }
@@ -1149,8 +1220,23 @@ impl ClusterState {
                         )
                     })
                     .collect();
-                self.claims
-                    .insert(qualified.clone(), ClaimEntry { devices });
+                let reserved_for = claim
+                    .status
+                    .iter()
+                    .flat_map(|s| s.reserved_for.iter().flatten())
+                    .map(|r| Consumer {
+                        resource: r.resource.clone(),
+                        name: r.name.clone(),
+                        uid: r.uid.clone(),
+                    })
+                    .collect();
+                self.claims.insert(
+                    qualified.clone(),
+                    ClaimEntry {
+                        devices,
+                        reserved_for,
+                    },
+                );
             }
             None => {
                 self.claims.remove(&qualified);
@@ -1176,20 +1262,51 @@ impl ClusterState {
         let name = name_of(&slice.metadata);
         self.unset_slice(&name);
         let spec = &slice.spec;
+        let reach_of = |node: Option<&String>,
+                        selector: Option<&k8s_openapi::api::core::v1::NodeSelector>,
+                        all: Option<bool>| {
+            match (node, selector, all) {
+                (Some(n), _, _) if !n.is_empty() => Reach::Node(n.clone()),
+                (_, Some(sel), _) => {
+                    Reach::Selector(Arc::new(crate::pods::selector::NodeRule::of_selector(sel)))
+                }
+                (_, _, Some(true)) => Reach::All,
+                _ => Reach::Nowhere,
+            }
+        };
+        let per_device = spec.per_device_node_selection == Some(true);
+        let slice_reach = reach_of(
+            spec.node_name.as_ref(),
+            spec.node_selector.as_ref(),
+            spec.all_nodes,
+        );
         let mut keys = Vec::new();
         for d in spec.devices.iter().flatten() {
             let key = (spec.driver.clone(), spec.pool.name.clone(), d.name.clone());
+            let mut node_allocatable = d.node_allocatable_resources.clone().unwrap_or_default();
+            node_allocatable.retain(|res, _| {
+                let valid = fit::node_allocatable_target(res);
+                if !valid {
+                    tracing::warn!(slice = %name, device = %d.name, resource = %res,
+                        "nodeAllocatableResources names a resource that is not a node resource (cpu, memory, ephemeral-storage, hugepages-*); ignored");
+                }
+                valid
+            });
             self.devices.insert(
                 key.clone(),
                 DeviceInfo {
-                    node: spec.node_name.clone(),
+                    reach: if per_device {
+                        reach_of(d.node_name.as_ref(), d.node_selector.as_ref(), d.all_nodes)
+                    } else {
+                        slice_reach.clone()
+                    },
                     capacity: d
                         .capacity
                         .iter()
                         .flatten()
                         .map(|(k, v)| (k.clone(), v.value.clone()))
                         .collect(),
-                    node_allocatable: d.node_allocatable_resources.clone().unwrap_or_default(),
+                    node_allocatable,
                 },
             );
             keys.push(key);
@@ -1518,6 +1635,17 @@ impl ClusterIndex {
             s.set_slice(sl);
         }
         s.recompute_dra_nodes();
+    }
+
+    // DeviceClasses
+    pub fn apply_device_class(&self, c: &DeviceClass) {
+        self.state.write().device_classes.apply(c);
+    }
+    pub fn delete_device_class(&self, name: &str) {
+        self.state.write().device_classes.delete(name);
+    }
+    pub fn reset_device_classes(&self, cs: &[DeviceClass]) {
+        self.state.write().device_classes.reset(cs);
     }
 }
 

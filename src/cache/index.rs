@@ -11,7 +11,7 @@
 //! Both caches implement it: the Run cache ([`RunCache`]: Runs, Runtimes,
 //! Runtime Pods) and the cluster index ([`ClusterIndex`]: Nodes, Pods,
 //! PodGroups, CompositePodGroups, PriorityClasses, ResourceClaims,
-//! ResourceSlices). [`Pods`] feeds one Pod stream to both. [`Indexes`] is
+//! ResourceSlices, DeviceClasses). [`Pods`] feeds one Pod stream to both. [`Indexes`] is
 //! the set of indexes a watched object can land in; the kind table
 //! (`cluster::kinds`) names, per kind, which one.
 
@@ -19,7 +19,7 @@ use super::RunCache;
 use super::cluster_index::{ClusterIndex, Key, PodEntry};
 use crate::crd::{Run, Runtime};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -164,6 +164,7 @@ node_index! {
     PriorityClass => apply_priority_class, delete_priority_class(cluster), reset_priority_classes;
     ResourceClaim => apply_claim, delete_claim(namespaced), reset_claims;
     ResourceSlice => apply_slice, delete_slice(cluster), reset_slices;
+    DeviceClass => apply_device_class, delete_device_class(cluster), reset_device_classes;
 }
 
 /// Every Pod, reduced at once to what node fit reads.

@@ -25,7 +25,7 @@ use super::watch::{self, Watches};
 use crate::cache::index::{Index, Indexes};
 use crate::crd::{Run, Runtime};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -198,6 +198,10 @@ kinds! {
     ResourceSlice: "resource.k8s.io/v1", cluster, index: nodes,
         watch: |w| w.extender, "DRA node-allocatable accounting",
         config: any_config, strip: strip_managed;
+    /// Extended resources backed by DRA (`spec.extendedResourceName`).
+    DeviceClass: "resource.k8s.io/v1", cluster, index: nodes,
+        watch: |w| w.extender, "extended resources backed by DRA",
+        config: any_config, strip: strip_managed;
 }
 
 impl Kind {
@@ -246,6 +250,7 @@ mod tests {
             Kind::PriorityClass => says::<PriorityClass>(),
             Kind::ResourceClaim => says::<ResourceClaim>(),
             Kind::ResourceSlice => says::<ResourceSlice>(),
+            Kind::DeviceClass => says::<DeviceClass>(),
         }
     }
 
@@ -292,6 +297,7 @@ mod tests {
             Kind::ResourceSlice => json!({"driver": "gpu.example.com", "nodeName": "n1",
                 "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
                 "devices": [{"name": "d0"}]}),
+            Kind::DeviceClass => json!({"extendedResourceName": "example.com/gpu"}),
         };
         let mut v = json!({"kind": kind.as_str(), "metadata": {"name": "x1", "namespace": "ns"}});
         if kind == Kind::PriorityClass {
@@ -321,6 +327,9 @@ mod tests {
             Kind::Node => Some(nodes.has_node("x1")),
             Kind::PodGroup => Some(nodes.group("ns", "x1").is_some()),
             Kind::CompositePodGroup => Some(nodes.composite("ns", "x1").is_some()),
+            Kind::DeviceClass => {
+                Some(nodes.device_classes().backing("example.com/gpu") == Some("x1"))
+            }
             Kind::Runtime | Kind::PriorityClass | Kind::ResourceClaim | Kind::ResourceSlice => None,
         }
     }

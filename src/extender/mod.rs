@@ -32,6 +32,7 @@ pub mod limits;
 pub mod planner;
 pub mod plugins;
 pub mod preempt;
+pub mod scheduler_config;
 pub mod state;
 pub mod types;
 
@@ -213,17 +214,19 @@ fn node_facts(json: &str) -> (Cow<'_, str>, Amounts) {
     (facts.metadata.name.unwrap_or_default(), out)
 }
 
-/// Reasons shared between nodes rejected for the same shortfall.
+/// Reasons shared between nodes rejected for the same shortfall of the
+/// same resolved request (a mask's bits name that request's entries).
 #[derive(Default)]
-struct Reasons(Vec<(u64, Arc<str>)>);
+struct Reasons(Vec<(u64, usize, Arc<str>)>);
 
 impl Reasons {
     fn short(&mut self, req: &fit::Resolved, short: u64) -> Arc<str> {
-        if let Some((_, m)) = self.0.iter().find(|(k, _)| *k == short) {
+        let id = std::ptr::from_ref(req) as usize;
+        if let Some((_, _, m)) = self.0.iter().find(|(k, r, _)| *k == short && *r == id) {
             return Arc::clone(m);
         }
         let m: Arc<str> = fit::short_message(req, short).into();
-        self.0.push((short, Arc::clone(&m)));
+        self.0.push((short, id, Arc::clone(&m)));
         m
     }
 }
@@ -267,10 +270,11 @@ pub fn decide_filter<'a>(
     // them all): resources no node offers reject every node at once, with
     // one shared reason, so the per-node cost stays bounded by the
     // resources the cluster has.
-    let everywhere = state.requests.on(None);
-    let wide = match wide {
-        None if cache_capable && everywhere.len() >= 64 => limits::unoffered_reason(everywhere),
-        w => w,
+    let wide = match (wide, state.requests.on(None)) {
+        (None, Ok(everywhere)) if cache_capable && everywhere.len() >= 64 => {
+            limits::unoffered_reason(everywhere)
+        }
+        (w, _) => w,
     };
     let mut outside = plugins::gang::OutsideReasons::default();
     let mut reasons = Reasons::default();
@@ -296,7 +300,13 @@ pub fn decide_filter<'a>(
                     reject(&mut out, name, (outside.get(&state.verdict, level), true));
                     continue;
                 }
-                let resolved = state.requests.on(Some(slot));
+                let resolved = match state.requests.on(Some(slot)) {
+                    Ok(r) => r,
+                    Err(r) => {
+                        reject(&mut out, name, (r.message.as_str().into(), r.unresolvable));
+                        continue;
+                    }
+                };
                 match fit::filter(snap, slot, resolved) {
                     Fit::Fits => {
                         if let Some(names) = &mut out.node_names {
@@ -323,8 +333,11 @@ pub fn decide_filter<'a>(
                     None if let Some(level) = plugins::gang::filter(&state.verdict, name) => {
                         Err((outside.get(&state.verdict, level), true))
                     }
-                    None => fit::check(snap, name, state.requests.on(snap.find(name)), Some(alloc))
-                        .map_err(|r| (r.message.into(), r.unresolvable)),
+                    None => match state.requests.on(snap.find(name)) {
+                        Ok(req) => fit::check(snap, name, req, Some(alloc))
+                            .map_err(|r| (r.message.into(), r.unresolvable)),
+                        Err(r) => Err((r.message.as_str().into(), r.unresolvable)),
+                    },
                 };
                 match verdict {
                     Ok(()) => {

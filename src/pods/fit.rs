@@ -84,6 +84,13 @@ fn pod_level_supported(resource: &str) -> bool {
     resource == "cpu" || resource == "memory" || resource.starts_with("hugepages-")
 }
 
+/// The resources a pod's pod-level `spec.resources.requests` names, each
+/// with its headroom: the pod-level request minus the containers'
+/// aggregate. DRA node-allocatable amounts of these resources lie inside the
+/// pod-level budget (upstream `PodRequests` with the claims' status), so they
+/// are not added on top; more than the headroom cannot run at all.
+pub type PodLevel = BTreeMap<String, u64>;
+
 /// Kubernetes effective pod requests (`resourcehelper.PodRequests`):
 /// the larger of the containers' sum (plus restartable init containers,
 /// i.e. sidecars, which keep running) and each init container's peak (an
@@ -91,6 +98,12 @@ fn pod_level_supported(resource: &str) -> bool {
 /// pod-level `spec.resources.requests` replaces the aggregate for the
 /// resources it names; then `spec.overhead` is added. Without `pods`.
 pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, FitError> {
+    pod_demand(spec).map(|(r, _)| r)
+}
+
+/// [`pod_requests`], with the pod-level resources and their headroom for
+/// DRA amounts ([`PodLevel`]).
+pub fn pod_demand(spec: &PodSpec) -> Result<(Amounts, PodLevel), FitError> {
     let mut reqs = Amounts::new();
     for (i, c) in spec.containers.iter().enumerate() {
         add_amounts(
@@ -121,10 +134,13 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, FitError> {
         }
     }
     max_amounts(&mut reqs, &init_peak);
+    let mut level = PodLevel::new();
     if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
         let pod_level = parse_list(Some(pod_level), "spec.resources.requests")?;
         for (k, v) in pod_level {
             if pod_level_supported(&k) {
+                let aggregate = reqs.get(&k).copied().unwrap_or(0);
+                level.insert(k.clone(), v.saturating_sub(aggregate));
                 reqs.insert(k, v);
             }
         }
@@ -134,7 +150,39 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, FitError> {
         &parse_list(spec.overhead.as_ref(), "spec.overhead")?,
     );
     reqs.retain(|_, v| *v > 0);
-    Ok(reqs)
+    Ok((reqs, level))
+}
+
+/// Why a pod's DRA amounts do not fit its own pod-level budget (upstream's
+/// `validatePodLevelResourcesCoverDRA`): no node can help.
+pub fn pod_level_short(resource: &str) -> String {
+    format!(
+        "pod level request for {resource} is insufficient to cover the aggregated container and node-allocatable DRA requests"
+    )
+}
+
+/// A pod's requests plus what its claims take on a node (`dra`): added on
+/// top for every resource the pod-level requests do not name, inside the
+/// pod-level budget for those they name. `Err`: the DRA amount of a
+/// pod-level resource exceeds its headroom ([`pod_level_short`]).
+pub fn with_dra(requests: &Amounts, level: &PodLevel, dra: &Amounts) -> Result<Amounts, String> {
+    let mut out = requests.clone();
+    for (k, v) in dra {
+        match level.get(k) {
+            Some(headroom) if *v > *headroom => return Err(pod_level_short(k)),
+            Some(_) => {}
+            None => add_into(&mut out, k, *v),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a node resource can be a `nodeAllocatableResources` target:
+/// a resource of `status.allocatable` that is not an extended resource
+/// (`cpu`, `memory`, `ephemeral-storage`, `hugepages-*`). Other names are
+/// ignored, as upstream's DRA node fit checks only these.
+pub fn node_allocatable_target(resource: &str) -> bool {
+    matches!(resource, "cpu" | "memory" | "ephemeral-storage") || resource.starts_with("hugepages-")
 }
 
 /// Node allocatable (`status.allocatable`, else `status.capacity`).
@@ -152,15 +200,60 @@ pub fn node_allocatable(status: Option<&k8s_openapi::api::core::v1::NodeStatus>)
 
 // === DRA node-allocatable consumption ===
 
+/// The nodes a published device is available on, from its ResourceSlice
+/// (`spec.nodeName`, `spec.nodeSelector`, `spec.allNodes`) or, with
+/// `spec.perDeviceNodeSelection`, from the device's own fields.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Reach {
+    /// One node by name.
+    Node(String),
+    /// The nodes a NodeSelector matches.
+    Selector(std::sync::Arc<crate::pods::selector::NodeRule>),
+    /// Every node.
+    All,
+    /// No node (a slice that names none of the above).
+    #[default]
+    Nowhere,
+}
+
+impl Reach {
+    /// Whether the device takes from the node of this name and labels.
+    pub fn matches(&self, node: &str, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Reach::Node(n) => n == node,
+            Reach::Selector(rule) => rule.matches(node, labels),
+            Reach::All => true,
+            Reach::Nowhere => false,
+        }
+    }
+
+    /// The one node of a node-local device.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Reach::Node(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 /// What the cache knows of one device published in a ResourceSlice.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceInfo {
-    /// `spec.nodeName` of the slice, when node-local.
-    pub node: Option<String>,
+    /// The nodes it is available on.
+    pub reach: Reach,
     /// `spec.devices[].capacity[*].value`.
     pub capacity: BTreeMap<String, Quantity>,
-    /// `spec.devices[].nodeAllocatableResources`.
+    /// `spec.devices[].nodeAllocatableResources`, valid targets only
+    /// ([`node_allocatable_target`]).
     pub node_allocatable: BTreeMap<String, NodeAllocatableResource>,
+}
+
+impl DeviceInfo {
+    /// Whether the device maps a node resource (`mapping`): a claim
+    /// allocated such a device cannot be shared between pods.
+    pub fn mapped(&self) -> bool {
+        self.node_allocatable.values().any(|n| n.mapping.is_some())
+    }
 }
 
 /// One allocated device of a claim (`status.allocation.devices.results[]`).
@@ -206,7 +299,13 @@ pub fn claim_mapping(devices: &[AllocatedDevice<'_>]) -> Result<Amounts, FitErro
     let mut out = Amounts::new();
     for d in devices {
         for (res, nar) in &d.device.node_allocatable {
-            let Some(m) = &nar.mapping else { continue };
+            let Some(m) = nar
+                .mapping
+                .as_ref()
+                .filter(|_| node_allocatable_target(res))
+            else {
+                continue;
+            };
             let field = format!("nodeAllocatableResources[{res}].mapping");
             let value = match &m.capacity_key {
                 Some(key) => {
@@ -252,7 +351,13 @@ pub fn claim_overhead(devices: &[AllocatedDevice<'_>], refs: u64) -> Result<Amou
     };
     for d in devices {
         for (res, nar) in &d.device.node_allocatable {
-            let Some(o) = &nar.overhead else { continue };
+            let Some(o) = nar
+                .overhead
+                .as_ref()
+                .filter(|_| node_allocatable_target(res))
+            else {
+                continue;
+            };
             let field = format!("nodeAllocatableResources[{res}].overhead");
             if let Some(p) = parsed(o.per_pod.as_ref(), &format!("{field}.perPod"))? {
                 add_into(&mut out, res, scaled(res, &p, &field)?);
@@ -292,35 +397,46 @@ pub fn pod_claims(spec: &PodSpec, status: Option<&PodStatus>) -> Vec<ClaimRef> {
                 .and_then(|s| s.resource_claim_name.clone()),
         };
         let Some(claim) = claim else { continue };
-        let refs = spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .filter(|c| {
-                c.resources
-                    .as_ref()
-                    .and_then(|r| r.claims.as_ref())
-                    .is_some_and(|cl| cl.iter().any(|x| x.name == prc.name))
-            })
-            .count() as u64;
-        out.push(ClaimRef { claim, refs });
+        out.push(ClaimRef {
+            claim,
+            refs: claim_refs(spec, &prc.name),
+        });
     }
     out
+}
+
+/// How many containers (and init containers) list the pod claim `name` in
+/// `resources.claims`.
+pub fn claim_refs(spec: &PodSpec, name: &str) -> u64 {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter(|c| {
+            c.resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .is_some_and(|cl| cl.iter().any(|x| x.name == name))
+        })
+        .count() as u64
 }
 
 /// A pod as node accounting sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct PodLoad<'a> {
     pub requests: &'a Amounts,
+    /// Pod-level resources: their DRA amounts lie inside `requests`.
+    pub level: &'a PodLevel,
     pub claims: &'a [ClaimRef],
 }
 
 /// Everything the pods on one node take: their effective requests, one
 /// `pods` slot each, the overhead of every claim each pod references, and
 /// the mapping of every distinct claim once (shared claims count once per
-/// node). `devices` resolves a claim name to its allocated devices (`None`
-/// while unallocated). Claims whose quantities do not parse count nothing
-/// and are reported in the second value.
+/// node). A pod's DRA amounts of the resources its pod-level requests name
+/// lie inside those requests and are not added. `devices` resolves a claim
+/// name to its allocated devices (`None` while unallocated). Claims whose
+/// quantities do not parse count nothing and are reported in the second
+/// value.
 pub fn node_usage<'a, F>(pods: &[PodLoad<'_>], mut devices: F) -> (Amounts, Vec<FitError>)
 where
     F: FnMut(&str) -> Option<Vec<AllocatedDevice<'a>>>,
@@ -331,21 +447,24 @@ where
     for p in pods {
         add_amounts(&mut used, p.requests);
         add_into(&mut used, PODS, 1);
+        let mut dra = Amounts::new();
         for c in p.claims {
             let Some(devs) = devices(&c.claim) else {
                 continue;
             };
             match claim_overhead(&devs, c.refs) {
-                Ok(o) => add_amounts(&mut used, &o),
+                Ok(o) => add_amounts(&mut dra, &o),
                 Err(e) => errors.push(e),
             }
             if mapped.insert(c.claim.clone()) {
                 match claim_mapping(&devs) {
-                    Ok(m) => add_amounts(&mut used, &m),
+                    Ok(m) => add_amounts(&mut dra, &m),
                     Err(e) => errors.push(e),
                 }
             }
         }
+        dra.retain(|k, _| !p.level.contains_key(k));
+        add_amounts(&mut used, &dra);
     }
     (used, errors)
 }

@@ -3,6 +3,7 @@
 //! consumption), group priority consistency and a pod's own node
 //! constraints (`nodeSelector`, required node affinity). No I/O, no clocks.
 
+pub mod dra;
 pub mod fit;
 pub mod priority;
 pub mod selector;

@@ -3,7 +3,7 @@
 //! required node affinity (`requiredDuringSchedulingIgnoredDuringExecution`),
 //! matched the way kube-scheduler's NodeAffinity plugin matches them.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, PodSpec};
 use std::collections::BTreeMap;
 
 /// What a pod requires of a node's name and labels.
@@ -76,7 +76,27 @@ impl Term {
     }
 }
 
+fn terms_of(sel: &NodeSelector) -> Vec<Term> {
+    sel.node_selector_terms
+        .iter()
+        .map(|t| Term {
+            exprs: t.match_expressions.iter().flatten().map(Req::of).collect(),
+            fields: t.match_fields.iter().flatten().map(Req::of).collect(),
+        })
+        .collect()
+}
+
 impl NodeRule {
+    /// A NodeSelector alone (a ResourceSlice's or a device's
+    /// `nodeSelector`): its terms ORed, as `nodeaffinity.NewNodeSelector`
+    /// matches them.
+    pub fn of_selector(sel: &NodeSelector) -> NodeRule {
+        NodeRule {
+            selector: BTreeMap::new(),
+            terms: Some(terms_of(sel)),
+        }
+    }
+
     /// The pod's node constraints; `None` when it has none.
     pub fn of(spec: &PodSpec) -> Option<NodeRule> {
         let selector: BTreeMap<String, String> = spec.node_selector.clone().unwrap_or_default();
@@ -88,15 +108,7 @@ impl NodeRule {
                 a.required_during_scheduling_ignored_during_execution
                     .as_ref()
             })
-            .map(|r| {
-                r.node_selector_terms
-                    .iter()
-                    .map(|t| Term {
-                        exprs: t.match_expressions.iter().flatten().map(Req::of).collect(),
-                        fields: t.match_fields.iter().flatten().map(Req::of).collect(),
-                    })
-                    .collect::<Vec<_>>()
-            });
+            .map(terms_of);
         if selector.is_empty() && terms.is_none() {
             return None;
         }

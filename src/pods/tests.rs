@@ -142,7 +142,7 @@ fn device(nar: Value, capacity: Value) -> DeviceInfo {
     let capacity: std::collections::BTreeMap<String, Value> =
         serde_json::from_value(capacity).unwrap();
     DeviceInfo {
-        node: Some("n1".into()),
+        reach: Reach::Node("n1".into()),
         capacity: capacity
             .into_iter()
             .map(|(k, v)| (k, serde_json::from_value(v["value"].clone()).unwrap()))
@@ -235,13 +235,16 @@ fn node_usage_counts_shared_claims_once() {
         claim: "shared".into(),
         refs: 1,
     }];
+    let none = PodLevel::new();
     let pods = [
         PodLoad {
             requests: &r1,
+            level: &none,
             claims: &shared,
         },
         PodLoad {
             requests: &r2,
+            level: &none,
             claims: &shared,
         },
     ];
@@ -292,4 +295,148 @@ fn claims_of_a_pod() {
             },
         ]
     );
+}
+
+/// Ported from upstream's pod-level DRA cases (`PodRequests` with
+/// `UseDRANodeAllocatableResourceClaimStatus` and
+/// `validatePodLevelResourcesCoverDRA`): the claims' amounts lie inside the
+/// pod-level budget of the resources it names, are added on top for the
+/// others, and more than the budget leaves is unresolvable.
+#[test]
+fn pod_level_requests_hold_dra_amounts() {
+    let pod = |v: Value| pod_demand(&spec(v)).unwrap();
+    let cases: Vec<(&str, Value, Amounts, Result<Amounts, String>)> = vec![
+        (
+            "pod-level cpu and memory hold the mapped cpu and memory exactly",
+            json!({"containers": [c("a", json!({"cpu": "1", "memory": "1Gi"}))],
+                   "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}),
+            amounts(&[("cpu", 1000), ("memory", 1 << 30)]),
+            Ok(amounts(&[("cpu", 2000), ("memory", 2 << 30)])),
+        ),
+        (
+            "pod-level without container requests holds the whole DRA amount",
+            json!({"containers": [c("a", json!({}))],
+                   "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}),
+            amounts(&[("cpu", 2000), ("memory", 2 << 30)]),
+            Ok(amounts(&[("cpu", 2000), ("memory", 2 << 30)])),
+        ),
+        (
+            "a resource the pod level does not name is added on top",
+            json!({"containers": [c("a", json!({"cpu": "1", "memory": "1Gi"}))],
+                   "resources": {"requests": {"cpu": "2"}}}),
+            amounts(&[("cpu", 500), ("memory", 1 << 30)]),
+            Ok(amounts(&[("cpu", 2000), ("memory", 2 << 30)])),
+        ),
+        (
+            "pod overhead stays on top of the pod-level budget",
+            json!({"containers": [c("a", json!({"cpu": "1"}))],
+                   "resources": {"requests": {"cpu": "2"}}, "overhead": {"cpu": "250m"}}),
+            amounts(&[("cpu", 1000)]),
+            Ok(amounts(&[("cpu", 2250)])),
+        ),
+        (
+            "more than the pod-level budget leaves is refused",
+            json!({"containers": [c("a", json!({"cpu": "1500m"}))],
+                   "resources": {"requests": {"cpu": "2"}}}),
+            amounts(&[("cpu", 1000)]),
+            Err(pod_level_short("cpu")),
+        ),
+        (
+            "hugepages at pod level hold their DRA amount too",
+            json!({"containers": [c("a", json!({"hugepages-2Mi": "2Mi"}))],
+                   "resources": {"requests": {"hugepages-2Mi": "4Mi"}}}),
+            amounts(&[("hugepages-2Mi", 2 << 20)]),
+            Ok(amounts(&[("hugepages-2Mi", 4 << 20)])),
+        ),
+        (
+            "without pod-level requests DRA amounts add up",
+            json!({"containers": [c("a", json!({"cpu": "1"}))]}),
+            amounts(&[("cpu", 1000)]),
+            Ok(amounts(&[("cpu", 2000)])),
+        ),
+    ];
+    for (name, s, dra, want) in cases {
+        let (requests, level) = pod(s);
+        assert_eq!(with_dra(&requests, &level, &dra), want, "{name}");
+    }
+}
+
+#[test]
+fn only_node_resources_are_node_allocatable_targets() {
+    for (name, valid) in [
+        ("cpu", true),
+        ("memory", true),
+        ("ephemeral-storage", true),
+        ("hugepages-1Gi", true),
+        ("example.com/gpu", false),
+        ("pods", false),
+        ("nvidia.com/gpu", false),
+    ] {
+        assert_eq!(node_allocatable_target(name), valid, "{name}");
+    }
+    // A device naming an extended resource as its target maps nothing of it.
+    let d = device(
+        json!({"example.com/gpu": {"mapping": {"deviceMultiplier": "1"}},
+               "nvidia.com/gpu": {"overhead": {"perPod": "1"}},
+               "cpu": {"mapping": {"deviceMultiplier": "2"}}}),
+        json!({}),
+    );
+    let d = [AllocatedDevice {
+        consumed: None,
+        device: &d,
+    }];
+    assert_eq!(claim_mapping(&d), Ok(amounts(&[("cpu", 2000)])));
+    assert_eq!(claim_overhead(&d, 1), Ok(amounts(&[])));
+}
+
+#[test]
+fn a_bound_pods_pod_level_budget_holds_its_claims() {
+    let dev = device(
+        json!({"cpu": {"mapping": {"deviceMultiplier": "1"}},
+               "memory": {"overhead": {"perPod": "100"}}}),
+        json!({}),
+    );
+    let (requests, level) = pod_demand(&spec(json!({
+        "containers": [c("a", json!({"memory": "10"}))],
+        "resources": {"requests": {"cpu": "2"}}})))
+    .unwrap();
+    let claims = vec![ClaimRef {
+        claim: "mine".into(),
+        refs: 1,
+    }];
+    let pods = [PodLoad {
+        requests: &requests,
+        level: &level,
+        claims: &claims,
+    }];
+    let (used, _) = node_usage(&pods, |_| {
+        Some(vec![AllocatedDevice {
+            consumed: None,
+            device: &dev,
+        }])
+    });
+    // cpu: the pod-level 2 holds the mapped 1; memory: 10 + 100 on top.
+    assert_eq!(
+        used,
+        amounts(&[("cpu", 2000), ("memory", 110), ("pods", 1)])
+    );
+}
+
+#[test]
+fn device_reach() {
+    let labels: std::collections::BTreeMap<String, String> =
+        [("zone".to_owned(), "a".to_owned())].into_iter().collect();
+    let none = std::collections::BTreeMap::new();
+    let sel: k8s_openapi::api::core::v1::NodeSelector = serde_json::from_value(json!({
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}))
+    .unwrap();
+    let by_selector = Reach::Selector(std::sync::Arc::new(
+        crate::pods::selector::NodeRule::of_selector(&sel),
+    ));
+    assert!(by_selector.matches("n1", &labels));
+    assert!(!by_selector.matches("n2", &none));
+    assert!(Reach::All.matches("n2", &none));
+    assert!(Reach::Node("n1".into()).matches("n1", &none));
+    assert!(!Reach::Node("n1".into()).matches("n2", &labels));
+    assert!(!Reach::Nowhere.matches("n1", &labels));
 }

@@ -312,6 +312,87 @@ pub fn slice(name: &str, driver: &str, node: &str, devices: &[&str]) -> Obj {
     )
 }
 
+/// A DeviceClass `name`; with `extended`, the extended resource its
+/// devices satisfy (`spec.extendedResourceName`).
+pub fn device_class(name: &str, extended: Option<&str>) -> Obj {
+    let mut o = Obj(
+        json!({"kind": "DeviceClass", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}),
+    );
+    if let Some(e) = extended {
+        o = o.set(&["spec", "extendedResourceName"], e);
+    }
+    o
+}
+
+impl Obj {
+    /// A ResourceClaim's allocation: one result per `(driver, pool, device)`.
+    pub fn allocated(self, devices: &[(&str, &str, &str)]) -> Self {
+        let results: Vec<Value> = devices
+            .iter()
+            .map(|(driver, pool, device)| {
+                json!({"request": "gpu", "driver": driver, "pool": pool, "device": device})
+            })
+            .collect();
+        self.set(&["status", "allocation", "devices", "results"], results)
+    }
+
+    /// A ResourceClaim's `status.reservedFor`: pods `(name, uid)`.
+    pub fn reserved_for(self, pods: &[(&str, &str)]) -> Self {
+        let r: Vec<Value> = pods
+            .iter()
+            .map(|(n, u)| json!({"resource": "pods", "name": n, "uid": u}))
+            .collect();
+        self.set(&["status", "reservedFor"], r)
+    }
+
+    /// A ResourceSlice device's (by index) `nodeAllocatableResources`.
+    pub fn node_allocatable(self, device: usize, resources: Value) -> Self {
+        let mut o = self;
+        o.0["spec"]["devices"][device]["nodeAllocatableResources"] = resources;
+        o
+    }
+
+    /// A ResourceSlice available on the nodes a label selector matches
+    /// (`spec.nodeSelector`, one term `key In [value]`) instead of one node.
+    pub fn on_nodes_labelled(self, key: &str, value: &str) -> Self {
+        self.unset(&["spec", "nodeName"]).set(
+            &["spec", "nodeSelector"],
+            json!({"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": key, "operator": "In", "values": [value]}]}]}),
+        )
+    }
+
+    /// A ResourceSlice available on every node (`spec.allNodes`).
+    pub fn on_all_nodes(self) -> Self {
+        self.unset(&["spec", "nodeName"])
+            .set(&["spec", "allNodes"], true)
+    }
+
+    /// A Pod's `spec.resourceClaims` entry `name` referring to a claim
+    /// (`claim`) or a template (`template`), used by its first container.
+    pub fn uses_claim(self, name: &str, claim: Option<&str>, template: Option<&str>) -> Self {
+        let mut o = self;
+        let mut entry = json!({"name": name});
+        if let Some(c) = claim {
+            entry["resourceClaimName"] = json!(c);
+        }
+        if let Some(t) = template {
+            entry["resourceClaimTemplateName"] = json!(t);
+        }
+        match o.0["spec"]["resourceClaims"].as_array_mut() {
+            Some(a) => a.push(entry),
+            None => o.0["spec"]["resourceClaims"] = json!([entry]),
+        }
+        let c = &mut o.0["spec"]["containers"][0]["resources"]["claims"];
+        match c.as_array_mut() {
+            Some(a) => a.push(json!({"name": name})),
+            None => *c = json!([{"name": name}]),
+        }
+        o
+    }
+}
+
 /// `{"kind": "List", "items": objects}`, the body of `POST /v1/objects`.
 pub fn list<I: IntoIterator<Item = O>, O: Into<Value>>(objects: I) -> Value {
     let items: Vec<Value> = objects.into_iter().map(Into::into).collect();

@@ -396,13 +396,50 @@ impl Proc {
     }
 }
 
-/// Starts the binary with `container`'s exact args plus `extra`.
+/// The file a container reads at `path` from a mounted ConfigMap of the
+/// rendered install (volumeMount → pod volume → ConfigMap data), written
+/// under `dir`; `None` when no ConfigMap volume is mounted there.
+fn mounted_file(container: &Value, path: &str, dir: &Path) -> Option<PathBuf> {
+    let objs = rendered()?;
+    let (mount_dir, key) = path.rsplit_once('/')?;
+    let mount = container["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find(|m| m["mountPath"].as_str().map(|p| p.trim_end_matches('/')) == Some(mount_dir))?;
+    let template = workloads(objs).into_iter().map(|(_, _, t)| t).find(|t| {
+        t["spec"]["containers"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c == container))
+    })?;
+    let volume = template["spec"]["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == mount["name"])?;
+    let cm_name = volume["configMap"]["name"].as_str()?;
+    let cm = kind_is(objs, "ConfigMap").find(|c| name_of(c) == cm_name)?;
+    let text = cm["data"][key].as_str()?;
+    let file = dir.join(format!("{key}.{}", std::process::id()));
+    std::fs::write(&file, text).ok()?;
+    Some(file)
+}
+
+/// Starts the binary with `container`'s exact args plus `extra`; an arg
+/// naming a file of a mounted ConfigMap (`--scheduler-config=...`) reads
+/// the rendered ConfigMap's copy of it.
 fn start(container: &Value, extra: &[String], dir: &Path) -> Proc {
     let args: Vec<String> = container["args"]
         .as_array()
         .expect("container has args")
         .iter()
         .map(|a| a.as_str().expect("arg is a string").to_owned())
+        .map(|a| match a.split_once('=') {
+            Some((flag, path)) if flag == "--scheduler-config" => {
+                let file = mounted_file(container, path, dir)
+                    .unwrap_or_else(|| panic!("{a}: no mounted ConfigMap holds it"));
+                format!("{flag}={}", file.display())
+            }
+            _ => a,
+        })
         .collect();
     assert!(
         container["command"].is_null(),

@@ -32,6 +32,9 @@ pub struct ClaimBinding {
     /// Identifies this allocation (its timestamp and devices): a claim that
     /// is allocated again is a new allocation.
     pub allocation: String,
+    /// `status.allocation.allocationTimestamp`: the binding timeout counts
+    /// from it.
+    pub allocated_at: Option<k8s_openapi::jiff::Timestamp>,
     /// Devices with binding or failure conditions.
     pub gated: Vec<GatedDevice>,
     /// Condition types reported `True`, per device.
@@ -108,6 +111,7 @@ impl ClaimBinding {
             uid: claim.metadata.uid.clone().unwrap_or_default(),
             resource_version: claim.metadata.resource_version.clone().unwrap_or_default(),
             allocation: identity,
+            allocated_at: allocation.allocation_timestamp.as_ref().map(|t| t.0),
             gated,
             true_conditions,
             reserved_for: status

@@ -11,18 +11,25 @@
 //!   most `--binding-wait` per call (so the call fits kube-scheduler's
 //!   extender `httpTimeout`), then answers `Error` and kube-scheduler
 //!   retries the pod.
-//! - A `bindingFailureConditions` entry `True`, or `--binding-timeout`
-//!   passed since the first wait for that allocation of that claim → the
-//!   claim's allocation is cleared (with its device status and
+//! - A `bindingFailureConditions` entry `True`, or the binding timeout
+//!   (`--binding-timeout`, or `DynamicResourcesArgs.bindingTimeout` from
+//!   `--scheduler-config`) passed since the claim's
+//!   `status.allocation.allocationTimestamp`, as upstream counts it (since
+//!   the first wait for that allocation when the claim has no timestamp)
+//!   → the claim's allocation is cleared (with its device status and
 //!   reservations, preconditioned on the claim's uid and resourceVersion)
 //!   and the bind fails, so the pod is scheduled again and the claim
 //!   allocated again. A claim also reserved for other pods is in use and is
 //!   not cleared; the bind fails all the same.
 //!
-//! Time is tokio's clock, so tests run with paused time and never sleep.
+//! Waits run on tokio's clock, so tests run with paused time and never
+//! sleep; the age of an allocation is read against the wall clock
+//! (`allocationTimestamp` is wall time), which the gate takes as a
+//! function so tests can set it.
 
 use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
-use crate::cluster::{ClaimAllocationRef, ClusterWriter};
+use crate::cluster::{ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef};
+use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -115,12 +122,32 @@ pub enum DeviceFailure {
     Failed(String),
 }
 
+/// The wall clock the gate reads allocation ages with.
+pub type WallClock = std::sync::Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
 /// The gate: its settings and when each claim allocation was first waited for.
-#[derive(Debug, Default)]
 pub struct BindingGate {
     config: BindingConfig,
-    /// `(claim uid, allocation)` → first wait.
+    /// `(claim uid, allocation)` → first wait (claims without an
+    /// `allocationTimestamp`).
     first_wait: Mutex<HashMap<(String, String), Instant>>,
+    /// The wall clock `allocationTimestamp` is compared with.
+    wall: WallClock,
+}
+
+impl std::fmt::Debug for BindingGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BindingGate")
+            .field("config", &self.config)
+            .field("waiting", &self.waiting())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for BindingGate {
+    fn default() -> Self {
+        BindingGate::new(BindingConfig::default())
+    }
 }
 
 /// A claim that must be cleared, and why.
@@ -130,6 +157,8 @@ struct Clear {
     reason: String,
     /// Reserved for other pods too: in use, left allocated.
     in_use: bool,
+    /// The binding timeout passed (else a failure condition is True).
+    timed_out: bool,
 }
 
 // === impl BindingGate ===
@@ -139,6 +168,31 @@ impl BindingGate {
         BindingGate {
             config,
             first_wait: Mutex::new(HashMap::new()),
+            wall: std::sync::Arc::new(Timestamp::now),
+        }
+    }
+
+    /// The gate with another wall clock (tests).
+    pub fn with_wall_clock(config: BindingConfig, wall: WallClock) -> Self {
+        BindingGate {
+            wall,
+            ..BindingGate::new(config)
+        }
+    }
+
+    /// When the binding timeout of this allocation ends on tokio's clock:
+    /// the allocation's age is counted from its `allocationTimestamp`
+    /// (upstream), else from the first wait for it.
+    fn expires(&self, b: &ClaimBinding, now: Instant) -> Instant {
+        match b.allocated_at {
+            Some(at) => {
+                let age = (self.wall)()
+                    .duration_since(at)
+                    .try_into()
+                    .unwrap_or(Duration::ZERO);
+                now + self.config.timeout.saturating_sub(age)
+            }
+            None => self.first_wait(b, now) + self.config.timeout,
         }
     }
 
@@ -227,21 +281,29 @@ impl BindingGate {
                     let Some(b) = snap.claim_binding(&c.claim) else {
                         continue;
                     };
-                    let reason = match claim_verdict(b) {
+                    let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
                             continue;
                         }
-                        Verdict::Failed(why) => why,
+                        Verdict::Failed(why) => (why, false),
                         Verdict::Waiting(what) => {
-                            let expires = self.first_wait(b, now) + self.config.timeout;
+                            let expires = self.expires(b, now);
                             if now < expires {
                                 waiting.push((format!("claim {}: {what}", c.claim), expires));
                                 continue;
                             }
-                            format!(
-                                "binding conditions not met within {:?} ({what})",
-                                self.config.timeout
+                            let since = if b.allocated_at.is_some() {
+                                "of the allocation"
+                            } else {
+                                "of the first wait"
+                            };
+                            (
+                                format!(
+                                    "binding timeout: binding conditions not met within {:?} {since} ({what})",
+                                    self.config.timeout
+                                ),
+                                true,
                             )
                         }
                     };
@@ -255,6 +317,7 @@ impl BindingGate {
                         qualified: c.claim.clone(),
                         reason,
                         in_use: b.reserved_for.iter().any(|r| r != uid),
+                        timed_out,
                     });
                     self.forget(b);
                 }
@@ -289,6 +352,26 @@ impl BindingGate {
                 }
             };
             tracing::info!(claim = %c.qualified, reason = %c.reason, outcome = %outcome, "device binding failed");
+            let object = ObjectRef {
+                api_version: "resource.k8s.io/v1".into(),
+                kind: "ResourceClaim".into(),
+                namespace: c.claim.namespace.clone(),
+                name: c.claim.name.clone(),
+                uid: c.claim.uid.clone(),
+            };
+            let reason = if c.timed_out {
+                "BindingTimeout"
+            } else {
+                "BindingFailed"
+            };
+            writer
+                .record_event(
+                    &object,
+                    EventKind::Warning,
+                    reason,
+                    &crate::model::refs::truncate(format!("{}; {outcome}", c.reason), 1024),
+                )
+                .await;
             parts.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
         }
         DeviceFailure::Failed(parts.join("; "))

@@ -320,7 +320,7 @@ pub(super) fn remaining_fit(
     } else {
         Vec::new()
     };
-    let axes = ResourceAxes::of(reqs.iter().map(|(r, _)| *r));
+    let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let demand = Demand::new(&axes, &reqs, required);
     let nodes: Vec<&str> = match domain.last() {
         Some((_, index, value)) => index
@@ -370,7 +370,7 @@ pub(super) fn make_plan(
     let root = &levels[at].group;
     // Members of the pod's own chain below `at` are in the subtree.
     let reqs = subtree_requests(snap, root, this);
-    let axes = ResourceAxes::of(reqs.iter().copied());
+    let axes = ResourceAxes::of(snap, reqs.iter().copied());
     let Some(tree) = build_tree(snap, root, &axes, this, 0) else {
         return Err((format!("waiting for {root} to exist"), true));
     };

@@ -49,7 +49,7 @@ pub fn preemption_nodes(
             }
         }
     };
-    let dims = ResourceAxes::of(reqs.iter().map(|(r, _)| *r));
+    let dims = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let need = Demand::new(&dims, &reqs, required);
     let mut out = BTreeSet::new();
     for nodes in domains {

@@ -62,7 +62,7 @@ pub fn prefer(
     if reqs.is_empty() {
         reqs.push((requests, None));
     }
-    let dims = ResourceAxes::of(reqs.iter().map(|(r, _)| *r));
+    let dims = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let all = Demand::new(&dims, &reqs, reqs.len());
     let mut free = FreeRooms::new(snap, &dims, false);
     let mark = free.mark();

@@ -6,17 +6,26 @@
 
 use super::*;
 
-/// Resource names of a simulation; `pods` last.
+/// Resource names of a simulation; `pods` last. Extended resources a
+/// DeviceClass backs are left out: DRA allocation, not node room, decides
+/// them (kube-scheduler's DynamicResources allocates the devices).
 #[derive(Debug, Clone, Default)]
 pub(super) struct ResourceAxes {
     pub(super) names: Vec<String>,
 }
 
 impl ResourceAxes {
-    pub(super) fn of<'a>(reqs: impl IntoIterator<Item = &'a Amounts>) -> ResourceAxes {
+    pub(super) fn of<'a>(
+        snap: &ClusterState,
+        reqs: impl IntoIterator<Item = &'a Amounts>,
+    ) -> ResourceAxes {
         let mut set: BTreeSet<&str> = BTreeSet::new();
         for r in reqs {
-            set.extend(r.keys().map(String::as_str).filter(|k| *k != fit::PODS));
+            set.extend(
+                r.keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != fit::PODS && snap.device_classes().backing(k).is_none()),
+            );
         }
         let mut names: Vec<String> = set.into_iter().map(str::to_owned).collect();
         names.push(fit::PODS.to_owned());

@@ -19,8 +19,11 @@ pub const NOT_FOUND: &str = "node not found in the extender's cache";
 /// the PreFilter state).
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    /// `(id, amount, name)`; `id` is `None` for a name no node offers.
-    entries: Vec<(Option<ResId>, u64, String)>,
+    /// `(id, amount, name, dra)`; `id` is `None` for a name no node
+    /// offers; `dra`: an extended resource a DeviceClass backs, satisfied
+    /// by DRA allocation on a node that does not offer it
+    /// (DRAExtendedResource), so only a node that offers it is short of it.
+    entries: Vec<(Option<ResId>, u64, String, bool)>,
     /// cpu and memory for scoring, with upstream's non-zero defaults
     /// (100m, 200Mi) for a pod that requests none.
     cpu: u64,
@@ -38,12 +41,12 @@ impl Resolved {
     }
 
     /// Requested resources no cached node offers (their names were never
-    /// interned): every cached node is short of them.
+    /// interned) and DRA does not back: every cached node is short of them.
     pub fn unoffered(&self) -> impl Iterator<Item = &str> {
         self.entries
             .iter()
-            .filter(|(id, want, _)| id.is_none() && *want > 0)
-            .map(|(_, _, name)| name.as_str())
+            .filter(|(id, want, _, dra)| id.is_none() && *want > 0 && !dra)
+            .map(|(_, _, name, _)| name.as_str())
     }
 }
 
@@ -68,7 +71,10 @@ pub fn resolve(snap: &ClusterState, requests: &Amounts) -> Resolved {
         entries: requests
             .iter()
             .filter(|(n, _)| n.as_str() != fit::PODS)
-            .map(|(n, a)| (snap.resource_id(n), *a, n.clone()))
+            .map(|(n, a)| {
+                let dra = snap.device_classes().backing(n).is_some();
+                (snap.resource_id(n), *a, n.clone(), dra)
+            })
             .collect(),
         cpu: requests.get("cpu").copied().unwrap_or(100),
         memory: requests.get("memory").copied().unwrap_or(200 << 20),
@@ -89,19 +95,22 @@ pub fn filter(snap: &ClusterState, slot: u32, req: &Resolved) -> Fit {
     }
     let [pods_id, _, _] = snap.well_known_ids();
     let (mut short, mut resolvable) = (0u64, false);
-    let mut test = |bit: u32, id: Option<ResId>, want: u64| {
+    let mut test = |bit: u32, id: Option<ResId>, want: u64, dra: bool| {
         if want == 0 {
             return;
         }
         let [alloc, used] = id.map_or([0, 0], |id| snap.amounts_at(id, slot));
+        if dra && alloc == 0 {
+            return;
+        }
         if used.saturating_add(want) > alloc {
             short |= 1 << bit;
             resolvable |= want <= alloc;
         }
     };
-    test(0, Some(pods_id), 1);
-    for (i, (id, want, _)) in req.entries.iter().enumerate() {
-        test(i as u32 + 1, *id, *want);
+    test(0, Some(pods_id), 1, false);
+    for (i, (id, want, _, dra)) in req.entries.iter().enumerate() {
+        test(i as u32 + 1, *id, *want, *dra);
     }
     if short == 0 {
         Fit::Fits
@@ -139,7 +148,7 @@ pub fn short_message(req: &Resolved, short: u64) -> String {
         .iter()
         .enumerate()
         .filter(|(i, _)| short & (1 << (i + 1)) != 0)
-        .map(|(_, (_, _, name))| fit::Insufficient {
+        .map(|(_, (_, _, name, _))| fit::Insufficient {
             resource: name.clone(),
             unresolvable: false,
         })
@@ -182,14 +191,18 @@ fn check_slot(
     let terms = req
         .entries
         .iter()
-        .map(|(id, want, name)| {
+        .map(|(id, want, name, dra)| {
             (
                 name.as_str(),
                 *want,
                 alloc_of(*id, name),
                 id.map_or(0, |i| used.get(i)),
+                *dra,
             )
         })
+        // Backed by DRA and not offered here: DRA allocation satisfies it.
+        .filter(|&(_, _, alloc, _, dra)| !(dra && alloc == 0))
+        .map(|(name, want, alloc, used, _)| (name, want, alloc, used))
         .chain(std::iter::once((
             fit::PODS,
             1,

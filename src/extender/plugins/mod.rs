@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | [`priority`] | pod-wide: priority consistency with its group | – | – |
 //! | [`gang`] | the group verdict (quorum, domain, plan) | outside the domain | the gang preference |
-//! | [`dra`] | requests plus the pod's claims' load per node | (through fit) | – |
+//! | [`dra`] | group claims, claim sharing; requests plus the pod's claims' load per node | (through fit) | – |
 //! | [`fit`] | requests resolved to column ids | node resources | least allocated |
 
 pub mod dra;
@@ -45,7 +45,7 @@ impl FilterState {
         pod: &Pod,
         candidates: &[&str],
     ) -> Result<FilterState, String> {
-        let requests = match pod.spec.as_ref().map(pod_fit::pod_requests).transpose() {
+        let (requests, level) = match pod.spec.as_ref().map(pod_fit::pod_demand).transpose() {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => return Err(format!("pod requests: {e}")),
         };
@@ -54,11 +54,15 @@ impl FilterState {
             Some(_) => GroupVerdict::default(),
             None => gang::prefilter(snap, planner, pod, &requests, candidates),
         };
-        let wide = wide.or(verdict.wide.clone());
+        let claims = dra::claims_of(snap, pod);
+        let wide = wide
+            .or(verdict.wide.clone())
+            .or_else(|| dra::prefilter_wide(snap, pod, &claims));
+        let claims = claims.map(|(c, _)| c).unwrap_or_default();
         Ok(FilterState {
             wide,
             verdict,
-            requests: dra::prefilter(snap, pod, &requests),
+            requests: dra::prefilter(snap, &claims, &requests, &level),
         })
     }
 }

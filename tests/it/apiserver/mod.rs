@@ -38,6 +38,7 @@ pub enum Res {
     CompositePodGroups,
     PriorityClasses,
     ResourceSlices,
+    DeviceClasses,
     Secrets,
     ValidatingWebhookConfigurations,
     MutatingWebhookConfigurations,
@@ -71,7 +72,7 @@ struct Row {
 }
 
 #[rustfmt::skip]
-static TABLE: [Row; 15] = [
+static TABLE: [Row; 16] = [
     Row { res: Res::Pods, kind: "Pod", api_version: "v1", plural: "pods", list_watch: true, status: None },
     Row { res: Res::Runs, kind: "Run", api_version: "kruntimes.io/v1alpha1", plural: "runs", list_watch: true, status: Some(StatusPatch::Run) },
     Row { res: Res::Runtimes, kind: "Runtime", api_version: "kruntimes.io/v1alpha1", plural: "runtimes", list_watch: true, status: None },
@@ -83,6 +84,7 @@ static TABLE: [Row; 15] = [
     Row { res: Res::CompositePodGroups, kind: "CompositePodGroup", api_version: "scheduling.k8s.io/v1alpha3", plural: "compositepodgroups", list_watch: true, status: Some(StatusPatch::Group) },
     Row { res: Res::PriorityClasses, kind: "PriorityClass", api_version: "scheduling.k8s.io/v1", plural: "priorityclasses", list_watch: true, status: None },
     Row { res: Res::ResourceSlices, kind: "ResourceSlice", api_version: "resource.k8s.io/v1", plural: "resourceslices", list_watch: true, status: None },
+    Row { res: Res::DeviceClasses, kind: "DeviceClass", api_version: "resource.k8s.io/v1", plural: "deviceclasses", list_watch: true, status: None },
     Row { res: Res::Secrets, kind: "Secret", api_version: "v1", plural: "secrets", list_watch: false, status: None },
     Row { res: Res::ValidatingWebhookConfigurations, kind: "ValidatingWebhookConfiguration", api_version: "admissionregistration.k8s.io/v1", plural: "validatingwebhookconfigurations", list_watch: false, status: None },
     Row { res: Res::MutatingWebhookConfigurations, kind: "MutatingWebhookConfiguration", api_version: "admissionregistration.k8s.io/v1", plural: "mutatingwebhookconfigurations", list_watch: false, status: None },

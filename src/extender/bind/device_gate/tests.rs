@@ -10,13 +10,28 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// Records allocation clears; nothing else is expected of it.
+/// Records allocation clears and events; nothing else is expected of it.
 #[derive(Default)]
 struct Recorder {
     clears: Mutex<Vec<(ClaimAllocationRef, Instant)>>,
+    /// `(object name, reason, note)`.
+    events: Mutex<Vec<(String, String, String)>>,
 }
 
 impl ClusterWriter for Recorder {
+    fn record_event<'a>(
+        &'a self,
+        object: &'a crate::cluster::ObjectRef,
+        _: crate::cluster::EventKind,
+        reason: &'a str,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.events
+                .lock()
+                .push((object.name.clone(), reason.to_owned(), note.to_owned()));
+        })
+    }
     fn write_run_status<'a>(
         &'a self,
         _: &'a str,
@@ -106,6 +121,19 @@ fn pod(claims: &[&str]) -> Pod {
     .unwrap()
 }
 
+/// The `allocationTimestamp` of the claims below.
+const ALLOCATED: &str = "2026-01-01T00:00:00Z";
+
+/// A wall clock that reads `at` now and moves with tokio's (paused) clock.
+fn wall_from(at: &str) -> super::WallClock {
+    let base: k8s_openapi::jiff::Timestamp = at.parse().unwrap();
+    let start = Instant::now();
+    Arc::new(move || {
+        let d = k8s_openapi::jiff::SignedDuration::try_from(start.elapsed()).unwrap();
+        base.checked_add(d).unwrap()
+    })
+}
+
 struct Fixture {
     nodes: Arc<ClusterIndex>,
     writer: Arc<Recorder>,
@@ -113,15 +141,23 @@ struct Fixture {
 }
 
 fn fixture(timeout: u64, wait: u64) -> Fixture {
+    fixture_at(timeout, wait, ALLOCATED)
+}
+
+/// [`fixture`] with the wall clock reading `now` at the start.
+fn fixture_at(timeout: u64, wait: u64, now: &str) -> Fixture {
     let nodes = Arc::new(ClusterIndex::new());
     nodes.apply_pod(&pod(&["gpu", "nic"]));
     Fixture {
         nodes,
         writer: Arc::new(Recorder::default()),
-        gate: Arc::new(BindingGate::new(BindingConfig {
-            timeout: Duration::from_secs(timeout),
-            wait: Duration::from_secs(wait),
-        })),
+        gate: Arc::new(BindingGate::with_wall_clock(
+            BindingConfig {
+                timeout: Duration::from_secs(timeout),
+                wait: Duration::from_secs(wait),
+            },
+            wall_from(now),
+        )),
     }
 }
 
@@ -297,7 +333,11 @@ async fn a_wait_is_bounded_per_call_and_answers_an_error_to_retry() {
     );
     assert_eq!(elapsed, Duration::from_secs(10));
     assert!(f.clears().is_empty());
-    assert_eq!(f.gate.waiting(), 1, "the first wait is remembered");
+    assert_eq!(
+        f.gate.waiting(),
+        0,
+        "the allocationTimestamp starts the clock: no first wait to remember"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -412,4 +452,65 @@ async fn every_claim_of_the_pod_must_be_ready() {
     let (r, elapsed) = task.await.unwrap();
     assert_eq!(r, Ok(()));
     assert_eq!(elapsed, Duration::from_secs(1));
+}
+
+/// Upstream counts the binding timeout from `allocationTimestamp`: a claim
+/// allocated longer ago than the timeout is cleared at the first bind,
+/// with no wait, and the error and the Event say `binding timeout`.
+#[tokio::test(start_paused = true)]
+async fn an_old_allocation_is_cleared_at_the_first_bind() {
+    // 700s after the allocation, with a 600s timeout.
+    let f = fixture_at(600, 10, "2026-01-01T00:11:40Z");
+    f.nodes.apply_claim(&claim("gpu", &[GPU], &[], &["p-uid"]));
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(err.contains("binding timeout"), "{err}");
+    assert!(err.contains("of the allocation"), "{err}");
+    assert!(err.contains("allocation cleared"), "{err}");
+    assert_eq!(elapsed, Duration::ZERO);
+    assert_eq!(f.clears().len(), 1);
+    let events = f.writer.events.lock().clone();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].0.as_str(), events[0].1.as_str()),
+        ("gpu", "BindingTimeout")
+    );
+    assert!(events[0].2.contains("binding timeout"), "{:?}", events[0]);
+    // 100s after the allocation: 500s are left, so the call waits and retries.
+    let f = fixture_at(600, 10, "2026-01-01T00:01:40Z");
+    f.nodes.apply_claim(&claim("gpu", &[GPU], &[], &["p-uid"]));
+    let (r, elapsed) = f.gate().await;
+    assert!(r.unwrap_err().contains("retry"));
+    assert_eq!(elapsed, Duration::from_secs(10));
+    assert!(f.clears().is_empty());
+    assert!(f.writer.events.lock().is_empty());
+}
+
+/// Without `allocationTimestamp` the first wait starts the clock (the
+/// fallback), whatever the wall clock says.
+#[tokio::test(start_paused = true)]
+async fn without_a_timestamp_the_first_wait_starts_the_timeout() {
+    let f = fixture_at(25, 10, "2030-01-01T00:00:00Z");
+    let mut c = claim("gpu", &[GPU], &[], &["p-uid"]);
+    c.status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .allocation_timestamp = None;
+    f.nodes.apply_claim(&c);
+    for _ in 0..2 {
+        let (r, _) = f.gate().await;
+        assert!(r.unwrap_err().contains("retry"));
+    }
+    assert_eq!(f.gate.waiting(), 1, "the first wait is remembered");
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("binding timeout") && err.contains("of the first wait"),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::from_secs(5));
+    assert_eq!(f.clears().len(), 1);
 }

@@ -1714,26 +1714,31 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    use crate::testkit;
+
+    // Fixtures from the test kit: namespace `ns`, nodes with 1Gi, 10 pods.
+
     fn mk_node(name: &str, cpu: &str) -> Node {
-        serde_json::from_value(json!({"metadata": {"name": name},
-            "status": {"allocatable": {"cpu": cpu, "memory": "1Gi", "pods": "10"}}}))
-        .unwrap()
+        testkit::node(name)
+            .allocatable(cpu, "1Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .typed()
     }
 
+    /// Pod `ns/name` requesting `cpu`, bound to `node`, whose container uses
+    /// claim `x` (ResourceClaim `claim`).
     fn mk_pod(name: &str, node: Option<&str>, cpu: &str, claim: Option<&str>) -> Pod {
-        let mut spec = json!({"containers": [{"name": "c", "image": "i",
-            "resources": {"requests": {"cpu": cpu}, "claims": [{"name": "x"}]}}]});
+        let mut p = testkit::pod(name).namespace("ns").requests(&[("cpu", cpu)]);
         if let Some(n) = node {
-            spec["nodeName"] = json!(n);
+            p = p.set(&["spec", "nodeName"], n);
         }
-        if let Some(c) = claim {
-            spec["resourceClaims"] = json!([{"name": "x", "resourceClaimName": c}]);
+        let p = p.uses_claim("x", claim, None);
+        match claim {
+            Some(_) => p,
+            // The container still names `x`; the pod lists no such claim.
+            None => p.unset(&["spec", "resourceClaims"]),
         }
-        serde_json::from_value(
-            json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
-            "spec": spec}),
-        )
-        .unwrap()
+        .typed()
     }
 
     fn cpu(c: &ClusterIndex, node: &str) -> Option<u64> {

@@ -2,12 +2,11 @@
 //! decisions, usage and wakeups. No HTTP, no cluster.
 
 use super::*;
-use crate::crd::{Run, RunResources, RunSpec, RunStatus};
+use crate::crd::{Run, RunStatus};
 use crate::model::resources::effective_requests;
 use crate::runs::placement::PendingReason;
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use crate::testkit;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const NOW: &str = "2026-03-01T12:00:00Z";
 
@@ -23,59 +22,18 @@ fn mk_cache() -> RunCache {
     )
 }
 
+/// A Ready Runtime Pod `ns/name` (uid `uid-<name>`) of `runtime` declaring
+/// `caps`, heartbeat at [`NOW`] (the test kit's).
 fn mk_pod(name: &str, runtime: &str, caps: &[(&str, &str)]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("ns".into()),
-            uid: Some(format!("uid-{name}")),
-            labels: Some([("runtime".to_string(), runtime.to_string())].into()),
-            annotations: Some(
-                caps.iter()
-                    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            conditions: Some(vec![
-                PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    ..Default::default()
-                },
-                PodCondition {
-                    type_: "kruntimes.io/RuntimedReady".into(),
-                    status: "True".into(),
-                    last_probe_time: Some(Time(now())),
-                    ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        }),
-    }
+    testkit::runtime_pod(name, caps, NOW)
+        .runtime(runtime)
+        .typed()
 }
 
+/// A Pending Run `ns/name` (uid `uid-<name>`, resourceVersion 1) of
+/// `runtime` requesting `reqs` (the test kit's).
 fn mk_run(name: &str, runtime: &str, reqs: &[(&str, &str)]) -> Run {
-    let mut r = Run::new(
-        name,
-        RunSpec {
-            runtime: runtime.into(),
-            resources: Some(RunResources {
-                requests: Some(
-                    reqs.iter()
-                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                        .collect(),
-                ),
-            }),
-        },
-    );
-    r.metadata.namespace = Some("ns".into());
-    r.metadata.uid = Some(format!("uid-{name}"));
-    r.metadata.resource_version = Some("1".into());
-    r
+    testkit::run(name, reqs).runtime(runtime).typed()
 }
 
 fn with_status(mut r: Run, phase: &str, pod: Option<&str>) -> Run {

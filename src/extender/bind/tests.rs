@@ -7,10 +7,11 @@ use super::*;
 use crate::cluster::{ClaimAllocationRef, WriteError};
 use crate::crd::RunStatus;
 use crate::metrics::{BindFailureLabels, GangWaitLabels};
+use crate::testkit;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -92,30 +93,23 @@ impl ClusterWriter for SlowWriter {
     }
 }
 
+// Fixtures from the test kit: namespace `ns`, nodes with 8 cpu / 16Gi.
+
 fn node(name: &str) -> k8s_openapi::api::core::v1::Node {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}))
-    .expect("node")
+    testkit::node(name).allocatable("8", "16Gi").typed()
 }
 
 /// Pod `name` in namespace `ns` (uid `<name>-uid`), 1 cpu, in `group`,
 /// using the named claims.
 fn pod(name: &str, group: Option<&str>, claims: &[&str]) -> k8s_openapi::api::core::v1::Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i",
-        "resources": {"requests": {"cpu": "1"}}}]});
+    let mut p = testkit::pod(name).namespace("ns");
     if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
+        p = p.group(g);
     }
-    if !claims.is_empty() {
-        let rc: Vec<Value> = claims
-            .iter()
-            .map(|c| json!({"name": c, "resourceClaimName": c}))
-            .collect();
-        spec["resourceClaims"] = json!(rc);
+    for c in claims {
+        p = p.uses_claim(c, Some(c), None);
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
-        "uid": format!("{name}-uid")}, "spec": spec}))
-    .expect("pod")
+    p.typed()
 }
 
 fn gang(
@@ -123,12 +117,12 @@ fn gang(
     min: u32,
     parent: Option<&str>,
 ) -> k8s_openapi::api::scheduling::v1beta1::PodGroup {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": min}}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+    let g = testkit::pod_group(name).namespace("ns").gang(min);
+    match parent {
+        Some(p) => g.parent(p),
+        None => g,
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .expect("pod group")
+    .typed()
 }
 
 fn composite(
@@ -136,13 +130,12 @@ fn composite(
     min_groups: u32,
     parent: Option<&str>,
 ) -> k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
-        "workloadRef": {"workloadName": "w", "templateName": name}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+    let c = testkit::composite(name).namespace("ns").gang(min_groups);
+    match parent {
+        Some(p) => c.parent(p),
+        None => c,
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .expect("composite pod group")
+    .typed()
 }
 
 /// Claim `name`, allocated, its device gated on `Attached` (not yet True).

@@ -3,54 +3,42 @@
 
 use super::*;
 use crate::cache::cluster_index::ClusterIndex;
+use crate::testkit;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use serde_json::{Value, json};
+
+// Fixtures from the test kit: namespace `ns`, nodes with 8 cpu / 8Gi.
 
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}))
-    .unwrap()
+    testkit::node(name).allocatable("8", "8Gi").typed()
 }
 
+/// Pod `ns/name` (uid `<name>-uid`, 1 cpu) in `group`, bound to `node`.
 fn pod(name: &str, group: &str, node: Option<&str>) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i",
-        "resources": {"requests": {"cpu": "1"}}}],
-        "schedulingGroup": {"podGroupName": group}});
-    if let Some(n) = node {
-        spec["nodeName"] = json!(n);
+    let p = testkit::pod(name).namespace("ns").group(group);
+    match node {
+        Some(n) => p.set(&["spec", "nodeName"], n),
+        None => p,
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
-        "uid": format!("{name}-uid")}, "spec": spec}))
-    .unwrap()
+    .typed()
 }
 
-fn policy(gang: bool, min: u32, composite: bool) -> Value {
-    match (gang, composite) {
-        (true, true) => json!({"gang": {"minGroupCount": min}}),
-        (true, false) => json!({"gang": {"minCount": min}}),
-        (false, _) => json!({"basic": {}}),
+/// `gang` with `min`, else `basic`; under `parent`.
+fn level(o: testkit::Obj, gang: bool, min: u32, parent: Option<&str>) -> testkit::Obj {
+    let o = if gang { o.gang(min) } else { o };
+    match parent {
+        Some(p) => o.parent(p),
+        None => o,
     }
 }
 
 fn group(name: &str, gang: bool, min: u32, parent: Option<&str>) -> PodGroup {
-    let mut spec = json!({"schedulingPolicy": policy(gang, min, false)});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .unwrap()
+    level(testkit::pod_group(name).namespace("ns"), gang, min, parent).typed()
 }
 
 fn composite(name: &str, gang: bool, min: u32, parent: Option<&str>) -> CompositePodGroup {
-    let mut spec = json!({"schedulingPolicy": policy(gang, min, true),
-        "workloadRef": {"name": "w", "compositePodGroupTemplateName": name}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
-    }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .unwrap()
+    level(testkit::composite(name).namespace("ns"), gang, min, parent).typed()
 }
 
 /// root (composite) → mid (composite) → leaf (PodGroup of 2, pods l-0 and

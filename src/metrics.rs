@@ -186,6 +186,8 @@ pub enum Task {
     WebhookRenewal,
     /// The timer of the Run queue's delayed wakeups.
     QueueTimer,
+    /// The follow-up evictor of `All` groups preempted across nodes.
+    AllDisruptionEvictor,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

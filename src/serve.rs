@@ -400,13 +400,16 @@ pub fn standalone(
 
 /// Starts the follow-up evictor of `All` groups preempted across nodes
 /// (component `extender`, `--evict-all-disruption`) over the state's
-/// cluster index and writer: the Eviction API in cluster mode, the
-/// in-memory store (the pods deleted) in standalone mode. Restarted with
-/// backoff if it panics (`kruntimes_task_restarts_total{task="AllDisruptionEvictor"}`).
-pub fn spawn_evictor(state: &AppState) -> tokio::task::JoinHandle<()> {
+/// cluster index, writing through `writer`: [`evictor_writer`] in cluster
+/// mode, the in-memory store (`state.writer`: the pods deleted) in
+/// standalone mode. Restarted with backoff if it panics
+/// (`kruntimes_task_restarts_total{task="AllDisruptionEvictor"}`).
+pub fn spawn_evictor(
+    state: &AppState,
+    writer: Arc<dyn ClusterWriter>,
+) -> tokio::task::JoinHandle<()> {
     let evictions = Arc::clone(&state.evictions);
     let nodes = Arc::clone(&state.nodes);
-    let writer = Arc::clone(&state.writer);
     let metrics = Arc::clone(&state.metrics);
     tokio::spawn(health::supervise(
         "all-disruption-evictor",
@@ -416,6 +419,20 @@ pub fn spawn_evictor(state: &AppState) -> tokio::task::JoinHandle<()> {
             true
         },
     ))
+}
+
+/// The evictor's writer in cluster mode: the Eviction API through a client
+/// without kube-rs' own retry of 429, so each PodDisruptionBudget refusal
+/// reaches the evictor, which backs off (0.5s doubling to 30s) and counts
+/// it in the group's Event.
+pub fn evictor_writer(
+    config: &kube::Config,
+    identity: &str,
+) -> anyhow::Result<Arc<dyn ClusterWriter>> {
+    let mut config = config.clone();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).context("building the evictor's client")?;
+    Ok(Arc::new(KubeWriter::new(client, Some(identity.to_owned()))))
 }
 
 /// Runs `serve` until SIGINT/SIGTERM: standalone with `--state`, else
@@ -444,7 +461,7 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
         tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
     });
     let evictor = (components.extender && args.evict_all_disruption)
-        .then(|| spawn_evictor(&app.state));
+        .then(|| spawn_evictor(&app.state, Arc::clone(&app.state.writer)));
     let queue = Arc::clone(app.state.cache.queue());
     let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
     let result = listen_all(args, components, &app.state, tls, "standalone mode").await;
@@ -785,8 +802,11 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         None => args.tls.load().context("loading --tls-cert/--tls-key")?,
     };
     let listeners = bind_all(args, components, &app.state, tls).await?;
-    let evictor = (components.extender && args.evict_all_disruption)
-        .then(|| spawn_evictor(&app.state));
+    let evictor = if components.extender && args.evict_all_disruption {
+        Some(spawn_evictor(&app.state, evictor_writer(&config, &id)?))
+    } else {
+        None
+    };
     // The webhooks are registered only now that a listener can answer
     // them; registration and renewal are restarted if they panic.
     let webhook_task = managed.map(|m| {

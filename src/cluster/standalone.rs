@@ -560,7 +560,10 @@ impl ClusterWriter for StandaloneStore {
 
     /// The in-memory cluster has no PodDisruptionBudgets: an eviction is
     /// the pod's deletion, with the uid as precondition.
-    fn evict_pod<'a>(&'a self, pod: &'a super::PodId) -> BoxFuture<'a, Result<(), super::EvictError>> {
+    fn evict_pod<'a>(
+        &'a self,
+        pod: &'a super::PodId,
+    ) -> BoxFuture<'a, Result<(), super::EvictError>> {
         Box::pin(async move {
             use super::EvictError;
             let _writes = self.writes.lock();

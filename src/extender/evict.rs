@@ -360,9 +360,11 @@ impl Evictions {
                 .collect();
             let members = snap.scope_pods(&intent.namespace, &intent.scope);
             let mut groups: BTreeMap<GroupRef, (String, Option<i64>)> = BTreeMap::new();
-            if let Some(r @ GroupRef {
-                composite: true, ..
-            }) = intent.scope_ref()
+            if let Some(
+                r @ GroupRef {
+                    composite: true, ..
+                },
+            ) = intent.scope_ref()
                 && let Some(c) = snap.composite(&r.namespace, &r.name)
             {
                 let uid = c.metadata.uid.clone().unwrap_or_default();
@@ -496,7 +498,11 @@ fn progress_message(j: &Job) -> String {
         "{}; evicting the {} members running on other nodes: {}",
         cause(j),
         j.targets.len(),
-        names(j.targets.iter().map(|t| format!("{} on {}", t.pod.name, t.node))),
+        names(
+            j.targets
+                .iter()
+                .map(|t| format!("{} on {}", t.pod.name, t.node))
+        ),
     )
 }
 

@@ -29,7 +29,11 @@ fn preempt_body(victims: Value) -> String {
 
 /// Whether the store holds the pod (the objects API answers a list).
 async fn exists(a: &kruntimes_scheduler::serve::Standalone, pod: &str) -> bool {
-    let r = get(a, &format!("/v1/objects?kind=Pod&namespace=default&name={pod}")).await;
+    let r = get(
+        a,
+        &format!("/v1/objects?kind=Pod&namespace=default&name={pod}"),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     r.body["items"].as_array().is_some_and(|i| !i.is_empty())
 }
@@ -93,14 +97,19 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
             })
     })
     .await;
-    let g = get(&a, "/v1/objects?kind=PodGroup&namespace=default&name=spread").await;
+    let g = get(
+        &a,
+        "/v1/objects?kind=PodGroup&namespace=default&name=spread",
+    )
+    .await;
     let c = disruption_condition(&g.body["items"][0]).expect("DisruptionTarget");
     assert_eq!(c["status"], "True");
     assert_eq!(c["reason"], "PreemptionByScheduler");
     let m = c["message"].as_str().unwrap();
     assert!(
-        m.contains("kube-scheduler preempted sp0 on node n2 for pod default/trainer (priority 1000)")
-            && m.contains("evicted 1 members on other nodes: sp1 on n3"),
+        m.contains(
+            "kube-scheduler preempted sp0 on node n2 for pod default/trainer (priority 1000)"
+        ) && m.contains("evicted 1 members on other nodes: sp1 on n3"),
         "{m}"
     );
     // The other pods are untouched.
@@ -144,8 +153,7 @@ fn member(name: &str, node: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_the_eviction_api()
-{
+async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_the_eviction_api() {
     let api = FakeApi::start().await;
     for n in ["n0", "n1", "n2"] {
         api.put(Res::Nodes, node(n));
@@ -160,10 +168,7 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
         api.put(Res::Pods, member(p, n));
     }
     // A PodDisruptionBudget refuses train-1's eviction twice.
-    api.inner
-        .lock()
-        .pdb_refusals
-        .insert("ml/train-1".into(), 2);
+    api.inner.lock().pdb_refusals.insert("ml/train-1".into(), 2);
     let c = serve::cluster(CacheConfig::default(), api.client(), "test").await;
     let config = kube::Config::new(api.url.parse().unwrap());
     let evictor = spawn_evictor(&c.state, serve::evictor_writer(&config, "test").unwrap());
@@ -218,7 +223,11 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
         .map(|(p, code, _)| (p.clone(), *code))
         .collect();
     assert_eq!(
-        codes.iter().filter(|(p, _)| p == "ml/train-1").cloned().collect::<Vec<_>>(),
+        codes
+            .iter()
+            .filter(|(p, _)| p == "ml/train-1")
+            .cloned()
+            .collect::<Vec<_>>(),
         [
             ("ml/train-1".to_owned(), 429),
             ("ml/train-1".to_owned(), 429),
@@ -227,7 +236,11 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
         "{codes:?}"
     );
     assert_eq!(
-        codes.iter().filter(|(p, _)| p == "ml/train-2").cloned().collect::<Vec<_>>(),
+        codes
+            .iter()
+            .filter(|(p, _)| p == "ml/train-2")
+            .cloned()
+            .collect::<Vec<_>>(),
         [("ml/train-2".to_owned(), 201)]
     );
     for (p, _, body) in &evictions {
@@ -245,10 +258,7 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     })
     .await;
     let events = api.list(Res::Events);
-    let ev = events
-        .iter()
-        .find(|e| e["reason"] == "Preempted")
-        .unwrap();
+    let ev = events.iter().find(|e| e["reason"] == "Preempted").unwrap();
     assert_eq!(ev["type"], "Warning");
     assert_eq!(ev["regarding"]["kind"], "PodGroup");
     assert_eq!(ev["regarding"]["name"], "train");
@@ -269,9 +279,13 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     assert_eq!(cond["reason"], "PreemptionByScheduler");
     assert_eq!(cond["message"], note);
     // The RBAC the extender needs for it.
-    assert!(api.inner.lock().requests.iter().any(|r| r.resource == "pods"
-        && r.subresource == "eviction"
-        && r.verb == "create"));
+    assert!(
+        api.inner
+            .lock()
+            .requests
+            .iter()
+            .any(|r| r.resource == "pods" && r.subresource == "eviction" && r.verb == "create")
+    );
     evictor.abort();
     for w in c.watchers {
         w.abort();

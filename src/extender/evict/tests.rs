@@ -191,7 +191,8 @@ async fn the_rest_is_evicted_once_the_victims_are_deleted_with_refusals_retried(
             c.message
         );
         assert!(
-            c.message.contains("evicting the 2 members running on other nodes: "),
+            c.message
+                .contains("evicting the 2 members running on other nodes: "),
             "{}",
             c.message
         );
@@ -219,7 +220,10 @@ async fn the_rest_is_evicted_once_the_victims_are_deleted_with_refusals_retried(
     assert_eq!(conds.len(), 2);
     assert_eq!(conds[1].1.reason, PREEMPTED);
     assert_eq!(&conds[1].1.message, note);
-    assert_eq!(conds[0].1.last_transition_time, conds[1].1.last_transition_time);
+    assert_eq!(
+        conds[0].1.last_transition_time,
+        conds[1].1.last_transition_time
+    );
     task.abort();
 }
 
@@ -275,12 +279,22 @@ async fn members_gone_or_replaced_meanwhile_are_not_evicted_and_a_stuck_one_give
     // The replacement is a member running at that point: it goes too,
     // under its own uid.
     assert_eq!(
-        writer.evicted.lock().iter().map(|p| p.uid.as_str()).collect::<Vec<_>>(),
+        writer
+            .evicted
+            .lock()
+            .iter()
+            .map(|p| p.uid.as_str())
+            .collect::<Vec<_>>(),
         ["sp1-new"]
     );
     // sp2 is refused for ever: retries back off to 30s, then the job gives up.
     settle(Duration::from_secs(119)).await;
-    let attempts = writer.attempts.lock().iter().filter(|a| *a == "sp2").count();
+    let attempts = writer
+        .attempts
+        .lock()
+        .iter()
+        .filter(|a| *a == "sp2")
+        .count();
     assert!((5..=12).contains(&attempts), "{attempts} attempts");
     assert!(writer.events.lock().is_empty());
     settle(Duration::from_secs(2)).await;
@@ -288,11 +302,16 @@ async fn members_gone_or_replaced_meanwhile_are_not_evicted_and_a_stuck_one_give
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].1, INCOMPLETE);
     assert!(
-        events[0].2.contains("1 members could not be evicted and still run: sp2 on n3 (eviction of ns/sp2 refused"),
+        events[0].2.contains(
+            "1 members could not be evicted and still run: sp2 on n3 (eviction of ns/sp2 refused"
+        ),
         "{}",
         events[0].2
     );
-    assert_eq!(writer.conditions.lock().last().unwrap().1.reason, INCOMPLETE);
+    assert_eq!(
+        writer.conditions.lock().last().unwrap().1.reason,
+        INCOMPLETE
+    );
     // No more attempts after giving up.
     let before = writer.attempts.lock().len();
     settle(Duration::from_secs(300)).await;

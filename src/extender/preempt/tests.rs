@@ -455,13 +455,13 @@ fn check_cases(c: &ClusterIndex, cases: Vec<Case>) {
             .collect();
         let expected = want(&expected);
         assert_eq!(
-            run(&c, &meta_body(&case.preemptor, &cands)),
+            run(c, &meta_body(&case.preemptor, &cands)),
             expected,
             "UID-only form: {}",
             case.name
         );
         assert_eq!(
-            run(&c, &full_body(&case.preemptor, &cands)),
+            run(c, &full_body(&case.preemptor, &cands)),
             expected,
             "full-Pod form: {}",
             case.name
@@ -533,7 +533,10 @@ mod across_nodes {
         assert_eq!(ids(&i.victims), ["sp0"]);
         assert_eq!(ids(&i.elsewhere), ["sp1"]);
         assert_eq!(i.elsewhere[0].uid, "sp1-uid");
-        assert_eq!((i.preemptor.name.as_str(), i.preemptor.uid.as_str()), ("p", "p-uid"));
+        assert_eq!(
+            (i.preemptor.name.as_str(), i.preemptor.uid.as_str()),
+            ("p", "p-uid")
+        );
         assert_eq!(i.preemptor_priority, 100);
         // A group wholly on the node needs no follow-up.
         let body = meta_body(&preemptor(100, None, None), &[("n1", &["a0-uid"], 0)]);

@@ -720,7 +720,10 @@ async fn create_eviction(
     };
     let key = format!("{ns}/{name}");
     let answer = |code: u16, resp: Response| {
-        api.inner.lock().evictions.push((key.clone(), code, ev.clone()));
+        api.inner
+            .lock()
+            .evictions
+            .push((key.clone(), code, ev.clone()));
         resp
     };
     if ev["kind"] != "Eviction" || ev["apiVersion"] != "policy/v1" {

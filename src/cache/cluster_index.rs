@@ -286,6 +286,8 @@ pub struct PodEntry {
     /// `metadata.deletionTimestamp` is set: the pod is being deleted (it
     /// still counts on its node until it is gone).
     pub deleting: bool,
+    /// `status.nominatedNodeName`: where kube-scheduler preempted for it.
+    pub nominated: Option<String>,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -327,6 +329,11 @@ impl PodEntry {
                 .collect(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
             deleting: pod.metadata.deletion_timestamp.is_some(),
+            nominated: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+                .filter(|n| !n.is_empty()),
             node_rule: spec
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),

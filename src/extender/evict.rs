@@ -11,9 +11,11 @@
 //! index):
 //!
 //! ```text
-//!   preempt ──Intent──▶ pending (bounded, expires after INTENT_TTL)
-//!                          │ every victim on the node deleted (gone,
-//!                          │ replaced, finished or terminating)
+//!   preempt ──Intent──▶ pending (bounded, expires after intent_ttl)
+//!                          │ kube-scheduler chose the node (the preemptor's
+//!                          │ nominatedNodeName, or it is bound there) and
+//!                          │ every victim on it is deleted (gone, replaced,
+//!                          │ finished or terminating)
 //!                          ▼
 //!                       job: condition DisruptionTarget=True on the groups,
 //!                          │ evict each remaining running member through
@@ -186,6 +188,20 @@ struct Job {
     groups: Vec<(GroupRef, String, Option<i64>)>,
 }
 
+/// Whether kube-scheduler chose the intent's node, as the watch shows: the
+/// preemptor (same uid) is nominated there (`status.nominatedNodeName`, set
+/// when kube-scheduler preempts) or already bound there. Victims deleted
+/// for another reason (a member restarted by its controller) therefore
+/// never fire an intent.
+fn chosen(snap: &ClusterState, i: &Intent) -> bool {
+    let p = &i.preemptor;
+    snap.pod(&p.namespace, &p.name).is_some_and(|e| {
+        (p.uid.is_empty() || e.uid == p.uid)
+            && (e.nominated.as_deref() == Some(i.node.as_str())
+                || e.node.as_deref() == Some(i.node.as_str()))
+    })
+}
+
 /// Whether a victim has been deleted as far as the watch shows: gone,
 /// replaced (another uid), finished or terminating.
 fn deleted(snap: &ClusterState, p: &PodId) -> bool {
@@ -320,9 +336,10 @@ impl Evictions {
         let snap = nodes.read();
         let mut t = self.table.lock();
         t.pending.retain(|p| p.expires > now);
-        let (fired, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut t.pending)
-            .into_iter()
-            .partition(|p| p.intent.victims.iter().all(|v| deleted(&snap, v)));
+        let (fired, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut t.pending).into_iter().partition(|p| {
+                chosen(&snap, &p.intent) && p.intent.victims.iter().all(|v| deleted(&snap, v))
+            });
         t.pending = rest;
         // kube-scheduler preempts on one node: the preemptor's other
         // candidates were not chosen.

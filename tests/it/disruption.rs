@@ -68,11 +68,7 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
         r.body,
         json!({"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "sp0-uid"}], "NumPDBViolations": 0}}})
     );
-    // Nothing happens until kube-scheduler deletes the victim.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(exists(&a, "sp1").await, "sp1 still runs");
-    assert_eq!(a.state.evictions.pending(), 1);
-    // kube-scheduler deletes sp0; the evictor deletes sp1 from the store.
+    // kube-scheduler deletes sp0...
     let r = common::call(
         &a,
         Method::DELETE,
@@ -81,6 +77,18 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     )
     .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
+    // ...but nothing happens until the preemptor shows it chose n2.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(exists(&a, "sp1").await, "sp1 still runs");
+    assert_eq!(a.state.evictions.pending(), 1);
+    // kube-scheduler nominates n2 for the preemptor; the evictor deletes
+    // sp1 from the store.
+    let trainer = json!({"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": "trainer", "namespace": "default", "uid": "trainer-uid"},
+        "spec": {"priority": 1000, "containers": [{"name": "c", "image": "train"}]},
+        "status": {"phase": "Pending", "nominatedNodeName": "n2"}});
+    let r = post(&a, "/v1/objects", &trainer.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     wait_until_async("sp1 evicted", Duration::from_secs(10), || async {
         !exists(&a, "sp1").await
     })
@@ -182,9 +190,12 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     let app = router(c.state.clone());
     // A high-priority pod that needs n0: kube-scheduler's candidate is
     // train-0 alone (it can name only pods on n0).
-    let preemptor = json!({"metadata": {"name": "big", "namespace": "ml", "uid": "big-uid"},
-        "spec": {"priority": 1000, "containers": [{"name": "c", "image": "i",
-            "resources": {"requests": {"cpu": "3"}}}]}, "status": {"phase": "Pending"}});
+    let preemptor = api.put(
+        Res::Pods,
+        json!({"metadata": {"name": "big", "namespace": "ml"},
+            "spec": {"priority": 1000, "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "3"}}}]}, "status": {"phase": "Pending"}}),
+    );
     let uid = |p: &str| format!("uid-Pod-ml-{p}");
     let body = json!({"Pod": preemptor, "NodeNameToVictims": null,
         "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": uid("train-0")}], "NumPDBViolations": 0}}});
@@ -205,7 +216,11 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
         api.inner.lock().evictions.is_empty(),
         "nothing is evicted before kube-scheduler deletes the victim"
     );
-    // kube-scheduler deletes train-0: terminating first, then gone.
+    // kube-scheduler nominates n0 for the preemptor and deletes train-0:
+    // terminating first, then gone.
+    let mut nominated = preemptor.clone();
+    nominated["status"]["nominatedNodeName"] = json!("n0");
+    api.put(Res::Pods, nominated);
     let mut terminating = api.get(Res::Pods, "ml", "train-0").unwrap();
     terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
     api.put(Res::Pods, terminating);

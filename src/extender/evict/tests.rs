@@ -100,6 +100,16 @@ fn pod(name: &str, node: &str, group: &str) -> Pod {
     .unwrap()
 }
 
+/// The preemptor `big`, pending; `nominated`: kube-scheduler preempted for
+/// it there.
+fn preemptor(nominated: Option<&str>) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "big", "namespace": "ns", "uid": "big-uid"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 1000},
+        "status": {"phase": "Pending", "nominatedNodeName": nominated}}))
+    .unwrap()
+}
+
 fn id(name: &str) -> PodId {
     PodId {
         namespace: "ns".into(),
@@ -123,6 +133,7 @@ fn cluster() -> Arc<ClusterIndex> {
     for (p, n) in [("sp0", "n1"), ("sp1", "n2"), ("sp2", "n3")] {
         c.apply_pod(&pod(p, n, "spread"));
     }
+    c.apply_pod(&preemptor(None));
     Arc::new(c)
 }
 
@@ -166,7 +177,11 @@ async fn the_rest_is_evicted_once_the_victims_are_deleted_with_refusals_retried(
         "nothing is evicted before kube-scheduler deletes the victims"
     );
     assert_eq!(ev.pending(), 1);
-    // kube-scheduler deletes sp0: it is first marked terminating.
+    // kube-scheduler nominates n1 for the preemptor and deletes sp0: it is
+    // first marked terminating.
+    nodes.apply_pod(&preemptor(Some("n1")));
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 1, "the victim is not deleted yet");
     let mut terminating = pod("sp0", "n1", "spread");
     terminating.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     nodes.apply_pod(&terminating);
@@ -245,6 +260,7 @@ async fn candidates_not_chosen_expire_and_the_chosen_one_drops_the_others() {
     ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
     assert_eq!(ev.pending(), 2);
     // kube-scheduler chose n2: sp1 is gone.
+    nodes.apply_pod(&preemptor(Some("n2")));
     nodes.delete_pod("ns", "sp1");
     settle(Duration::from_millis(10)).await;
     assert_eq!(ev.pending(), 0, "the n1 candidate was not chosen");
@@ -274,6 +290,7 @@ async fn members_gone_or_replaced_meanwhile_are_not_evicted_and_a_stuck_one_give
     let mut other = pod("sp1", "n2", "spread");
     other.metadata.uid = Some("sp1-new".into());
     nodes.apply_pod(&other);
+    nodes.apply_pod(&preemptor(Some("n1")));
     nodes.delete_pod("ns", "sp0");
     settle(Duration::from_millis(10)).await;
     // The replacement is a member running at that point: it goes too,
@@ -316,6 +333,44 @@ async fn members_gone_or_replaced_meanwhile_are_not_evicted_and_a_stuck_one_give
     let before = writer.attempts.lock().len();
     settle(Duration::from_secs(300)).await;
     assert_eq!(writer.attempts.lock().len(), before);
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn victims_deleted_for_another_reason_fire_nothing() {
+    let nodes = cluster();
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    // sp0 goes (its controller restarted it, say); the preemptor is not
+    // nominated: kube-scheduler did not preempt on n1.
+    nodes.delete_pod("ns", "sp0");
+    settle(Duration::from_secs(5)).await;
+    assert!(writer.attempts.lock().is_empty());
+    // Nominated elsewhere: still not this candidate.
+    nodes.apply_pod(&preemptor(Some("n3")));
+    settle(Duration::from_secs(5)).await;
+    assert!(writer.attempts.lock().is_empty());
+    assert_eq!(ev.pending(), 1);
+    // Another pod under the preemptor's name (another uid) nominated on n1
+    // is not the preemptor either.
+    let mut impostor = preemptor(Some("n1"));
+    impostor.metadata.uid = Some("other-uid".into());
+    nodes.apply_pod(&impostor);
+    settle(Duration::from_secs(5)).await;
+    assert!(writer.attempts.lock().is_empty());
+    // Nominated on n1: this candidate was chosen.
+    nodes.apply_pod(&preemptor(Some("n1")));
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
+    // Bound there (the nomination cleared) fires too.
+    ev.expect(vec![intent("n1", &["sp1"], &["sp2"])]);
+    let mut bound = preemptor(None);
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    nodes.apply_pod(&bound);
+    nodes.delete_pod("ns", "sp1");
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
     task.abort();
 }
 

@@ -413,7 +413,16 @@ pub fn spawn_evictor(
     let metrics = Arc::clone(&state.metrics);
     tokio::spawn(health::supervise(
         "all-disruption-evictor",
-        move || Arc::clone(&evictions).run(Arc::clone(&nodes), Arc::clone(&writer)),
+        {
+            let metrics = Arc::clone(&metrics);
+            move || {
+                Arc::clone(&evictions).run(
+                    Arc::clone(&nodes),
+                    Arc::clone(&writer),
+                    Arc::clone(&metrics),
+                )
+            }
+        },
         move |_| {
             metrics.task_restart(Task::AllDisruptionEvictor);
             true

@@ -35,6 +35,7 @@
 use crate::cache::cluster_index::{ClusterIndex, ClusterState, Scope};
 pub use crate::cluster::PodId;
 use crate::cluster::{ClusterWriter, EventKind, EvictError, ObjectRef};
+use crate::metrics::{EvictionResult, Metrics};
 use crate::model::refs::{GroupRef, truncate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use parking_lot::Mutex;
@@ -268,8 +269,14 @@ impl Evictions {
     }
 
     /// The evictor task: fires intents as the pod watch shows their victims
-    /// deleted and evicts the remaining members; never returns.
-    pub async fn run(self: Arc<Self>, nodes: Arc<ClusterIndex>, writer: Arc<dyn ClusterWriter>) {
+    /// deleted and evicts the remaining members, counting each attempt in
+    /// `kruntimes_disruption_evictions_total`; never returns.
+    pub async fn run(
+        self: Arc<Self>,
+        nodes: Arc<ClusterIndex>,
+        writer: Arc<dyn ClusterWriter>,
+        metrics: Arc<Metrics>,
+    ) {
         let mut jobs: Vec<Job> = Vec::new();
         loop {
             let changed = nodes.pod_changes().notified();
@@ -278,7 +285,9 @@ impl Evictions {
             let added = self.added.notified();
             tokio::pin!(added);
             added.as_mut().enable();
-            let next = self.step(&nodes, writer.as_ref(), &mut jobs).await;
+            let next = self
+                .step(&nodes, writer.as_ref(), &metrics, &mut jobs)
+                .await;
             let sleep = async {
                 match next {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -299,6 +308,7 @@ impl Evictions {
         &self,
         nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
+        metrics: &Metrics,
         jobs: &mut Vec<Job>,
     ) -> Option<Instant> {
         let now = Instant::now();
@@ -307,7 +317,7 @@ impl Evictions {
             write_conditions(writer, &jobs[i], PREEMPTED, &progress_message(&jobs[i])).await;
         }
         for job in jobs.iter_mut() {
-            self.attempt(nodes, writer, job, now).await;
+            self.attempt(nodes, writer, metrics, job, now).await;
         }
         let mut i = 0;
         while i < jobs.len() {
@@ -317,6 +327,7 @@ impl Evictions {
                 finish(writer, &job).await;
             } else if Instant::now() >= job.give_up_at {
                 let job = jobs.swap_remove(i);
+                metrics.disruption_eviction(EvictionResult::GaveUp);
                 give_up(writer, &job).await;
             } else {
                 i += 1;
@@ -445,6 +456,7 @@ impl Evictions {
         &self,
         nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
+        metrics: &Metrics,
         job: &mut Job,
         now: Instant,
     ) {
@@ -457,18 +469,21 @@ impl Evictions {
             if deleted(&nodes.read(), &job.targets[i].pod) {
                 job.targets.swap_remove(i);
                 job.vanished += 1;
+                metrics.disruption_eviction(EvictionResult::Vanished);
                 continue;
             }
             let result = writer.evict_pod(&job.targets[i].pod).await;
             let t = &mut job.targets[i];
             match result {
                 Ok(()) => {
+                    metrics.disruption_eviction(EvictionResult::Evicted);
                     tracing::info!(pod = %t.pod, node = %t.node, preemptor = %job.intent.preemptor, "evicted a member of an All group");
                     let t = job.targets.swap_remove(i);
                     job.evicted.push((t.pod, t.node));
                     continue;
                 }
                 Err(EvictError::Gone(_) | EvictError::Replaced(_)) => {
+                    metrics.disruption_eviction(EvictionResult::Vanished);
                     job.targets.swap_remove(i);
                     job.vanished += 1;
                     continue;
@@ -476,6 +491,9 @@ impl Evictions {
                 Err(e) => {
                     if matches!(e, EvictError::Refused { .. }) {
                         job.refusals += 1;
+                        metrics.disruption_eviction(EvictionResult::Refused);
+                    } else {
+                        metrics.disruption_eviction(EvictionResult::Failed);
                     }
                     t.attempts += 1;
                     let shift = t.attempts.saturating_sub(1).min(16);

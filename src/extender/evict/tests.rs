@@ -154,10 +154,26 @@ fn start(
     nodes: &Arc<ClusterIndex>,
     writer: &Arc<Recorder>,
 ) -> (Arc<Evictions>, tokio::task::JoinHandle<()>) {
+    start_counted(config, nodes, writer, Arc::new(Metrics::default()))
+}
+
+fn start_counted(
+    config: EvictConfig,
+    nodes: &Arc<ClusterIndex>,
+    writer: &Arc<Recorder>,
+    metrics: Arc<Metrics>,
+) -> (Arc<Evictions>, tokio::task::JoinHandle<()>) {
     let ev = Arc::new(Evictions::new(config));
     let w: Arc<dyn ClusterWriter> = writer.clone();
-    let task = tokio::spawn(Arc::clone(&ev).run(Arc::clone(nodes), w));
+    let task = tokio::spawn(Arc::clone(&ev).run(Arc::clone(nodes), w, metrics));
     (ev, task)
+}
+
+/// `kruntimes_disruption_evictions_total` by result.
+fn counted(m: &Metrics, result: EvictionResult) -> u64 {
+    m.disruption_evictions
+        .get_or_create(&crate::metrics::EvictionLabels { result })
+        .get()
 }
 
 async fn settle(d: Duration) {
@@ -169,7 +185,13 @@ async fn the_rest_is_evicted_once_the_victims_are_deleted_with_refusals_retried(
     let nodes = cluster();
     let writer = Arc::new(Recorder::default());
     writer.refuse.lock().insert("sp1".into(), 2);
-    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    let metrics = Arc::new(Metrics::default());
+    let (ev, task) = start_counted(
+        EvictConfig::default(),
+        &nodes,
+        &writer,
+        Arc::clone(&metrics),
+    );
     ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
     settle(Duration::from_secs(5)).await;
     assert!(
@@ -239,6 +261,9 @@ async fn the_rest_is_evicted_once_the_victims_are_deleted_with_refusals_retried(
         conds[0].1.last_transition_time,
         conds[1].1.last_transition_time
     );
+    assert_eq!(counted(&metrics, EvictionResult::Evicted), 2);
+    assert_eq!(counted(&metrics, EvictionResult::Refused), 2);
+    assert_eq!(counted(&metrics, EvictionResult::GaveUp), 0);
     task.abort();
 }
 

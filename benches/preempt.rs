@@ -8,14 +8,17 @@
 //! pods form a PodGroup with disruption mode `All` (the victim list names one
 //! of them; the other is added), four belong to `Single` PodGroups, and the
 //! rest are not in a group; on every 10th node the `All` group has its
-//! other member on the next node, so 10 of the 100 candidates are dropped.
+//! other member on the next node, so with `--evict-all-disruption=false`
+//! 10 of the 100 candidates are dropped (the two forms). With the flag on
+//! (the default; the `meta-evicting` case) they are kept with the member on
+//! the node as victim, and the member elsewhere handed to the evictor.
 //!
 //! Criterion reports the mean per call; the closing lines print p50/p99
 //! (nearest rank, `testkit::percentile`) over 200 timed calls per form.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
-use kruntimes_scheduler::extender::preempt_bytes;
+use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry, Semantics};
+use kruntimes_scheduler::extender::{preempt_bytes, preempt_plan_bytes};
 use kruntimes_scheduler::testkit::{node, percentile, pod_group, time_calls};
 use serde_json::{Value, json};
 use std::hint::black_box;
@@ -163,6 +166,10 @@ fn percentiles(f: impl FnMut()) -> (f64, f64) {
 
 fn benches(c: &mut Criterion) {
     let cache = cluster();
+    cache.set_semantics(Semantics {
+        evict_all_disruption: false,
+        ..Semantics::default()
+    });
     let mut report = Vec::new();
     let mut g = c.benchmark_group("preempt");
     g.sample_size(50);
@@ -188,6 +195,30 @@ fn benches(c: &mut Criterion) {
             body.len() / 1024
         ));
     }
+    // The default: split candidates kept, their member elsewhere to follow.
+    cache.set_semantics(Semantics::default());
+    let body = meta_body();
+    let (answer, intents) = preempt_plan_bytes(&cache, &body).expect("a valid preemption body");
+    let out: Value = serde_json::from_slice(&answer).expect("answer");
+    let kept = out["NodeNameToMetaVictims"].as_object().expect("map");
+    assert_eq!(kept.len(), CANDIDATES);
+    assert_eq!(
+        kept.values()
+            .filter(|v| v["Pods"].as_array().map(Vec::len) == Some(PODS - 1))
+            .count(),
+        CANDIDATES / 10
+    );
+    assert_eq!(intents.len(), CANDIDATES / 10);
+    g.bench_function(format!("meta-evicting/{CANDIDATES}x{VICTIMS}"), |b| {
+        b.iter(|| black_box(preempt_plan_bytes(&cache, &body).expect("valid")))
+    });
+    let (p50, p99) = percentiles(|| {
+        black_box(preempt_plan_bytes(&cache, &body).expect("valid"));
+    });
+    report.push(format!(
+        "preempt meta-evicting {CANDIDATES} candidates x {VICTIMS} victims ({} KiB body): p50 {p50:.3} ms, p99 {p99:.3} ms",
+        body.len() / 1024
+    ));
     g.finish();
     for line in report {
         println!("{line}");

@@ -186,6 +186,29 @@ pub enum Task {
     WebhookRenewal,
     /// The timer of the Run queue's delayed wakeups.
     QueueTimer,
+    /// The follow-up evictor of `All` groups preempted across nodes.
+    AllDisruptionEvictor,
+}
+
+/// What one eviction attempt of the `All`-disruption evictor came to, for
+/// `kruntimes_disruption_evictions_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum EvictionResult {
+    /// 201: the pod is being deleted.
+    Evicted,
+    /// 429: a PodDisruptionBudget refused it (retried with backoff).
+    Refused,
+    /// Another failure (retried with backoff).
+    Failed,
+    /// The pod was gone or replaced already (not evicted).
+    Vanished,
+    /// A group whose members could not all be evicted in time (one per group).
+    GaveUp,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub result: EvictionResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -235,6 +258,8 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabels, Counter>,
     /// Background tasks restarted after a panic, by task.
     pub task_restarts: Family<TaskLabels, Counter>,
+    /// Evictions of members of `All` groups preempted across nodes, by result.
+    pub disruption_evictions: Family<EvictionLabels, Counter>,
     /// 1 while this replica runs the Run loop as leader (holds the Lease,
     /// or leader election is off), else 0.
     pub leader: Gauge,
@@ -323,6 +348,12 @@ impl Default for Metrics {
             "Background tasks restarted after a panic, by task",
             task_restarts.clone(),
         );
+        let disruption_evictions = Family::default();
+        registry.register(
+            "disruption_evictions",
+            "Eviction attempts at members of All groups preempted across nodes, by result",
+            disruption_evictions.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -333,6 +364,7 @@ impl Default for Metrics {
             watch_restarts,
             watch_errors,
             task_restarts,
+            disruption_evictions,
             leader,
             certificate_expiry,
             admission_verdicts,
@@ -431,6 +463,12 @@ impl Metrics {
     }
 
     /// Counts a restart of a background task.
+    pub fn disruption_eviction(&self, result: EvictionResult) {
+        self.disruption_evictions
+            .get_or_create(&EvictionLabels { result })
+            .inc();
+    }
+
     pub fn task_restart(&self, task: Task) {
         self.task_restarts.get_or_create(&TaskLabels { task }).inc();
     }

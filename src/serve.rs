@@ -145,6 +145,13 @@ pub struct ServeArgs {
     /// one group must share one preemption policy.
     #[arg(long, env = "KRS_POD_GROUP_PREEMPTION_POLICY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub pod_group_preemption_policy: bool,
+    /// Extender preempt: allow a candidate whose `All`-disruption group (or
+    /// CompositePodGroup scope) also runs on other nodes when every member
+    /// is below the preemptor's priority, and evict the members elsewhere
+    /// through the Eviction API once kube-scheduler has deleted the
+    /// victims. `false`: such a candidate is dropped.
+    #[arg(long, env = "KRS_EVICT_ALL_DISRUPTION", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub evict_all_disruption: bool,
     #[command(flatten)]
     pub tls: crate::tls::TlsArgs,
     #[command(flatten)]
@@ -273,6 +280,7 @@ impl ServeArgs {
     pub fn semantics(&self) -> crate::cache::cluster_index::Semantics {
         crate::cache::cluster_index::Semantics {
             group_preemption_policy: self.pod_group_preemption_policy,
+            evict_all_disruption: self.evict_all_disruption,
         }
     }
 
@@ -381,12 +389,59 @@ pub fn standalone(
         gangs: Arc::new(Gangs::default()),
         access: None,
         extender_limits: Default::default(),
+        evictions: Arc::default(),
     };
     Ok(Standalone {
         state,
         store,
         controller,
     })
+}
+
+/// Starts the follow-up evictor of `All` groups preempted across nodes
+/// (component `extender`, `--evict-all-disruption`) over the state's
+/// cluster index, writing through `writer`: [`evictor_writer`] in cluster
+/// mode, the in-memory store (`state.writer`: the pods deleted) in
+/// standalone mode. Restarted with backoff if it panics
+/// (`kruntimes_task_restarts_total{task="AllDisruptionEvictor"}`).
+pub fn spawn_evictor(
+    state: &AppState,
+    writer: Arc<dyn ClusterWriter>,
+) -> tokio::task::JoinHandle<()> {
+    let evictions = Arc::clone(&state.evictions);
+    let nodes = Arc::clone(&state.nodes);
+    let metrics = Arc::clone(&state.metrics);
+    tokio::spawn(health::supervise(
+        "all-disruption-evictor",
+        {
+            let metrics = Arc::clone(&metrics);
+            move || {
+                Arc::clone(&evictions).run(
+                    Arc::clone(&nodes),
+                    Arc::clone(&writer),
+                    Arc::clone(&metrics),
+                )
+            }
+        },
+        move |_| {
+            metrics.task_restart(Task::AllDisruptionEvictor);
+            true
+        },
+    ))
+}
+
+/// The evictor's writer in cluster mode: the Eviction API through a client
+/// without kube-rs' own retry of 429, so each PodDisruptionBudget refusal
+/// reaches the evictor, which backs off (0.5s doubling to 30s) and counts
+/// it in the group's Event.
+pub fn evictor_writer(
+    config: &kube::Config,
+    identity: &str,
+) -> anyhow::Result<Arc<dyn ClusterWriter>> {
+    let mut config = config.clone();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).context("building the evictor's client")?;
+    Ok(Arc::new(KubeWriter::new(client, Some(identity.to_owned()))))
 }
 
 /// Runs `serve` until SIGINT/SIGTERM: standalone with `--state`, else
@@ -414,10 +469,15 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
         app.state.metrics.leader.set(1);
         tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
     });
+    let evictor = (components.extender && args.evict_all_disruption)
+        .then(|| spawn_evictor(&app.state, Arc::clone(&app.state.writer)));
     let queue = Arc::clone(app.state.cache.queue());
     let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
     let result = listen_all(args, components, &app.state, tls, "standalone mode").await;
     queue.shutdown();
+    if let Some(t) = evictor {
+        t.abort();
+    }
     if let Some(t) = loop_task {
         let _ = t.await;
     }
@@ -611,6 +671,7 @@ pub async fn cluster_with(
             gangs: Arc::new(Gangs::default()),
             access: None,
             extender_limits: Default::default(),
+            evictions: Arc::default(),
         },
         controller,
         watchers,
@@ -750,6 +811,11 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         None => args.tls.load().context("loading --tls-cert/--tls-key")?,
     };
     let listeners = bind_all(args, components, &app.state, tls).await?;
+    let evictor = if components.extender && args.evict_all_disruption {
+        Some(spawn_evictor(&app.state, evictor_writer(&config, &id)?))
+    } else {
+        None
+    };
     // The webhooks are registered only now that a listener can answer
     // them; registration and renewal are restarted if they panic.
     let webhook_task = managed.map(|m| {
@@ -765,6 +831,9 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     });
     let result = serve_all(listeners, "cluster mode").await;
     queue.shutdown();
+    if let Some(t) = evictor {
+        t.abort();
+    }
     if let Some(t) = webhook_task {
         t.abort();
     }

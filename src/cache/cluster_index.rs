@@ -283,6 +283,11 @@ pub struct PodEntry {
     pub claims: Vec<ClaimRef>,
     /// `Succeeded` or `Failed`: counts nowhere.
     pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set: the pod is being deleted (it
+    /// still counts on its node until it is gone).
+    pub deleting: bool,
+    /// `status.nominatedNodeName`: where kube-scheduler preempted for it.
+    pub nominated: Option<String>,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -323,6 +328,12 @@ impl PodEntry {
                 })
                 .collect(),
             terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            nominated: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+                .filter(|n| !n.is_empty()),
             node_rule: spec
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
@@ -1333,6 +1344,8 @@ pub struct ClusterIndex {
     classes_synced: std::sync::atomic::AtomicBool,
     /// Woken after every ResourceClaim change (binds waiting on devices).
     claim_changes: tokio::sync::Notify,
+    /// Woken after every Pod change (the `All`-disruption evictor).
+    pod_changes: tokio::sync::Notify,
 }
 
 /// The write lock of the state; releasing it sweeps interned names that
@@ -1429,10 +1442,17 @@ impl ClusterIndex {
     /// Applies an already extracted pod (watchers strip pods early).
     pub fn apply_pod_entry(&self, key: Key, entry: PodEntry) {
         self.write().put_pod(key, entry);
+        self.pod_changes.notify_waiters();
     }
     pub fn delete_pod(&self, namespace: &str, name: &str) {
         self.write()
             .remove_pod(&(namespace.to_owned(), name.to_owned()));
+        self.pod_changes.notify_waiters();
+    }
+    /// Notified after every Pod change: register (`notified()`, then
+    /// `enable()`) before reading the state, then await.
+    pub fn pod_changes(&self) -> &tokio::sync::Notify {
+        &self.pod_changes
     }
     /// Deletes every pod not in `keep` (the end of a relist applied pod by pod).
     pub fn retain_pods(&self, keep: &HashSet<Key>) {
@@ -1446,6 +1466,8 @@ impl ClusterIndex {
         for k in gone {
             s.remove_pod(&k);
         }
+        drop(s);
+        self.pod_changes.notify_waiters();
     }
     pub fn reset_pods(&self, pods: Vec<(Key, PodEntry)>) {
         let mut s = self.write();
@@ -1462,6 +1484,8 @@ impl ClusterIndex {
         for (k, e) in pods {
             s.put_pod(k, e);
         }
+        drop(s);
+        self.pod_changes.notify_waiters();
     }
 
     /// Counts a pod on `node` until the watch shows it bound (or gone).

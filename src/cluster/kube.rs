@@ -2,7 +2,8 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, WriteError,
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EvictError, ObjectRef, PodBinding,
+    PodId, WriteError,
 };
 use crate::crd::{Run, RunStatus};
 use crate::model::refs::GroupRef;
@@ -186,6 +187,30 @@ impl ClusterWriter for KubeWriter {
         })
     }
 
+    fn evict_pod<'a>(&'a self, pod: &'a PodId) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            let api: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(self.client.clone(), &pod.namespace);
+            let pp = kube::api::PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            // The typed body (kube's own `evict` sends `delete_options`,
+            // which the API server does not read, so no uid precondition).
+            let res: Result<Value, kube::Error> = api
+                .create_subresource("eviction", &pod.name, &pp, &eviction_body(pod))
+                .await;
+            match res {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) => Err(evict_error(pod, s.code, &s.message)),
+                Err(e) => Err(EvictError::Other {
+                    pod: pod.to_string(),
+                    message: e.to_string(),
+                }),
+            }
+        })
+    }
+
     fn record_event<'a>(
         &'a self,
         object: &'a ObjectRef,
@@ -259,6 +284,39 @@ pub fn binding_body(b: &PodBinding) -> Value {
         "metadata": meta,
         "target": { "apiVersion": "v1", "kind": "Node", "name": b.node },
     })
+}
+
+/// The `policy/v1` Eviction the API server expects; the pod's uid (when
+/// known) is the precondition that it was not replaced meanwhile.
+pub fn eviction_body(pod: &PodId) -> Value {
+    let mut body = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+    });
+    if !pod.uid.is_empty() {
+        body["deleteOptions"] = json!({"preconditions": {"uid": pod.uid}});
+    }
+    body
+}
+
+/// Maps the API server's answer to an eviction to a precise error: 429 is
+/// a PodDisruptionBudget refusal (retry later), 404 a pod already gone, 409
+/// a failed uid precondition.
+pub fn evict_error(pod: &PodId, code: u16, message: &str) -> EvictError {
+    let who = pod.to_string();
+    match code {
+        404 => EvictError::Gone(who),
+        409 => EvictError::Replaced(who),
+        429 => EvictError::Refused {
+            pod: who,
+            message: message.to_owned(),
+        },
+        _ => EvictError::Other {
+            pod: who,
+            message: format!("{code}: {message}"),
+        },
+    }
 }
 
 /// Maps the API server's answer to a binding to a precise error.

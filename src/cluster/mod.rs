@@ -69,6 +69,38 @@ pub struct PodBinding {
     pub node: String,
 }
 
+/// A pod by name, with the uid a write to it takes as precondition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodId {
+    pub namespace: String,
+    pub name: String,
+    /// Precondition (empty: none).
+    pub uid: String,
+}
+
+impl std::fmt::Display for PodId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a `pods/eviction` was not created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvictError {
+    /// The pod is gone (404): nothing left to evict.
+    #[error("pod {0} not found")]
+    Gone(String),
+    /// The pod under the name has another uid (409): it was replaced.
+    #[error("pod {0} was replaced (another uid)")]
+    Replaced(String),
+    /// 429: a PodDisruptionBudget does not allow the disruption now; the
+    /// API server's message.
+    #[error("eviction of {pod} refused: {message}")]
+    Refused { pod: String, message: String },
+    #[error("evicting {pod}: {message}")]
+    Other { pod: String, message: String },
+}
+
 /// A ResourceClaim whose allocation is to be cleared, with the preconditions
 /// that it is still the claim (uid) and still as seen (resourceVersion).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,4 +203,17 @@ pub trait ClusterWriter: Send + Sync + 'static {
         group: &'a GroupRef,
         condition: &'a Condition,
     ) -> BoxFuture<'a, Result<(), WriteError>>;
+
+    /// Evicts a pod through the Eviction API (`pods/{name}/eviction`,
+    /// `policy/v1`), its uid as precondition; the API server checks
+    /// PodDisruptionBudgets. A writer that cannot evict says so in
+    /// [`EvictError::Other`] (the default, for writers made for tests).
+    fn evict_pod<'a>(&'a self, pod: &'a PodId) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            Err(EvictError::Other {
+                pod: pod.to_string(),
+                message: "this writer cannot evict pods".into(),
+            })
+        })
+    }
 }

@@ -558,6 +558,40 @@ impl ClusterWriter for StandaloneStore {
         })
     }
 
+    /// The in-memory cluster has no PodDisruptionBudgets: an eviction is
+    /// the pod's deletion, with the uid as precondition.
+    fn evict_pod<'a>(
+        &'a self,
+        pod: &'a super::PodId,
+    ) -> BoxFuture<'a, Result<(), super::EvictError>> {
+        Box::pin(async move {
+            use super::EvictError;
+            let _writes = self.writes.lock();
+            let mut inner = self.inner.lock();
+            let key = (Kind::Pod, pod.namespace.clone(), pod.name.clone());
+            if inner.held.contains(&key) {
+                return Err(EvictError::Other {
+                    pod: pod.to_string(),
+                    message: "the pod is being replaced by an apply in progress".into(),
+                });
+            }
+            let Some(obj) = inner.objects.get(&key).map(Stored::value) else {
+                return Err(EvictError::Gone(pod.to_string()));
+            };
+            let uid = obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !pod.uid.is_empty() && uid != pod.uid {
+                return Err(EvictError::Replaced(pod.to_string()));
+            }
+            inner.objects.remove(&key);
+            inner.resource_version += 1;
+            self.forget(&key);
+            Ok(())
+        })
+    }
+
     fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
         Box::pin(async move {
             let mut inner = self.inner.lock();

@@ -24,9 +24,11 @@
 //! plugin and dropped from when a quorum binds. The group semantics the
 //! gang plugin applies are in [`gang`]. Bind (node check → assume → device
 //! gate → quorum hold → binding → forget on failure) is in [`hold`] and
-//! [`binding`]; preemption in [`preempt`].
+//! [`binding`]; preemption in [`preempt`], with the follow-up evictions of
+//! `All` groups across nodes in [`evict`].
 
 pub mod bind;
+pub mod evict;
 pub mod gang;
 pub mod limits;
 pub mod planner;
@@ -427,14 +429,24 @@ pub fn prioritize_bytes(
 /// [`filter_bytes`] for preempt: the `ExtenderPreemptionResult` for the
 /// body's candidates, decided over one snapshot.
 pub fn preempt_bytes(nodes: &ClusterIndex, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    preempt_plan_bytes(nodes, body).map(|(bytes, _)| bytes)
+}
+
+/// [`preempt_bytes`] with the follow-up evictions of the answer
+/// ([`preempt::plan_preempt`]).
+pub fn preempt_plan_bytes(
+    nodes: &ClusterIndex,
+    body: &[u8],
+) -> Result<(Vec<u8>, Vec<evict::Intent>), ApiError> {
     let args: ExtenderPreemptionArgs = decode(body)?;
-    let out = decide_preempt(&nodes.read(), &args);
-    serde_json::to_vec(&out).map_err(|e| {
+    let (out, intents) = preempt::plan_preempt(&nodes.read(), &args);
+    let bytes = serde_json::to_vec(&out).map_err(|e| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding the preemption result: {e}"),
         )
-    })
+    })?;
+    Ok((bytes, intents))
 }
 
 async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
@@ -455,7 +467,9 @@ async fn prioritize(
 
 async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Preempt, &body)?;
-    Ok(json_bytes(preempt_bytes(&s.nodes, &body)?))
+    let (bytes, intents) = preempt_plan_bytes(&s.nodes, &body)?;
+    s.evictions.expect(intents);
+    Ok(json_bytes(bytes))
 }
 
 /// Binds through [`bind::Binder`]: node check, cache check (fail closed),

@@ -16,13 +16,21 @@
 //! 3. A victim in a PodGroup whose disruption mode is `All` (or beneath a
 //!    CompositePodGroup with `All`) brings every running pod of that group
 //!    (or of every PodGroup beneath the CompositePodGroup) on the node with
-//!    it; when any of them runs on another node the node is dropped, as the
-//!    group would be partly disrupted. `Single` groups go pod by pod.
-//! 4. No victim, added ones included, may have an effective priority (its
-//!    PodGroup's when it is in one) at or above the preemptor's (its
-//!    group's when it is in one); such a victim drops the node rather than
-//!    being removed, since kube-scheduler chose the victims as what frees
-//!    enough room.
+//!    it. When some of them run on other nodes, kube-scheduler's protocol
+//!    cannot name them (victims must be on the candidate node): with
+//!    `--evict-all-disruption` (the default) the candidate stays, its
+//!    victims are the members on the node, and the members elsewhere are
+//!    returned as an [`Intent`] for the follow-up evictor
+//!    ([`crate::extender::evict`]), which evicts them once kube-scheduler
+//!    has deleted the victims; they count as victims in rules 4 and 6.
+//!    With the flag off the node is dropped, as the group would be partly
+//!    disrupted. `Single` groups go pod by pod.
+//! 4. No victim, added ones included (members on other nodes too), may
+//!    have an effective priority (its PodGroup's when it is in one, the
+//!    root CompositePodGroup's in a hierarchy) at or above the preemptor's
+//!    (its group's when it is in one); such a victim drops the node rather
+//!    than being removed, since kube-scheduler chose the victims as what
+//!    frees enough room.
 //! 5. A node without victims is dropped. `NumPDBViolations` is carried
 //!    through as kube-scheduler counted it.
 //! 6. Preference: a candidate is dropped when another is at least as good
@@ -34,6 +42,7 @@
 //!    preemptor's priority were gone — lower-priority pods are never
 //!    evicted for a gang that can never fit.
 
+use super::evict::{Intent, PodId};
 use super::types::{ExtenderPreemptionArgs, ExtenderPreemptionResult, MetaPod, MetaVictims};
 use crate::cache::cluster_index::{ClusterState, Key, PodEntry, Scope};
 use crate::pods::fit;
@@ -49,6 +58,9 @@ pub const NEVER: &str = "Never";
 struct Candidate<'a> {
     node: &'a str,
     victims: Vec<&'a PodEntry>,
+    /// `All` scopes with members on other nodes: the scope, its members on
+    /// this node and its members elsewhere (rule 3).
+    spread: Vec<Spread<'a>>,
     pdb: i64,
     /// Distinct PodGroups among the victims.
     groups: usize,
@@ -56,14 +68,32 @@ struct Candidate<'a> {
     highest: i32,
 }
 
+/// An `All` scope of a candidate with members on other nodes.
+#[derive(Debug)]
+struct Spread<'a> {
+    namespace: &'a str,
+    scope: Scope,
+    here: Vec<(&'a Key, &'a PodEntry)>,
+    elsewhere: Vec<(&'a Key, &'a PodEntry)>,
+}
+
 impl Candidate<'_> {
     fn costs(&self) -> [i64; 4] {
+        let elsewhere: usize = self.spread.iter().map(|s| s.elsewhere.len()).sum();
         [
             self.pdb,
             self.groups as i64,
             i64::from(self.highest),
-            self.victims.len() as i64,
+            (self.victims.len() + elsewhere) as i64,
         ]
+    }
+}
+
+fn pod_id(key: &Key, entry: &PodEntry) -> PodId {
+    PodId {
+        namespace: key.0.clone(),
+        name: key.1.clone(),
+        uid: entry.uid.clone(),
     }
 }
 
@@ -245,8 +275,10 @@ fn evaluate<'s>(
         .filter(|(_, e)| !e.uid.is_empty())
         .map(|(k, e)| (e.uid.as_str(), (k, e)))
         .collect();
+    let spread_ok = snap.semantics().evict_all_disruption;
     let mut chosen: Vec<(&Key, &PodEntry)> = Vec::with_capacity(uids.len());
     let mut seen: HashSet<&Key> = HashSet::with_capacity(uids.len());
+    let mut spread: Vec<Spread<'s>> = Vec::new();
     for uid in uids {
         let &(key, entry) = on_node.get((*uid)?)?;
         // A victim named twice, or already taken with its group, adds
@@ -263,20 +295,35 @@ fn evaluate<'s>(
             continue;
         }
         let members = memo
-            .entry((key.0.clone(), scope))
+            .entry((key.0.clone(), scope.clone()))
             .or_insert_with_key(|(ns, scope)| snap.scope_pods(ns, scope));
+        let mut here = Vec::new();
+        let mut elsewhere = Vec::new();
         for &(mk, me) in members.iter() {
-            if me.node.as_deref() != Some(node) {
+            if me.node.as_deref() == Some(node) {
+                here.push((mk, me));
+                if seen.insert(mk) {
+                    chosen.push((mk, me));
+                }
+            } else if spread_ok {
+                elsewhere.push((mk, me));
+            } else {
                 return None;
             }
-            if seen.insert(mk) {
-                chosen.push((mk, me));
-            }
+        }
+        if !elsewhere.is_empty() {
+            spread.push(Spread {
+                namespace: key.0.as_str(),
+                scope,
+                here,
+                elsewhere,
+            });
         }
     }
     let mut highest = i32::MIN;
     let mut groups: BTreeSet<(&str, &str)> = BTreeSet::new();
-    for &(key, entry) in &chosen {
+    let elsewhere = spread.iter().flat_map(|s| s.elsewhere.iter());
+    for &(key, entry) in chosen.iter().chain(elsewhere) {
         let p = effective_priority(snap, key, entry);
         if p >= preemptor {
             return None;
@@ -289,6 +336,7 @@ fn evaluate<'s>(
     Some(Candidate {
         node,
         victims: chosen.into_iter().map(|(_, e)| e).collect(),
+        spread,
         pdb,
         groups: groups.len(),
         highest,
@@ -301,12 +349,32 @@ pub fn decide_preempt(
     snap: &ClusterState,
     args: &ExtenderPreemptionArgs,
 ) -> ExtenderPreemptionResult {
+    plan_preempt(snap, args).0
+}
+
+/// [`decide_preempt`], with the follow-up evictions of every candidate
+/// returned whose `All` scopes also run on other nodes (rule 3): one
+/// [`Intent`] per candidate and scope.
+pub fn plan_preempt(
+    snap: &ClusterState,
+    args: &ExtenderPreemptionArgs,
+) -> (ExtenderPreemptionResult, Vec<Intent>) {
     let mut out = ExtenderPreemptionResult::default();
+    let mut intents = Vec::new();
     let Some(pod) = &args.pod else {
-        return out;
+        return (out, intents);
     };
     let Some(preemptor) = preemptor_priority(snap, pod) else {
-        return out;
+        return (out, intents);
+    };
+    let preemptor_id = PodId {
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
     };
     let requested = requested(args);
     // Rule 7: where removing lower-priority pods can let the group fit.
@@ -341,8 +409,19 @@ pub fn decide_preempt(
                 num_pdb_violations: c.pdb,
             },
         );
+        for sp in &c.spread {
+            intents.push(Intent {
+                preemptor: preemptor_id.clone(),
+                preemptor_priority: preemptor,
+                node: c.node.to_owned(),
+                namespace: sp.namespace.to_owned(),
+                scope: sp.scope.clone(),
+                victims: sp.here.iter().map(|&(k, e)| pod_id(k, e)).collect(),
+                elsewhere: sp.elsewhere.iter().map(|&(k, e)| pod_id(k, e)).collect(),
+            });
+        }
     }
-    out
+    (out, intents)
 }
 
 #[cfg(test)]

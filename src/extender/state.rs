@@ -26,4 +26,7 @@ pub struct ExtenderState {
     /// Body limits per mode (`--extender-max-body-bytes`,
     /// `--extender-max-nodelist-bytes`).
     pub limits: crate::extender::limits::Limits,
+    /// Follow-up evictions of `All` groups preempted across nodes
+    /// ([`crate::extender::evict`]).
+    pub evictions: Arc<crate::extender::evict::Evictions>,
 }

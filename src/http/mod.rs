@@ -52,6 +52,8 @@ pub struct AppState {
     pub access: Option<auth::AccessControl>,
     /// The extender's body limits per mode.
     pub extender_limits: crate::extender::limits::Limits,
+    /// Follow-up evictions of `All` groups preempted across nodes.
+    pub evictions: Arc<crate::extender::evict::Evictions>,
 }
 
 /// What the Run API, the standalone objects API, health and metrics share.
@@ -88,6 +90,7 @@ impl FromRef<AppState> for ExtenderState {
             gangs: Arc::clone(&s.gangs),
             metrics: Arc::clone(&s.metrics),
             limits: s.extender_limits,
+            evictions: Arc::clone(&s.evictions),
         }
     }
 }

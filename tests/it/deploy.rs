@@ -1022,6 +1022,10 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
         "a repeated event is patched (series) rather than created again",
     ),
     (
+        "ClusterRole/kruntimes-scheduler-extender /pods/eviction create",
+        "an All group preempted across nodes has its members elsewhere evicted (tests/it/disruption.rs, cluster mode)",
+    ),
+    (
         "ClusterRole/kruntimes-scheduler-extender resource.k8s.io/resourceclaims/status patch",
         "a claim whose devices failed to bind, or not within --binding-timeout, is cleared (tests/it/binding.rs)",
     ),

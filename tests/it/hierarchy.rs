@@ -193,6 +193,7 @@ async fn with_the_gate_off_members_share_one_preemption_policy_among_themselves(
     let a = cluster(objs).await;
     a.state.nodes.set_semantics(Semantics {
         group_preemption_policy: false,
+        ..Semantics::default()
     });
     // The groups' policy is not there: a member differing from another
     // member is refused with upstream's gate-off message.

@@ -38,6 +38,7 @@ mod bind_fail_closed;
 mod binding;
 mod cluster;
 mod deploy;
+mod disruption;
 mod dra;
 mod extender;
 mod faults;

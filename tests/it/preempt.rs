@@ -73,8 +73,12 @@ async fn preempt(
 async fn all_groups_go_whole_or_not_at_all_in_both_forms() {
     let app = state();
     // n1: b0 brings b1 (batch is All, both on n1). n2: spread is All with
-    // sp1 on n3, so n2 is dropped. n3: ja0 brings jb0 (the CompositePodGroup
-    // job is All). ghost: not a node, no victims.
+    // sp1 on n3: with --evict-all-disruption the candidate stands (sp0 and
+    // web, sp1 to be evicted after) but disrupts three pods where n1
+    // disrupts two at the same counts otherwise, so n1 dominates it (it is
+    // dropped outright with the flag off: tests/it/disruption.rs). n3: ja0
+    // brings jb0 (the CompositePodGroup job is All). ghost: not a node, no
+    // victims.
     let expected = want(&[("n1", &["b0", "b1"], 1), ("n3", &["ja0", "jb0"], 0)]);
     assert_eq!(preempt(&app, &fixture("groups-meta.json")).await, expected);
     assert_eq!(preempt(&app, &fixture("groups-full.json")).await, expected);

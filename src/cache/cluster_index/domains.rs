@@ -83,12 +83,19 @@ pub struct Semantics {
     /// Off: the groups' field is ignored and the pods of one group must
     /// share one preemption policy among themselves.
     pub group_preemption_policy: bool,
+    /// `--evict-all-disruption`: preempt may take a candidate whose `All`
+    /// group (or `All` CompositePodGroup scope) also runs on other nodes
+    /// when every member is below the preemptor; the members elsewhere are
+    /// evicted afterwards ([`crate::extender::evict`]). Off: such a
+    /// candidate is dropped.
+    pub evict_all_disruption: bool,
 }
 
 impl Default for Semantics {
     fn default() -> Self {
         Semantics {
             group_preemption_policy: true,
+            evict_all_disruption: true,
         }
     }
 }

@@ -377,10 +377,59 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-#[test]
-fn rules_hold_for_both_request_forms() {
+/// [`cluster`] with `--evict-all-disruption=false`: an `All` scope spread
+/// over nodes drops the candidate.
+fn cluster_without_eviction() -> ClusterIndex {
     let c = cluster();
-    for case in cases() {
+    c.set_semantics(crate::cache::cluster_index::Semantics {
+        evict_all_disruption: false,
+        ..Default::default()
+    });
+    c
+}
+
+/// The cases with `--evict-all-disruption` (the default): the spread `All`
+/// scopes keep their candidate, with the members on the node as victims.
+fn cases_evicting() -> Vec<Case> {
+    let p100 = preemptor(100, None, None);
+    let mut out: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| !c.name.contains("elsewhere") && !c.name.contains("spread over nodes"))
+        .collect();
+    out.extend([
+        case(
+            "an All group with members elsewhere keeps the node, its members there the victims",
+            p100.clone(),
+            &[("n2", &["sp0"], 0)],
+            &[("n2", &["sp0"], 0)],
+        ),
+        case(
+            "a CompositePodGroup with All spread over nodes keeps the node",
+            p100.clone(),
+            &[("n5", &["d1a"], 0)],
+            &[("n5", &["d1a"], 0)],
+        ),
+        case(
+            "members elsewhere count as victims in the preference",
+            p100.clone(),
+            // n2: sp0 here, sp1 on n3 (2 pods, 1 group); n1: a0, a1 (2
+            // pods, 1 group). Counted on the node alone, n2 would
+            // dominate n1.
+            &[("n2", &["sp0"], 0), ("n1", &["a0"], 0)],
+            &[("n2", &["sp0"], 0), ("n1", &["a0", "a1"], 0)],
+        ),
+        case(
+            "a spread All group at the preemptor's priority drops the node",
+            preemptor(10, None, None),
+            &[("n2", &["sp0"], 0), ("n1", &["lo0"], 0)],
+            &[("n1", &["lo0"], 0)],
+        ),
+    ]);
+    out
+}
+
+fn check_cases(c: &ClusterIndex, cases: Vec<Case>) {
+    for case in cases {
         let cands: Vec<(&str, &[&str], i64)> = case
             .candidates
             .iter()
@@ -406,17 +455,170 @@ fn rules_hold_for_both_request_forms() {
             .collect();
         let expected = want(&expected);
         assert_eq!(
-            run(&c, &meta_body(&case.preemptor, &cands)),
+            run(c, &meta_body(&case.preemptor, &cands)),
             expected,
             "UID-only form: {}",
             case.name
         );
         assert_eq!(
-            run(&c, &full_body(&case.preemptor, &cands)),
+            run(c, &full_body(&case.preemptor, &cands)),
             expected,
             "full-Pod form: {}",
             case.name
         );
+    }
+}
+
+#[test]
+fn rules_hold_for_both_request_forms() {
+    check_cases(&cluster_without_eviction(), cases());
+}
+
+#[test]
+fn rules_hold_for_both_request_forms_with_eviction_across_nodes() {
+    check_cases(&cluster(), cases_evicting());
+}
+
+/// The candidate rule for `All` scopes across nodes, and the intents the
+/// evictor gets.
+mod across_nodes {
+    use super::*;
+
+    fn ids(v: &[PodId]) -> Vec<&str> {
+        v.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    /// [`cluster`] plus a broken hierarchy (`orphan`'s parent is missing,
+    /// so its PodGroups keep their own priorities) and a third PodGroup
+    /// beneath `mid` on another node than `deep`.
+    ///
+    /// | pod | node | priority | group |
+    /// | --- | --- | --- | --- |
+    /// | o1a | n1 | 10 | o1 beneath orphan (All) |
+    /// | o2a | n2 | 500 | o2 beneath orphan (All) |
+    /// | far0 | n6 | 10 | far beneath mid (Single) beneath outer (All) |
+    fn cluster_plus() -> ClusterIndex {
+        let c = cluster();
+        c.apply_composite(&composite("orphan", true, Some("nowhere")));
+        c.apply_pod_group(&group("o1", 10, false, Some("orphan"), None));
+        c.apply_pod_group(&group("o2", 500, false, Some("orphan"), None));
+        c.apply_pod_group(&group("far", 10, false, Some("mid"), None));
+        c.apply_pod(&pod("o1a", Some("n1"), 10, Some("o1")));
+        c.apply_pod(&pod("o2a", Some("n2"), 500, Some("o2")));
+        c.apply_pod(&pod("far0", Some("n6"), 10, Some("far")));
+        c
+    }
+
+    fn plan(c: &ClusterIndex, body: &Value) -> (BTreeMap<String, Vec<String>>, Vec<Intent>) {
+        let args: ExtenderPreemptionArgs = serde_json::from_value(body.clone()).unwrap();
+        let (out, intents) = plan_preempt(&c.read(), &args);
+        let out = out
+            .node_name_to_meta_victims
+            .into_iter()
+            .map(|(n, v)| (n, v.pods.into_iter().map(|p| p.uid).collect()))
+            .collect();
+        (out, intents)
+    }
+
+    #[test]
+    fn every_member_lower_allows_the_candidate_and_names_the_rest() {
+        let c = cluster_plus();
+        let body = meta_body(&preemptor(100, None, None), &[("n2", &["sp0-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n2"], vec!["sp0-uid"]);
+        assert_eq!(intents.len(), 1);
+        let i = &intents[0];
+        assert_eq!(i.scope, Scope::Group("spread".into()));
+        assert_eq!((i.node.as_str(), i.namespace.as_str()), ("n2", "ns"));
+        assert_eq!(ids(&i.victims), ["sp0"]);
+        assert_eq!(ids(&i.elsewhere), ["sp1"]);
+        assert_eq!(i.elsewhere[0].uid, "sp1-uid");
+        assert_eq!(
+            (i.preemptor.name.as_str(), i.preemptor.uid.as_str()),
+            ("p", "p-uid")
+        );
+        assert_eq!(i.preemptor_priority, 100);
+        // A group wholly on the node needs no follow-up.
+        let body = meta_body(&preemptor(100, None, None), &[("n1", &["a0-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n1"], vec!["a0-uid", "a1-uid"]);
+        assert!(intents.is_empty());
+    }
+
+    #[test]
+    fn one_member_not_lower_drops_the_candidate() {
+        let c = cluster_plus();
+        // o2a (priority 500, its group's own: the hierarchy is broken)
+        // runs on n2; taking o1a on n1 would disrupt it too.
+        for p in [100, 500] {
+            let body = meta_body(&preemptor(p, None, None), &[("n1", &["o1a-uid"], 0)]);
+            let (out, intents) = plan(&c, &body);
+            assert!(out.is_empty(), "preemptor {p}: {out:?}");
+            assert!(intents.is_empty());
+        }
+        // Above every member, the candidate stands and o2a is to follow.
+        let body = meta_body(&preemptor(501, None, None), &[("n1", &["o1a-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n1"], vec!["o1a-uid"]);
+        assert_eq!(intents[0].scope, Scope::Composite("orphan".into()));
+        assert_eq!(ids(&intents[0].elsewhere), ["o2a"]);
+    }
+
+    #[test]
+    fn nested_groups_under_the_all_scope_are_all_counted() {
+        let c = cluster_plus();
+        // deep0/deep1 (deep) on n5 and far0 (far) on n6, both beneath mid
+        // (Single) beneath outer (All): the scope is outer.
+        let body = meta_body(&preemptor(100, None, None), &[("n5", &["deep0-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n5"], vec!["deep0-uid", "deep1-uid"]);
+        assert_eq!(intents.len(), 1);
+        assert_eq!(intents[0].scope, Scope::Composite("outer".into()));
+        assert_eq!(ids(&intents[0].victims), ["deep0", "deep1"]);
+        assert_eq!(ids(&intents[0].elsewhere), ["far0"]);
+        // From the other side: far0 on n6 is the victim, deep0/deep1 follow.
+        let body = meta_body(&preemptor(100, None, None), &[("n6", &["far0-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n6"], vec!["far0-uid"]);
+        assert_eq!(ids(&intents[0].elsewhere), ["deep0", "deep1"]);
+        // A nested member not lower (the root outer has no priority: 0;
+        // a preemptor at 0) drops it.
+        let body = meta_body(&preemptor(0, None, None), &[("n6", &["far0-uid"], 0)]);
+        assert!(plan(&c, &body).0.is_empty());
+    }
+
+    #[test]
+    fn without_the_flag_nothing_spread_is_taken() {
+        let c = cluster_plus();
+        c.set_semantics(crate::cache::cluster_index::Semantics {
+            evict_all_disruption: false,
+            ..Default::default()
+        });
+        for (node, uid) in [("n2", "sp0-uid"), ("n5", "deep0-uid"), ("n1", "o1a-uid")] {
+            let body = meta_body(&preemptor(1000, None, None), &[(node, &[uid], 0)]);
+            let (out, intents) = plan(&c, &body);
+            assert!(out.is_empty() && intents.is_empty(), "{node}: {out:?}");
+        }
+    }
+
+    #[test]
+    fn an_assumed_member_elsewhere_is_to_follow() {
+        let c = cluster();
+        assert!(c.assume("ns", "a2", "a2-uid", "n2"));
+        let body = meta_body(
+            &preemptor(100, None, None),
+            &[("n1", &["a0-uid"], 0), ("n2", &["a2-uid"], 0)],
+        );
+        let (out, intents) = plan(&c, &body);
+        // Both disrupt all-g's three pods: neither dominates.
+        assert_eq!(out["n1"], vec!["a0-uid", "a1-uid"]);
+        assert_eq!(out["n2"], vec!["a2-uid"]);
+        let by_node: BTreeMap<&str, Vec<&str>> = intents
+            .iter()
+            .map(|i| (i.node.as_str(), ids(&i.elsewhere)))
+            .collect();
+        assert_eq!(by_node["n1"], ["a2"]);
+        assert_eq!(by_node["n2"], ["a0", "a1"]);
     }
 }
 
@@ -468,7 +670,7 @@ fn full_victims_without_uid_and_missing_pod_are_conservative() {
 
 #[test]
 fn assumed_and_moved_pods_are_resolved_where_they_are_counted() {
-    let c = cluster();
+    let c = cluster_without_eviction();
     // a2 (the pending member of all-g) is assumed on n2: all-g now spans n1
     // and n2, so neither node may lose part of it.
     assert!(c.assume("ns", "a2", "a2-uid", "n2"));

@@ -4,8 +4,10 @@
 //! for a compacted resourceVersion, label selectors (including objects
 //! leaving a selector), status merge patches with resourceVersion
 //! preconditions (`409 Conflict`), ResourceClaim status merge patches with
-//! uid and resourceVersion preconditions, events, and Leases with
-//! server-side apply ownership of `holderIdentity`.
+//! uid and resourceVersion preconditions, events, Leases with
+//! server-side apply ownership of `holderIdentity`, and `pods/eviction`
+//! (a `policy/v1` Eviction with a uid precondition; `201` and the pod
+//! deleted, or `429` while a PodDisruptionBudget refuses it).
 //!
 //! Fault injection: conflicts on the next N status patches, delivery lag on
 //! Run watch events, dropping every open watch, compacting history, lists
@@ -202,6 +204,11 @@ pub struct Inner {
     pub fail_leases: bool,
     /// Every accepted `pods/binding`: (namespace/name, node).
     pub bindings: Vec<(String, String)>,
+    /// PodDisruptionBudget refusals: `namespace/name` → how many more
+    /// evictions of that pod answer 429 before one is allowed.
+    pub pdb_refusals: HashMap<String, usize>,
+    /// Every eviction answered: (namespace/name, HTTP code, Eviction body).
+    pub evictions: Vec<(String, u16, Value)>,
     /// Every accepted ResourceClaim status patch: (namespace/name, patch body).
     pub claim_status_patches: Vec<(String, Value)>,
     /// Field manager owning each Lease's holderIdentity.
@@ -290,6 +297,10 @@ impl FakeApi {
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 axum::routing::post(create_binding),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}/eviction",
+                axum::routing::post(create_eviction),
             )
             .merge(table_routes())
             .merge(webhook_routes())
@@ -690,6 +701,98 @@ async fn create_binding(
     api.put(Res::Pods, pod);
     let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
     (StatusCode::CREATED, axum::Json(ok)).into_response()
+}
+
+/// `POST pods/{name}/eviction`, as the API server's eviction REST answers:
+/// the body must be a `policy/v1` Eviction naming the pod of the path
+/// (400 otherwise); 404 for a missing pod; 409 when
+/// `deleteOptions.preconditions.uid` is not the pod's; 429 with a
+/// `TooManyRequests` Status (cause `DisruptionBudget`) while
+/// [`Inner::pdb_refusals`] holds refusals for it; else 201 and the pod is
+/// deleted.
+async fn create_eviction(
+    State(api): State<FakeApi>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(ev) = serde_json::from_slice::<Value>(&body) else {
+        return status(400, "BadRequest", "invalid eviction");
+    };
+    let key = format!("{ns}/{name}");
+    let answer = |code: u16, resp: Response| {
+        api.inner
+            .lock()
+            .evictions
+            .push((key.clone(), code, ev.clone()));
+        resp
+    };
+    if ev["kind"] != "Eviction" || ev["apiVersion"] != "policy/v1" {
+        return answer(
+            400,
+            status(400, "BadRequest", "the body is not a policy/v1 Eviction"),
+        );
+    }
+    if ev.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()) {
+        return answer(
+            400,
+            status(
+                400,
+                "BadRequest",
+                "name in URL does not match name in Eviction object",
+            ),
+        );
+    }
+    let Some(pod) = api.get(Res::Pods, &ns, &name) else {
+        return answer(
+            404,
+            status(404, "NotFound", &format!("pods \"{name}\" not found")),
+        );
+    };
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(want) = ev
+        .pointer("/deleteOptions/preconditions/uid")
+        .and_then(Value::as_str)
+        && want != uid
+    {
+        return answer(
+            409,
+            status(
+                409,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on Pod \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                ),
+            ),
+        );
+    }
+    let refused = {
+        let mut g = api.inner.lock();
+        match g.pdb_refusals.get_mut(&key) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    };
+    if refused {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason": "TooManyRequests", "code": 429,
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                "message": "The disruption budget pdb needs 3 healthy pods and has 3 currently"}]}});
+        return answer(
+            429,
+            (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response(),
+        );
+    }
+    api.delete(Res::Pods, &ns, &name);
+    let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+    answer(201, (StatusCode::CREATED, axum::Json(ok)).into_response())
 }
 
 async fn patch_run_status(

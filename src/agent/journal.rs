@@ -352,9 +352,8 @@ impl SyncMode {
 pub fn memory_backed(path: &Path) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     const RAMFS_MAGIC: u64 = 0x8584_58f6;
-    rustix::fs::statfs(path).is_ok_and(|s| {
-        matches!(u64::try_from(s.f_type), Ok(TMPFS_MAGIC | RAMFS_MAGIC))
-    })
+    rustix::fs::statfs(path)
+        .is_ok_and(|s| matches!(u64::try_from(s.f_type), Ok(TMPFS_MAGIC | RAMFS_MAGIC)))
 }
 
 /// The journal file appended to, with its length as written (to cut a

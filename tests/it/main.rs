@@ -41,6 +41,7 @@ mod deploy;
 mod dra;
 mod extender;
 mod faults;
+mod function_release;
 mod gang;
 mod hierarchy;
 mod hostile;

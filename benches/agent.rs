@@ -5,11 +5,14 @@
 //! journal on tmpfs (as in the example's in-memory `emptyDir`), then bounded
 //! load loops ([`ROUNDS`] round trips, at most [`LOAD_DEADLINE`] each) with
 //! one client and with [`CLIENTS`] concurrent clients, for each journal
-//! setting — none, tmpfs (`/dev/shm`), and the temp directory's file system
-//! — printing admit and release latency p50/p99 (nearest rank,
-//! `testkit::percentile`), admissions per second and
-//! admissions per journal sync. Every 201 waits for its journal record to be
-//! synced; concurrent admissions share one sync (group commit).
+//! setting — none, tmpfs (`/dev/shm`, detected as memory-backed: records
+//! written at once, no `fdatasync`), the same tmpfs with group commit
+//! forced (the writer-thread hand-off the detection saves), and the temp
+//! directory's file system — printing admit and release latency p50/p99
+//! (nearest rank, `testkit::percentile`), admissions per second and
+//! admissions per journal sync (per write, inline). Every 201 waits for its
+//! journal record to be durable; on a disk concurrent admissions share one
+//! sync (group commit).
 //!
 //! Before the loops it prints the floor set by the file system: p50/p99 of a
 //! bare `write` + `fdatasync` loop on each journal's file system.
@@ -23,6 +26,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
+use kruntimes_scheduler::agent::journal::{SyncMode, memory_backed};
 use kruntimes_scheduler::agent::metrics::{AgentMetrics, JournalStats};
 use kruntimes_scheduler::agent::server;
 use kruntimes_scheduler::agent::source::AgentConfig;
@@ -45,6 +49,15 @@ struct Started {
 }
 
 fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> Started {
+    start_with(rt, label, journal, SyncMode::Auto)
+}
+
+fn start_with(
+    rt: &tokio::runtime::Runtime,
+    label: &str,
+    journal: Option<&Path>,
+    mode: SyncMode,
+) -> Started {
     let dir = std::env::temp_dir().join(format!("krs-agent-bench-{}-{label}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let path = dir.join("agent.sock");
@@ -56,13 +69,25 @@ fn start(rt: &tokio::runtime::Runtime, label: &str, journal: Option<&Path>) -> S
     }
     let metrics = AgentMetrics::default();
     let stats = metrics.journal.clone();
-    let agent = Agent::open(
+    let agent = Agent::open_with(
         AgentConfig::new("rp-1", "default"),
         Duration::from_secs(1),
         journal,
+        mode,
         metrics,
     )
     .expect("agent");
+    if let Some(j) = journal {
+        let detected = if memory_backed(j) {
+            "memory-backed: inline, no fdatasync"
+        } else {
+            "group commit, fdatasync"
+        };
+        println!(
+            "journal {label}: {} ({mode:?}; file system {detected})",
+            j.display()
+        );
+    }
     let pod = Pod {
         metadata: ObjectMeta {
             name: Some("rp-1".into()),
@@ -271,9 +296,21 @@ fn bench(c: &mut Criterion) {
     let none = start(&rt, "none", None);
     let disk_agent = start(&rt, "disk", Some(&disk));
     let tmpfs_label = if shm.is_some() { "tmpfs" } else { "none" };
+    // The same tmpfs with group commit forced: the writer-thread hand-off
+    // that the memory-backed mode saves.
+    let shm_gc = shm
+        .as_deref()
+        .and_then(Path::parent)
+        .map(|d| d.join("gc.journal"));
+    let tmpfs_gc = shm_gc
+        .as_deref()
+        .map(|j| start_with(&rt, "tmpfs-gc", Some(j), SyncMode::GroupCommit));
     for clients in [1, CLIENTS] {
         load_report(&rt, "none", &none, clients);
         load_report(&rt, tmpfs_label, &tmpfs, clients);
+        if let Some(gc) = &tmpfs_gc {
+            load_report(&rt, "tmpfs, group commit forced", gc, clients);
+        }
         load_report(&rt, "on the temp dir's file system", &disk_agent, clients);
     }
     for d in [shm.as_deref().and_then(Path::parent), disk.parent()]
@@ -282,7 +319,7 @@ fn bench(c: &mut Criterion) {
     {
         let _ = std::fs::remove_dir_all(d);
     }
-    for label in ["tmpfs", "none", "disk"] {
+    for label in ["tmpfs", "tmpfs-gc", "none", "disk"] {
         let _ = std::fs::remove_dir_all(
             std::env::temp_dir().join(format!("krs-agent-bench-{pid}-{label}")),
         );

@@ -76,6 +76,33 @@ pub struct RunStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// Condition type that marks a Run whose function is released, when its
+/// status is `True` (the default of `--released-condition`). kruntimes
+/// releases a function Run by unregistering it and then writing a terminal
+/// phase (`Timeout`, `Cancelled`, ...), which needs no condition; this one
+/// is for a release recorded while the Run is still `Ready`.
+pub const DEFAULT_RELEASED_CONDITION: &str = "kruntimes.io/FunctionReleased";
+
+impl RunStatus {
+    /// Whether condition `condition` (when configured) is `True`: the
+    /// Run's function is released and it holds no capacity.
+    pub fn is_released(&self, condition: Option<&str>) -> bool {
+        condition.is_some_and(|c| {
+            self.conditions
+                .iter()
+                .any(|k| k.type_ == c && k.status == "True")
+        })
+    }
+
+    /// Whether the Run still consumes its request on its assigned pod:
+    /// assigned, in an active phase, and its function not released.
+    pub fn consumes(&self, released_condition: Option<&str>) -> bool {
+        phase::is_active(self.phase.as_deref())
+            && self.assigned_pod.as_deref().is_some_and(|p| !p.is_empty())
+            && !self.is_released(released_condition)
+    }
+}
+
 impl Run {
     /// The requests map, if any.
     pub fn requests(&self) -> Option<&BTreeMap<String, Quantity>> {
@@ -121,19 +148,81 @@ pub mod phase {
     pub const READY: &str = "Ready";
     pub const SUCCEEDED: &str = "Succeeded";
     pub const FAILED: &str = "Failed";
+    /// Terminal: the Run's timeout (or a function's idle timeout) expired.
+    pub const TIMEOUT: &str = "Timeout";
+    /// Terminal: cancelled (`spec.termination` / `cancelRequested`).
+    pub const CANCELLED: &str = "Cancelled";
 
     /// Phases in which a Run holds capacity on its assigned pod.
     pub fn is_active(phase: Option<&str>) -> bool {
         matches!(phase, Some(SCHEDULED | RUNNING | READY))
     }
 
-    /// Phases a Run never leaves.
+    /// Phases a Run never leaves (kruntimes' terminal phases; a function
+    /// Run is unregistered, its function released, before it gets one).
     pub fn is_terminal(phase: Option<&str>) -> bool {
-        matches!(phase, Some(SUCCEEDED | FAILED))
+        matches!(phase, Some(SUCCEEDED | FAILED | TIMEOUT | CANCELLED))
     }
 
     /// A Run waiting for placement: no phase yet, or `Pending`.
     pub fn is_unscheduled(phase: Option<&str>) -> bool {
         matches!(phase, None | Some("") | Some(PENDING))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: &str, pod: Option<&str>, conditions: &[(&str, &str)]) -> RunStatus {
+        RunStatus {
+            phase: Some(phase.into()),
+            assigned_pod: pod.map(str::to_owned),
+            conditions: conditions
+                .iter()
+                .map(|(t, s)| Condition {
+                    type_: (*t).into(),
+                    status: (*s).into(),
+                    reason: "Test".into(),
+                    message: String::new(),
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                    observed_generation: None,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn run_consumes_until_terminal_or_released() {
+        let rel = Some(DEFAULT_RELEASED_CONDITION);
+        for p in ["Scheduled", "Running", "Ready"] {
+            assert!(status(p, Some("rp-1"), &[]).consumes(rel), "{p}");
+            assert!(!status(p, None, &[]).consumes(rel), "{p} unassigned");
+            assert!(!status(p, Some(""), &[]).consumes(rel), "{p} empty pod");
+        }
+        for p in ["Pending", "Succeeded", "Failed", "Timeout", "Cancelled"] {
+            assert!(!status(p, Some("rp-1"), &[]).consumes(rel), "{p}");
+        }
+        for p in ["Succeeded", "Failed", "Timeout", "Cancelled"] {
+            assert!(phase::is_terminal(Some(p)), "{p}");
+        }
+        assert!(!phase::is_terminal(Some("Ready")));
+        let released = status(
+            "Ready",
+            Some("rp-1"),
+            &[(DEFAULT_RELEASED_CONDITION, "True")],
+        );
+        assert!(released.is_released(rel));
+        assert!(!released.consumes(rel));
+        // Only True releases; only the configured type; none configured: none.
+        for s in ["False", "Unknown"] {
+            let st = status("Ready", Some("rp-1"), &[(DEFAULT_RELEASED_CONDITION, s)]);
+            assert!(st.consumes(rel), "{s}");
+        }
+        assert!(released.consumes(Some("example.com/Released")));
+        assert!(released.consumes(None));
     }
 }

@@ -135,6 +135,10 @@ pub struct ServeArgs {
     /// A Runtime Pod whose runtimed heartbeat is older than this is unavailable.
     #[arg(long, env = "KRS_HEARTBEAT_STALE_AFTER", default_value = "15s", value_parser = parse_duration)]
     pub heartbeat_stale_after: Duration,
+    /// Run condition type that, when `True`, marks the Run's function
+    /// released: it no longer counts against its pod (empty: none).
+    #[arg(long, env = "KRS_RELEASED_CONDITION", default_value = crate::crd::DEFAULT_RELEASED_CONDITION)]
+    pub released_condition: String,
     /// How long bind holds a gang member waiting for its group's quorum;
     /// keep it below kube-scheduler's extender `httpTimeout`.
     #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
@@ -289,6 +293,7 @@ impl ServeArgs {
             runtime_label_key: self.runtime_label_key.clone(),
             default_runs_capacity: self.default_runs_capacity,
             heartbeat_stale_after: self.heartbeat_stale_after,
+            released_condition: Some(self.released_condition.clone()).filter(|c| !c.is_empty()),
         }
     }
 

@@ -11,12 +11,21 @@
 //! # Writing
 //!
 //! The agent appends under its lock, so the journal's order is the ledger's
-//! order. Appends only fill a buffer; one writer thread writes whatever has
-//! gathered and makes it durable with one `fdatasync` (group commit), then
-//! publishes the last sequence number written. An admission is answered
-//! only once its record is durable; a release is not waited for (losing it
-//! in a crash only keeps a hold a little longer, until the watch or the
-//! unseen bound releases it).
+//! order. How a record becomes durable depends on the file system
+//! ([`SyncMode`]):
+//!
+//! - on a disk, appends only fill a buffer; one writer thread writes
+//!   whatever has gathered and makes it durable with one `fdatasync` (group
+//!   commit), then publishes the last sequence number written;
+//! - on a memory-backed file system (tmpfs, such as an `emptyDir` with
+//!   `medium: Memory`, or ramfs) the page cache *is* the storage: a record
+//!   is durable, for as long as the volume lives, once `write` returns, and
+//!   `fdatasync` has nothing to do. Records are written at once, under the
+//!   agent's lock, with no hand-off to a thread and no sync.
+//!
+//! An admission is answered only once its record is durable; a release is
+//! not waited for (losing it in a crash only keeps a hold a little longer,
+//! until the watch or the unseen bound releases it).
 //!
 //! # Compaction and recovery
 //!
@@ -313,11 +322,114 @@ struct Shared {
     cv: Condvar,
 }
 
+/// How the journal makes its records durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// [`SyncMode::Inline`] on a memory-backed file system (tmpfs, ramfs),
+    /// [`SyncMode::GroupCommit`] anywhere else.
+    Auto,
+    /// A writer thread writes every record gathered meanwhile with one
+    /// `write` and one `fdatasync`.
+    GroupCommit,
+    /// Each record is written at once by the caller, without `fdatasync`:
+    /// only where the page cache is the storage.
+    Inline,
+}
+
+impl SyncMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Auto => "auto",
+            SyncMode::GroupCommit => "group commit (fdatasync)",
+            SyncMode::Inline => "inline (memory-backed, no fdatasync)",
+        }
+    }
+}
+
+/// Whether `path` is on a memory-backed file system (tmpfs, ramfs), where
+/// what is written outlives the process (for as long as the volume does)
+/// and `fdatasync` has nothing to make durable.
+pub fn memory_backed(path: &Path) -> bool {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    rustix::fs::statfs(path)
+        .is_ok_and(|s| matches!(u64::try_from(s.f_type), Ok(TMPFS_MAGIC | RAMFS_MAGIC)))
+}
+
+/// The journal file appended to, with its length as written (to cut a
+/// partial write without asking the file system on every append).
+struct Appender {
+    file: File,
+    len: Option<u64>,
+    /// `fdatasync` after each write.
+    sync: bool,
+}
+
+impl Appender {
+    fn new(file: File, sync: bool) -> Self {
+        let len = file.metadata().map(|m| m.len()).ok();
+        Appender { file, len, sync }
+    }
+
+    /// Writes (and syncs) `bytes`; on failure logs, counts, and cuts the
+    /// partial record so later appends stay readable.
+    fn append(&mut self, bytes: &[u8], path: &Path, stats: &JournalStats) {
+        let sync = self.sync;
+        let file = &mut self.file;
+        match file
+            .write_all(bytes)
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) })
+        {
+            Ok(()) => {
+                self.len = self.len.map(|l| l + bytes.len() as u64);
+                stats.syncs.inc();
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "journal write failed");
+                stats.error(JournalError::Write);
+                if let Some(l) = self.len {
+                    let _ = self.file.set_len(l);
+                }
+            }
+        }
+    }
+
+    /// Replaces the file by `snapshot` and appends to the new file; keeps
+    /// the old one when that fails (returns false).
+    fn replace(&mut self, snapshot: &[u8], path: &Path, stats: &JournalStats) -> bool {
+        match replace_file(path, snapshot).and_then(|()| open_append(path)) {
+            Ok(f) => {
+                self.file = f;
+                self.len = Some(snapshot.len() as u64);
+                stats.compactions.inc();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "journal compaction failed");
+                stats.error(JournalError::Compact);
+                false
+            }
+        }
+    }
+}
+
+/// Where appended records go.
+enum Sink {
+    /// Buffered for the writer thread (group commit).
+    Writer {
+        shared: Arc<Shared>,
+        writer: Option<std::thread::JoinHandle<()>>,
+    },
+    /// Written at once (memory-backed file system).
+    Inline(Appender),
+}
+
 /// An open journal. Appends are made by the agent under its lock; a
-/// writer thread makes them durable.
+/// writer thread makes them durable, or they are written at once on a
+/// memory-backed file system.
 pub struct Journal {
     path: PathBuf,
-    shared: Arc<Shared>,
+    sink: Sink,
     durable: watch::Sender<u64>,
     /// Records appended since the last compaction (the file's length in
     /// records, roughly).
@@ -327,7 +439,6 @@ pub struct Journal {
     /// Where one record is framed before it joins the pending buffer.
     scratch: Vec<u8>,
     stats: JournalStats,
-    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 fn write_snapshot(path: &Path, holds: &[JournalHold]) -> std::io::Result<Vec<u8>> {
@@ -381,6 +492,16 @@ impl Journal {
     /// writer. Only I/O errors on the compacted rewrite fail; a corrupt or
     /// truncated journal is recovered with a warning.
     pub fn open(path: &Path, stats: JournalStats) -> std::io::Result<(Journal, Recovered)> {
+        Self::open_with(path, stats, SyncMode::Auto)
+    }
+
+    /// [`Self::open`] with the way records are made durable chosen by the
+    /// caller ([`SyncMode::Auto`] detects it).
+    pub fn open_with(
+        path: &Path,
+        stats: JournalStats,
+        mode: SyncMode,
+    ) -> std::io::Result<(Journal, Recovered)> {
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -399,33 +520,54 @@ impl Journal {
         }
         write_snapshot(path, &recovered.holds)?;
         let file = open_append(path)?;
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending::default()),
-            cv: Condvar::new(),
-        });
+        let mode = match mode {
+            SyncMode::Auto if memory_backed(path) => SyncMode::Inline,
+            SyncMode::Auto => SyncMode::GroupCommit,
+            m => m,
+        };
         let durable = watch::Sender::new(0u64);
-        let writer = {
-            let shared = Arc::clone(&shared);
-            let durable = durable.clone();
-            let stats = stats.clone();
-            let path = path.to_owned();
-            std::thread::Builder::new()
-                .name("agent-journal".into())
-                .spawn(move || writer_loop(path, file, shared, durable, stats))?
+        let sink = match mode {
+            SyncMode::Inline => Sink::Inline(Appender::new(file, false)),
+            _ => {
+                let shared = Arc::new(Shared {
+                    pending: Mutex::new(Pending::default()),
+                    cv: Condvar::new(),
+                });
+                let writer = {
+                    let shared = Arc::clone(&shared);
+                    let durable = durable.clone();
+                    let stats = stats.clone();
+                    let path = path.to_owned();
+                    std::thread::Builder::new()
+                        .name("agent-journal".into())
+                        .spawn(move || writer_loop(path, file, shared, durable, stats))?
+                };
+                Sink::Writer {
+                    shared,
+                    writer: Some(writer),
+                }
+            }
         };
         Ok((
             Journal {
                 path: path.to_owned(),
-                shared,
+                sink,
                 durable,
                 since_compact: recovered.holds.len() as u64,
                 last: 0,
                 scratch: Vec::with_capacity(256),
                 stats,
-                writer: Some(writer),
             },
             recovered,
         ))
+    }
+
+    /// How this journal makes records durable (never `Auto`).
+    pub fn mode(&self) -> SyncMode {
+        match self.sink {
+            Sink::Writer { .. } => SyncMode::GroupCommit,
+            Sink::Inline(_) => SyncMode::Inline,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -441,11 +583,20 @@ impl Journal {
         Durability(self.durable.clone())
     }
 
-    /// Queues the record framed in `scratch`.
+    /// Queues (or writes) the record framed in `scratch`.
     fn push_scratch(&mut self) -> u64 {
-        let mut p = self.shared.pending.lock();
-        p.appends.extend_from_slice(&self.scratch);
-        self.last = queued(&self.shared, p);
+        match &mut self.sink {
+            Sink::Writer { shared, .. } => {
+                let mut p = shared.pending.lock();
+                p.appends.extend_from_slice(&self.scratch);
+                self.last = queued(shared, p);
+            }
+            Sink::Inline(a) => {
+                a.append(&self.scratch, &self.path, &self.stats);
+                self.last += 1;
+                self.durable.send_replace(self.last);
+            }
+        }
         self.last
     }
 
@@ -494,7 +645,17 @@ impl Journal {
             encode(&admit_record(h), &mut buf);
         }
         self.since_compact = holds.len() as u64;
-        let mut p = self.shared.pending.lock();
+        let shared = match &mut self.sink {
+            Sink::Writer { shared, .. } => shared,
+            Sink::Inline(a) => {
+                // On failure the old file, which has every record, stays.
+                a.replace(&buf, &self.path, &self.stats);
+                self.last += 1;
+                self.durable.send_replace(self.last);
+                return self.last;
+            }
+        };
+        let mut p = shared.pending.lock();
         let before = std::mem::take(&mut p.appends);
         match &mut p.snapshot {
             // An older snapshot not written yet: this one supersedes it,
@@ -505,7 +666,7 @@ impl Journal {
             }
             None => p.snapshot = Some((buf, before)),
         }
-        self.last = queued(&self.shared, p);
+        self.last = queued(shared, p);
         self.last
     }
 
@@ -517,10 +678,12 @@ impl Journal {
 
     /// Writes what is pending and stops the writer.
     pub fn close(&mut self) {
-        self.shared.pending.lock().closed = true;
-        self.shared.cv.notify_one();
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
+        if let Sink::Writer { shared, writer } = &mut self.sink {
+            shared.pending.lock().closed = true;
+            shared.cv.notify_one();
+            if let Some(w) = writer.take() {
+                let _ = w.join();
+            }
         }
     }
 }
@@ -561,14 +724,12 @@ impl Drop for Journal {
 
 fn writer_loop(
     path: PathBuf,
-    mut file: File,
+    file: File,
     shared: Arc<Shared>,
     durable: watch::Sender<u64>,
     stats: JournalStats,
 ) {
-    // The file's length, tracked here to cut a partial write without
-    // asking the file system on every batch.
-    let mut len = file.metadata().map(|m| m.len()).ok();
+    let mut out = Appender::new(file, true);
     let mut appends: Vec<u8> = Vec::new();
     loop {
         appends.clear();
@@ -583,39 +744,17 @@ fn writer_loop(
         if appends.is_empty() && snapshot.is_none() && closed {
             return;
         }
-        if let Some((snapshot, before)) = snapshot {
-            // The snapshot supersedes every record before it.
-            match replace_file(&path, &snapshot).and_then(|()| open_append(&path)) {
-                Ok(f) => {
-                    file = f;
-                    len = Some(snapshot.len() as u64);
-                    stats.compactions.inc();
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "journal compaction failed");
-                    stats.error(JournalError::Compact);
-                    // Keep appending to the old file, records in order.
-                    let mut all = before;
-                    all.extend_from_slice(&appends);
-                    appends = all;
-                }
-            }
+        // The snapshot supersedes every record before it; when it cannot
+        // be written, keep appending to the old file, records in order.
+        if let Some((snapshot, before)) = snapshot
+            && !out.replace(&snapshot, &path, &stats)
+        {
+            let mut all = before;
+            all.extend_from_slice(&appends);
+            appends = all;
         }
         if !appends.is_empty() {
-            match file.write_all(&appends).and_then(|()| file.sync_data()) {
-                Ok(()) => {
-                    len = len.map(|l| l + appends.len() as u64);
-                    stats.syncs.inc();
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "journal write failed");
-                    stats.error(JournalError::Write);
-                    // Cut a partial record so later appends stay readable.
-                    if let Some(l) = len {
-                        let _ = file.set_len(l);
-                    }
-                }
-            }
+            out.append(&appends, &path, &stats);
         }
         durable.send_replace(seq);
         if closed {
@@ -655,24 +794,69 @@ mod tests {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
 
+    const MODES: [SyncMode; 2] = [SyncMode::GroupCommit, SyncMode::Inline];
+
+    fn open(path: &Path, mode: SyncMode) -> (Journal, Recovered) {
+        let (j, rec) = Journal::open_with(path, JournalStats::default(), mode).expect("open");
+        assert_eq!(j.mode(), mode);
+        (j, rec)
+    }
+
     #[tokio::test]
     async fn agent_journal_round_trip_release_and_reopen() {
-        let d = dir("roundtrip");
+        for mode in MODES {
+            let d = dir(&format!("roundtrip-{mode:?}"));
+            let path = d.join("agent.journal");
+            let (mut j, rec) = open(&path, mode);
+            assert!(rec.holds.is_empty());
+            j.admit(&hold("a", 1));
+            j.admit(&hold("b", 2));
+            j.admit(&hold("c", 1));
+            let seq = j.release("b");
+            j.durable(seq).await;
+            drop(j);
+            let (_j, rec) = open(&path, mode);
+            assert_eq!(rec.problem, None);
+            let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
+            assert_eq!(uids, ["a", "c"], "{mode:?}");
+            assert_eq!(rec.holds[0], JournalHold::from(&hold("a", 1)));
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+
+    #[tokio::test]
+    async fn agent_journal_inline_records_are_in_the_file_when_appended() {
+        let d = dir("inline");
         let path = d.join("agent.journal");
-        let (mut j, rec) = Journal::open(&path, JournalStats::default()).expect("open");
-        assert!(rec.holds.is_empty());
-        j.admit(&hold("a", 1));
-        j.admit(&hold("b", 2));
-        j.admit(&hold("c", 1));
-        let seq = j.release("b");
+        let (mut j, _) = open(&path, SyncMode::Inline);
+        let seq = j.admit(&hold("a", 1));
+        // Durable at once: no writer to wait for, and the bytes are there
+        // for a process that reads the file now (as a restarted agent).
         j.durable(seq).await;
+        assert_eq!(j.stats().syncs.get(), 1);
+        let rec = decode(&std::fs::read(&path).expect("read"));
+        assert_eq!(rec.holds, [JournalHold::from(&hold("a", 1))]);
         drop(j);
-        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
-        assert_eq!(rec.problem, None);
-        let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
-        assert_eq!(uids, ["a", "c"]);
-        assert_eq!(rec.holds[0], JournalHold::from(&hold("a", 1)));
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn agent_journal_detects_memory_backed_file_systems() {
+        // /proc is never tmpfs; /dev/shm is tmpfs where the mount table says so.
+        assert!(!memory_backed(Path::new("/proc")));
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let shm_tmpfs = mounts.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            f.nth(1) == Some("/dev/shm") && f.next() == Some("tmpfs")
+        });
+        assert_eq!(memory_backed(Path::new("/dev/shm")), shm_tmpfs);
+        if shm_tmpfs {
+            let path = Path::new("/dev/shm").join(format!("krs-journal-{}", std::process::id()));
+            let (j, _) = Journal::open(&path, JournalStats::default()).expect("open");
+            assert_eq!(j.mode(), SyncMode::Inline);
+            drop(j);
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     #[test]
@@ -713,50 +897,54 @@ mod tests {
 
     #[tokio::test]
     async fn agent_journal_open_recovers_a_torn_file_and_appends_after_it() {
-        let d = dir("torn");
-        let path = d.join("agent.journal");
-        let (mut j, _) = Journal::open(&path, JournalStats::default()).expect("open");
-        j.admit(&hold("a", 1));
-        let seq = j.admit(&hold("b", 1));
-        j.durable(seq).await;
-        drop(j);
-        let len = std::fs::metadata(&path).expect("meta").len();
-        let f = OpenOptions::new().write(true).open(&path).expect("open");
-        f.set_len(len - 3).expect("truncate");
-        drop(f);
-        let (mut j, rec) = Journal::open(&path, JournalStats::default()).expect("recover");
-        assert_eq!(rec.holds.len(), 1);
-        assert!(rec.problem.is_some());
-        let seq = j.admit(&hold("c", 1));
-        j.durable(seq).await;
-        drop(j);
-        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
-        assert_eq!(rec.problem, None, "the torn tail was cut before appending");
-        assert_eq!(rec.holds.len(), 2);
-        let _ = std::fs::remove_dir_all(&d);
+        for mode in MODES {
+            let d = dir(&format!("torn-{mode:?}"));
+            let path = d.join("agent.journal");
+            let (mut j, _) = open(&path, mode);
+            j.admit(&hold("a", 1));
+            let seq = j.admit(&hold("b", 1));
+            j.durable(seq).await;
+            drop(j);
+            let len = std::fs::metadata(&path).expect("meta").len();
+            let f = OpenOptions::new().write(true).open(&path).expect("open");
+            f.set_len(len - 3).expect("truncate");
+            drop(f);
+            let (mut j, rec) = open(&path, mode);
+            assert_eq!(rec.holds.len(), 1);
+            assert!(rec.problem.is_some());
+            let seq = j.admit(&hold("c", 1));
+            j.durable(seq).await;
+            drop(j);
+            let (_j, rec) = open(&path, mode);
+            assert_eq!(rec.problem, None, "the torn tail was cut before appending");
+            assert_eq!(rec.holds.len(), 2, "{mode:?}");
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 
     #[tokio::test]
     async fn agent_journal_compaction_keeps_only_live_holds() {
-        let d = dir("compact");
-        let path = d.join("agent.journal");
-        let (mut j, _) = Journal::open(&path, JournalStats::default()).expect("open");
-        for i in 0..50 {
-            j.admit(&hold(&format!("u{i}"), 1));
-            j.release(&format!("u{i}"));
+        for mode in MODES {
+            let d = dir(&format!("compact-{mode:?}"));
+            let path = d.join("agent.journal");
+            let (mut j, _) = open(&path, mode);
+            for i in 0..50 {
+                j.admit(&hold(&format!("u{i}"), 1));
+                j.release(&format!("u{i}"));
+            }
+            j.admit(&hold("keep", 1));
+            let live = [JournalHold::from(&hold("keep", 1))];
+            j.compact(&live);
+            let seq = j.admit(&hold("after", 1));
+            j.durable(seq).await;
+            let size = std::fs::metadata(&path).expect("meta").len();
+            assert!(size < 400, "compacted file is small: {size}");
+            assert_eq!(j.stats().compactions.get(), 1);
+            drop(j);
+            let (_j, rec) = open(&path, mode);
+            let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
+            assert_eq!(uids, ["keep", "after"], "{mode:?}");
+            let _ = std::fs::remove_dir_all(&d);
         }
-        j.admit(&hold("keep", 1));
-        let live = [JournalHold::from(&hold("keep", 1))];
-        j.compact(&live);
-        let seq = j.admit(&hold("after", 1));
-        j.durable(seq).await;
-        let size = std::fs::metadata(&path).expect("meta").len();
-        assert!(size < 400, "compacted file is small: {size}");
-        assert_eq!(j.stats().compactions.get(), 1);
-        drop(j);
-        let (_j, rec) = Journal::open(&path, JournalStats::default()).expect("reopen");
-        let uids: Vec<&str> = rec.holds.iter().map(|h| h.run.uid.as_str()).collect();
-        assert_eq!(uids, ["keep", "after"]);
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

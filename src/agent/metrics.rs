@@ -102,7 +102,8 @@ pub struct JournalStats {
     pub errors: Family<JournalErrorLabels, Counter>,
     pub compactions: Counter,
     /// Batches written and synced (one `fdatasync` each): admissions per
-    /// sync show how much group commit shares.
+    /// sync show how much group commit shares. On a memory-backed journal,
+    /// records written (no `fdatasync`).
     pub syncs: Counter,
 }
 

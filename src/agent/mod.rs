@@ -39,7 +39,7 @@ use crate::model::refs::RunRef;
 use crate::model::resources::{RequestError, Requests, effective_requests};
 use crate::transport::parse_duration;
 use anyhow::Context as _;
-use journal::{Durability, Journal, JournalHold};
+use journal::{Durability, Journal, JournalHold, SyncMode};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::watcher::Event;
@@ -91,6 +91,10 @@ pub struct AgentArgs {
     /// watches have synced, for the watch to show its Run on this pod.
     #[arg(long, env = "KRS_AGENT_UNSEEN_TTL", default_value = "2m", value_parser = parse_duration)]
     pub unseen_ttl: Duration,
+    /// Run condition type that, when `True`, marks the Run's function
+    /// released: its hold is released as for a terminal Run (empty: none).
+    #[arg(long, env = "KRS_RELEASED_CONDITION", default_value = crate::crd::DEFAULT_RELEASED_CONDITION)]
+    pub released_condition: String,
     /// Journal of admitted reservations (default: `agent.journal` beside
     /// the socket, in the pod's socket volume).
     #[arg(long, env = "KRS_AGENT_JOURNAL")]
@@ -131,6 +135,7 @@ impl AgentArgs {
             max_bypass: self.max_bypass,
             max_queue: self.max_queue.max(1),
             unseen_ttl: self.unseen_ttl,
+            released_condition: Some(self.released_condition.clone()).filter(|c| !c.is_empty()),
         }
     }
 
@@ -402,14 +407,27 @@ impl Agent {
         journal: Option<&std::path::Path>,
         metrics: AgentMetrics,
     ) -> std::io::Result<Arc<Self>> {
+        Self::open_with(config, max_wait, journal, SyncMode::Auto, metrics)
+    }
+
+    /// [`Self::open`] with the journal's [`SyncMode`] chosen by the caller
+    /// (`Auto` detects a memory-backed file system).
+    pub fn open_with(
+        config: AgentConfig,
+        max_wait: Duration,
+        journal: Option<&std::path::Path>,
+        mode: SyncMode,
+        metrics: AgentMetrics,
+    ) -> std::io::Result<Arc<Self>> {
         let Some(path) = journal else {
             return Ok(Self::build(config, max_wait, None, metrics));
         };
-        let (journal, recovered) = Journal::open(path, metrics.journal.clone())?;
+        let (journal, recovered) = Journal::open_with(path, metrics.journal.clone(), mode)?;
         tracing::info!(
             path = %path.display(),
             holds = recovered.holds.len(),
             records = recovered.records,
+            sync = journal.mode().as_str(),
             "journal opened"
         );
         let agent = Self::build(config, max_wait, Some(journal), metrics);
@@ -514,7 +532,8 @@ impl Agent {
 
     /// Feeds one event of the watch on the Runs of the namespace.
     pub fn apply_run_event(&self, event: Event<Run>) {
-        self.apply_facts_event(source::facts_event(event));
+        let fx = source::facts_event(event, self.config.released_condition.as_deref());
+        self.apply_facts_event(fx);
     }
 
     /// Feeds one Run event already stripped to its facts.

@@ -32,6 +32,10 @@ pub struct AgentConfig {
     /// How long a hold or queue entry made from the request body may wait
     /// for the watch to show its Run here, once the watches have synced.
     pub unseen_ttl: Duration,
+    /// Run condition type that, when `True`, marks the Run's function
+    /// released: its hold is released as for a terminal Run. `None`: no
+    /// such condition.
+    pub released_condition: Option<String>,
 }
 
 impl AgentConfig {
@@ -44,6 +48,7 @@ impl AgentConfig {
             max_bypass: 4,
             max_queue: 1024,
             unseen_ttl: Duration::from_secs(120),
+            released_condition: Some(crate::crd::DEFAULT_RELEASED_CONDITION.to_owned()),
         }
     }
 }
@@ -61,11 +66,15 @@ pub struct RunFacts {
     pub requests: Result<Requests, RequestError>,
     /// The request used to account it if it is already executing.
     pub accounted: Requests,
+    /// Its function is released (the configured condition is `True`): it
+    /// holds nothing, as if terminal.
+    pub released: bool,
 }
 
 impl RunFacts {
-    /// The facts of a Run; `None` without `metadata.uid`.
-    pub fn of(run: &Run) -> Option<Self> {
+    /// The facts of a Run, its function released when condition
+    /// `released_condition` is `True`; `None` without `metadata.uid`.
+    pub fn of(run: &Run, released_condition: Option<&str>) -> Option<Self> {
         let status = run.status.as_ref();
         Some(RunFacts {
             uid: run.metadata.uid.clone()?,
@@ -79,6 +88,7 @@ impl RunFacts {
             assigned_pod: status.and_then(|s| s.assigned_pod.clone()),
             requests: effective_requests(run.requests()),
             accounted: accounted_requests(run.requests()),
+            released: status.is_some_and(|s| s.is_released(released_condition)),
         })
     }
 }
@@ -109,6 +119,8 @@ pub struct KnownRun {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gone {
     Terminal,
+    /// Its function was released (the configured condition is `True`).
+    Released,
     Deleted,
     Reassigned,
     /// Taken out of the queue by `DELETE /v1/reservations/{uid}`.
@@ -122,6 +134,7 @@ impl Gone {
     pub fn as_str(self) -> &'static str {
         match self {
             Gone::Terminal => "the Run finished",
+            Gone::Released => "the Run's function was released",
             Gone::Deleted => "the Run was deleted",
             Gone::Reassigned => "the Run is assigned to another pod",
             Gone::Withdrawn => "its reservation request was withdrawn",
@@ -362,7 +375,8 @@ impl AgentState {
 
     /// Applies one event of the watch on the Runs of the namespace.
     pub fn apply_run_event(&mut self, event: Event<Run>) -> Effects {
-        self.apply_facts_event(facts_event(event))
+        let fx = facts_event(event, self.config.released_condition.as_deref());
+        self.apply_facts_event(fx)
     }
 
     /// [`Self::apply_run_event`] on facts already stripped from the Run.
@@ -437,6 +451,9 @@ impl AgentState {
         if phase::is_terminal(phase.as_deref()) {
             return self.forget(&uid, Gone::Terminal);
         }
+        if run.released {
+            return self.forget(&uid, Gone::Released);
+        }
         if !self.assigned_here(run) {
             // Only a Run the watch has shown here can move away. A uid
             // reserved from the request body before the watch caught up
@@ -489,13 +506,15 @@ impl AgentState {
     }
 }
 
-/// A Run event stripped to the facts the agent keeps.
-pub fn facts_event(event: Event<Run>) -> Event<Option<RunFacts>> {
+/// A Run event stripped to the facts the agent keeps (`released_condition`
+/// as in [`RunFacts::of`]).
+pub fn facts_event(event: Event<Run>, released_condition: Option<&str>) -> Event<Option<RunFacts>> {
+    let of = |r: &Run| RunFacts::of(r, released_condition);
     match event {
-        Event::Apply(r) => Event::Apply(RunFacts::of(&r)),
-        Event::Delete(r) => Event::Delete(RunFacts::of(&r)),
+        Event::Apply(r) => Event::Apply(of(&r)),
+        Event::Delete(r) => Event::Delete(of(&r)),
         Event::Init => Event::Init,
-        Event::InitApply(r) => Event::InitApply(RunFacts::of(&r)),
+        Event::InitApply(r) => Event::InitApply(of(&r)),
         Event::InitDone => Event::InitDone,
     }
 }
@@ -566,7 +585,7 @@ pub struct InitialList {
 pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, watcher};
-    let config = agent.config();
+    let config = agent.config().clone();
     let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), &config.namespace);
     let runs: kube::Api<Run> = kube::Api::namespaced(client, &config.namespace);
     let pod_cfg = watcher::Config::default().fields(&format!("metadata.name={}", config.pod));
@@ -580,12 +599,13 @@ pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
             }
         }
     };
+    let released = config.released_condition.clone();
     let run_task = async move {
         let cfg = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
         let mut s = std::pin::pin!(watcher(runs, cfg).default_backoff());
         while let Some(ev) = s.next().await {
             match ev {
-                Ok(ev) => agent.apply_facts_event(facts_event(ev)),
+                Ok(ev) => agent.apply_facts_event(facts_event(ev, released.as_deref())),
                 Err(e) => tracing::warn!(error = %e, "run watch failed; retrying"),
             }
         }
@@ -673,6 +693,103 @@ mod tests {
         reserve(&mut s, "b");
         s.apply_run_event(Event::Apply(mk_run("b", Some("Failed"), Some("rp-1"))));
         assert!(s.ledger.hold("uid-b").is_none());
+    }
+
+    fn released(mut r: Run, condition: &str) -> Run {
+        let s = r.status.get_or_insert_with(Default::default);
+        s.conditions
+            .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: condition.into(),
+                status: "True".into(),
+                reason: "Unregistered".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            });
+        r
+    }
+
+    #[test]
+    fn agent_released_function_run_frees_its_hold_and_admits_the_next() {
+        let cond = crate::crd::DEFAULT_RELEASED_CONDITION;
+        let mut s = state();
+        // runs 2: a admitted through the API, o already executing (adopted).
+        reserve(&mut s, "a");
+        s.apply_run_event(Event::Apply(mk_run("a", Some("Running"), Some("rp-1"))));
+        s.apply_run_event(Event::Apply(mk_run("o", Some("Ready"), Some("rp-1"))));
+        reserve(&mut s, "c");
+        assert!(s.ledger.is_queued("uid-c"));
+        // a's function is released while a is still Ready: its hold goes,
+        // and c, first in the queue, is admitted.
+        let fx = s.apply_run_event(Event::Apply(released(
+            mk_run("a", Some("Ready"), Some("rp-1")),
+            cond,
+        )));
+        assert!(s.ledger.hold("uid-a").is_none());
+        assert_eq!(fx.admitted, vec!["uid-c".to_owned()]);
+        // The same for a hold the watch made; a relist does not adopt a
+        // released Run again.
+        s.apply_run_event(Event::Apply(released(
+            mk_run("o", Some("Ready"), Some("rp-1")),
+            cond,
+        )));
+        assert!(s.ledger.hold("uid-o").is_none());
+        s.apply_run_event(Event::Init);
+        s.apply_run_event(Event::InitApply(released(
+            mk_run("o", Some("Ready"), Some("rp-1")),
+            cond,
+        )));
+        s.apply_run_event(Event::InitApply(mk_run(
+            "c",
+            Some("Scheduled"),
+            Some("rp-1"),
+        )));
+        s.apply_run_event(Event::InitDone);
+        assert!(s.ledger.hold("uid-o").is_none());
+        assert_eq!(s.ledger.reserved().get("runs"), Some(&1), "only c");
+        // A queued Run whose function is released leaves the queue.
+        reserve(&mut s, "x");
+        reserve(&mut s, "y");
+        assert!(s.ledger.is_queued("uid-y"));
+        let fx = s.apply_run_event(Event::Apply(released(
+            mk_run("y", Some("Scheduled"), Some("rp-1")),
+            cond,
+        )));
+        assert_eq!(fx.dropped, vec![("uid-y".to_owned(), Gone::Released)]);
+    }
+
+    #[test]
+    fn agent_released_condition_is_configurable_and_can_be_off() {
+        for (configured, releases) in [(Some("example.com/Released"), true), (None, false)] {
+            let mut s = state();
+            s.config.released_condition = configured.map(str::to_owned);
+            s.apply_run_event(Event::Apply(mk_run("o", Some("Running"), Some("rp-1"))));
+            // The default type is not the configured one: still held.
+            s.apply_run_event(Event::Apply(released(
+                mk_run("o", Some("Running"), Some("rp-1")),
+                crate::crd::DEFAULT_RELEASED_CONDITION,
+            )));
+            assert!(s.ledger.hold("uid-o").is_some(), "{configured:?}");
+            s.apply_run_event(Event::Apply(released(
+                mk_run("o", Some("Running"), Some("rp-1")),
+                "example.com/Released",
+            )));
+            assert_eq!(s.ledger.hold("uid-o").is_none(), releases, "{configured:?}");
+        }
+    }
+
+    #[test]
+    fn agent_timeout_and_cancelled_are_terminal() {
+        let mut s = state();
+        for (n, p) in [("t", "Timeout"), ("k", "Cancelled")] {
+            reserve(&mut s, n);
+            s.apply_run_event(Event::Apply(mk_run(n, Some("Ready"), Some("rp-1"))));
+            assert!(s.ledger.hold(&format!("uid-{n}")).is_some());
+            s.apply_run_event(Event::Apply(mk_run(n, Some(p), Some("rp-1"))));
+            assert!(s.ledger.hold(&format!("uid-{n}")).is_none(), "{p}");
+        }
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub struct CacheConfig {
     pub default_runs_capacity: u64,
     /// Heartbeats older than this make a pod unavailable.
     pub heartbeat_stale_after: Duration,
+    /// Run condition type that, when `True`, marks a released function:
+    /// the Run no longer counts against its pod. `None`: no such condition.
+    pub released_condition: Option<String>,
 }
 
 impl Default for CacheConfig {
@@ -54,6 +57,7 @@ impl Default for CacheConfig {
             runtime_label_key: "runtime".into(),
             default_runs_capacity: 2,
             heartbeat_stale_after: Duration::from_secs(15),
+            released_condition: Some(crate::crd::DEFAULT_RELEASED_CONDITION.to_owned()),
         }
     }
 }

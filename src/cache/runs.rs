@@ -127,7 +127,8 @@ impl RunCache {
         }
 
         let assigned: Option<String> = status.assigned_pod.clone().filter(|p| !p.is_empty());
-        let active = phase::is_active(status.phase.as_deref()) && assigned.is_some();
+        let released = status.is_released(self.config.released_condition.as_deref());
+        let active = status.consumes(self.config.released_condition.as_deref());
         let counted = match (active, assigned.as_deref()) {
             (true, Some(pod)) => {
                 let amounts = accounted_requests(run.requests()).intern(names);
@@ -162,6 +163,7 @@ impl RunCache {
         if let Some(a) = nss.assumed.get(&uid) {
             let handed_over = entry.counted.as_ref().is_some_and(|(p, _)| *p == a.pod);
             let moved_on = phase::is_terminal(entry.status.phase.as_deref())
+                || released
                 || entry.deleting && !active
                 || assigned.as_deref().is_some_and(|p| p != &*a.pod);
             if handed_over || moved_on {

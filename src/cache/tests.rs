@@ -554,3 +554,110 @@ mod prop {
         }
     }
 }
+
+// === Function release (kruntimes) ===
+
+fn released(mut r: Run, condition: &str, status: &str) -> Run {
+    let s = r.status.get_or_insert_with(Default::default);
+    s.conditions
+        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: condition.into(),
+            status: status.into(),
+            reason: "Unregistered".into(),
+            message: String::new(),
+            last_transition_time: Time(now()),
+            observed_generation: None,
+        });
+    r
+}
+
+#[test]
+fn released_function_run_stops_counting_and_wakes_pending() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    let ready = with_status(mk_run("f", "py", &[]), "Ready", Some("rp-1"));
+    c.apply_run(&ready);
+    assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "1")]));
+    c.apply_run(&mk_run("b", "py", &[]));
+    assert_eq!(drain(&c), vec!["b"]);
+    assert!(matches!(
+        c.schedule_one(&key("b"), now()),
+        Decision::Pending { .. }
+    ));
+    // A False condition, or another type, changes nothing.
+    c.apply_run(&released(ready.clone(), DEFAULT_RELEASED, "False"));
+    c.apply_run(&released(ready.clone(), "example.com/Other", "True"));
+    assert_eq!(usage(&c, "rp-1").0, m(&[("runs", "1")]));
+    // Released while still Ready: usage goes, b is woken and fits.
+    c.apply_run(&released(ready, DEFAULT_RELEASED, "True"));
+    assert_eq!(usage(&c, "rp-1").0, m(&[]));
+    assert_eq!(drain(&c), vec!["b"]);
+    assert_eq!(reserved_pod(&c.schedule_one(&key("b"), now())), "rp-1");
+    c.check_invariants().unwrap();
+}
+
+const DEFAULT_RELEASED: &str = crate::crd::DEFAULT_RELEASED_CONDITION;
+
+#[test]
+fn released_condition_is_configurable_and_can_be_off() {
+    let mk = |released_condition: Option<&str>| {
+        RunCache::new(
+            CacheConfig {
+                released_condition: released_condition.map(str::to_owned),
+                ..CacheConfig::default()
+            },
+            Arc::new(WorkQueue::default()),
+            Arc::new(Metrics::default()),
+        )
+    };
+    let run = |cond: &str| {
+        released(
+            with_status(mk_run("f", "py", &[]), "Running", Some("rp-1")),
+            cond,
+            "True",
+        )
+    };
+    let custom = mk(Some("example.com/Released"));
+    custom.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    custom.apply_run(&run(DEFAULT_RELEASED));
+    assert_eq!(
+        usage(&custom, "rp-1").0,
+        m(&[("runs", "1")]),
+        "not the configured type"
+    );
+    custom.apply_run(&run("example.com/Released"));
+    assert_eq!(usage(&custom, "rp-1").0, m(&[]));
+    let off = mk(None);
+    off.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    off.apply_run(&run(DEFAULT_RELEASED));
+    assert_eq!(
+        usage(&off, "rp-1").0,
+        m(&[("runs", "1")]),
+        "no condition configured"
+    );
+}
+
+#[test]
+fn released_or_timed_out_run_drops_its_assumed_reservation() {
+    for (phase, cond) in [
+        ("Scheduled", true),
+        ("Timeout", false),
+        ("Cancelled", false),
+    ] {
+        let c = mk_cache();
+        c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+        c.apply_run(&mk_run("a", "py", &[]));
+        assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+        assert_eq!(usage(&c, "rp-1").1, m(&[("runs", "1")]));
+        // The watch shows a on rp-1 already released, or terminal with a
+        // phase kruntimes writes after unregistering a function: nothing
+        // is held, neither assumed nor actual.
+        let mut seen = with_status(mk_run("a", "py", &[]), phase, Some("rp-1"));
+        if cond {
+            seen = released(seen, DEFAULT_RELEASED, "True");
+        }
+        c.apply_run(&seen);
+        assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[])), "{phase}");
+        c.check_invariants().unwrap();
+    }
+}

@@ -124,6 +124,19 @@ fn agent_sidecar_manifest_is_valid_kubernetes() {
         env(runtimed, "KRUNTIMES_AGENT_SOCKET").flatten(),
         Some(socket.clone())
     );
+    // The journal beside the socket is on tmpfs (an in-memory emptyDir):
+    // it outlives container restarts and needs no fdatasync.
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "agent-socket")
+        .and_then(|v| v.empty_dir.as_ref())
+        .expect("socket volume is an emptyDir");
+    assert_eq!(volume.medium.as_deref(), Some("Memory"));
+    assert!(
+        env(agent, "KRS_AGENT_JOURNAL").is_none() && env(agent, "KRS_AGENT_NO_JOURNAL").is_none()
+    );
     let role: Role = serde_json::from_value(docs[1].clone()).expect("role");
     let rules = role.rules.unwrap_or_default();
     for (group, resource) in [("", "pods"), ("kruntimes.io", "runs")] {

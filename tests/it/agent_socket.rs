@@ -1341,3 +1341,111 @@ async fn agent_sweeper_releases_holds_the_watch_never_shows() {
     sweeper.abort();
     h.stop().await;
 }
+
+/// `run` with condition `type_` `True`: its function released.
+fn function_released(mut run: Run, type_: &str) -> Run {
+    let status = run.status.get_or_insert_with(Default::default);
+    status
+        .conditions
+        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: "FunctionUnregistered".into(),
+            message: "function released".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        });
+    run
+}
+
+#[tokio::test]
+async fn agent_released_function_run_frees_its_hold_for_the_next_run() {
+    let h = Arc::new(
+        Harness::start(
+            "function-release",
+            4,
+            Some(mk_pod(&[("runs", "1")])),
+            vec![
+                mk_run("f", "Scheduled", Some(POD), &[]),
+                mk_run("b", "Scheduled", Some(POD), &[]),
+            ],
+        )
+        .await,
+    );
+    // f is admitted and becomes a Ready function; b does not fit.
+    assert_eq!(h.reserve("f", None, "").await.0, StatusCode::CREATED);
+    h.agent
+        .apply_run_event(Event::Apply(mk_run("f", "Ready", Some(POD), &[])));
+    assert_eq!(h.reserve("b", None, "").await.0, StatusCode::CONFLICT);
+    let waiter = {
+        let h = Arc::clone(&h);
+        tokio::spawn(async move { h.reserve("b", None, "?wait=10s").await.0 })
+    };
+    until_queued(&h, "b").await;
+    // A Ready condition of another type releases nothing.
+    h.agent.apply_run_event(Event::Apply(function_released(
+        mk_run("f", "Ready", Some(POD), &[]),
+        "Ready",
+    )));
+    assert_eq!(h.status().await["reserved"], json!({"runs": "1"}));
+    // The watch shows f's function released while f is still Ready: its
+    // hold goes and b, waiting, is admitted.
+    h.agent.apply_run_event(Event::Apply(function_released(
+        mk_run("f", "Ready", Some(POD), &[]),
+        kruntimes_scheduler::crd::DEFAULT_RELEASED_CONDITION,
+    )));
+    assert_eq!(waiter.await.expect("join"), StatusCode::CREATED);
+    let st = h.status().await;
+    let holders: Vec<&str> = st["reservations"]
+        .as_array()
+        .expect("reservations")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(holders, ["b"], "{st}");
+    // runtimed's own DELETE for f afterwards is idempotent.
+    assert_eq!(h.release("f").await, StatusCode::NO_CONTENT);
+    assert_eq!(h.status().await["reserved"], json!({"runs": "1"}));
+}
+
+#[tokio::test]
+async fn agent_released_condition_type_is_configurable() {
+    let mut config = config(4);
+    config.released_condition = Some("example.com/Unregistered".into());
+    let agent = Agent::new(config, Duration::from_secs(10));
+    for e in [
+        Event::Init,
+        Event::InitApply(mk_pod(&[("runs", "1")])),
+        Event::InitDone,
+    ] {
+        agent.apply_pod_event(e);
+    }
+    for e in [
+        Event::Init,
+        Event::InitApply(mk_run("f", "Running", Some(POD), &[])),
+        Event::InitApply(mk_run("b", "Scheduled", Some(POD), &[])),
+        Event::InitDone,
+    ] {
+        agent.apply_run_event(e);
+    }
+    let h = Harness::serve("function-release-type", agent).await;
+    assert_eq!(h.reserve("b", None, "").await.0, StatusCode::CONFLICT);
+    // The default type is not the one configured: f still holds.
+    h.agent.apply_run_event(Event::Apply(function_released(
+        mk_run("f", "Running", Some(POD), &[]),
+        kruntimes_scheduler::crd::DEFAULT_RELEASED_CONDITION,
+    )));
+    assert_eq!(h.reserve("b", None, "").await.0, StatusCode::CONFLICT);
+    h.agent.apply_run_event(Event::Apply(function_released(
+        mk_run("f", "Running", Some(POD), &[]),
+        "example.com/Unregistered",
+    )));
+    assert_eq!(
+        h.reserve("b", None, "").await.0,
+        StatusCode::OK,
+        "admitted from the queue"
+    );
+    h.stop().await;
+}

@@ -42,6 +42,7 @@ mod disruption;
 mod dra;
 mod extender;
 mod faults;
+mod function_release;
 mod gang;
 mod hierarchy;
 mod hostile;

@@ -11,7 +11,9 @@
 //!
 //! Percentiles are nearest rank (`testkit::percentile`). `decide` runs in
 //! process; the others start the real binary (`serve`) on
-//! a loopback port and talk HTTP to it, as an operator would.
+//! a loopback port and talk HTTP to it, as an operator would: the one this
+//! build made, or the one `KRS_SCALE_BIN` names (to measure another build,
+//! e.g. an earlier commit's, with the same harness).
 
 #[path = "../tests/it/apiserver/mod.rs"]
 mod apiserver;
@@ -33,13 +35,22 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The binary this build made.
 const BIN: &str = env!("CARGO_BIN_EXE_kruntimes-scheduler");
+
+/// The binary the HTTP modes start: `KRS_SCALE_BIN`, or this build's.
+fn bin() -> String {
+    std::env::var("KRS_SCALE_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
 
 fn main() {
     let mode = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with("--"))
         .unwrap_or_default();
+    if mode != "decide" && std::env::var_os("KRS_SCALE_BIN").is_some() {
+        println!("server binary: {}", bin());
+    }
     match mode.as_str() {
         "decide" => decide(),
         "plan" => plan(),
@@ -141,7 +152,7 @@ fn free_port() -> u16 {
 impl Server {
     fn start(args: &[&str]) -> Server {
         let port = free_port();
-        let child = Command::new(BIN)
+        let child = Command::new(bin())
             .arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))

@@ -7,6 +7,12 @@ use kruntimes_scheduler::serve::{self, ServeArgs};
 use kruntimes_scheduler::workload::cli::WorkloadCommand;
 use std::process::ExitCode;
 
+/// Built with `--features mimalloc`: the allocator experiment of the scale
+/// figures (README, Figures). The default build uses the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "kruntimes-scheduler",

@@ -24,7 +24,7 @@ pub mod views;
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
 use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
-use crate::model::runtime_pod::{PodFacts, Unavailable};
+use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::api::core::v1::Pod;
@@ -85,8 +85,10 @@ pub struct State {
     namespaces: HashMap<String, NsState>,
     /// Runtimes by (namespace, name).
     runtimes: BTreeMap<(String, String), Runtime>,
-    /// Interned runtime label values.
+    /// Interned runtime label values: id and the shared name.
     runtime_ids: HashMap<String, u32>,
+    /// Runtime label values by id.
+    runtime_names: Vec<Arc<str>>,
 }
 
 /// One namespace: accounting is namespace-local.
@@ -166,10 +168,30 @@ struct RuntimePod {
     cold: Box<ColdPod>,
 }
 
-/// The parts of a Runtime Pod only views and rejection messages read.
+/// The parts of a Runtime Pod only views, rejection messages and status
+/// writes read: the facts projected, not the pod (its capacity lives in
+/// the slot's ledger, its heartbeat in [`RuntimePod`]).
 struct ColdPod {
-    facts: PodFacts,
+    /// `metadata.uid` (a Run's `status.assignedPodUID`).
+    uid: Box<str>,
+    /// The runtime label value, shared by every pod of the runtime.
+    runtime: Arc<str>,
+    /// The clock-free candidate rules' verdict.
     base: Result<(), Unavailable>,
+}
+
+impl RuntimePod {
+    /// Whether the pod is a candidate in the window `w`.
+    fn available_in(&self, w: &Freshness) -> Result<(), Unavailable> {
+        self.cold
+            .base
+            .clone()
+            .and_then(|()| w.check(self.heartbeat))
+    }
+
+    fn runtime(&self) -> &str {
+        &self.cold.runtime
+    }
 }
 
 /// What the cache keeps of a Run.
@@ -263,16 +285,24 @@ impl RunCache {
             names,
             namespaces,
             runtime_ids,
+            runtime_names,
             ..
         } = &mut *st;
         let nss = namespaces.entry(ns.to_owned()).or_default();
         let old_slot = nss.pods.get(name);
         let old = old_slot.and_then(|s| s.pod.as_ref());
         let old_capacity = old_slot.map(|s| s.res.capacity()).unwrap_or_default();
-        let stale = self.config.heartbeat_stale_after;
-        let new = facts.runtime.clone().map(|rt| {
-            let next = runtime_ids.len() as u32;
-            let runtime_id = *runtime_ids.entry(rt).or_insert(next);
+        let window = Freshness::new(now, self.config.heartbeat_stale_after);
+        let new = facts.runtime.as_deref().map(|rt| {
+            let runtime_id = match runtime_ids.get(rt) {
+                Some(id) => *id,
+                None => {
+                    let id = runtime_names.len() as u32;
+                    runtime_ids.insert(rt.to_owned(), id);
+                    runtime_names.push(Arc::from(rt));
+                    id
+                }
+            };
             let capacity =
                 ResourceVec::from_pairs(facts.capacity.iter().map(|(n, a)| (names.intern(n), *a)));
             let base = facts.static_availability();
@@ -281,7 +311,11 @@ impl RunCache {
                 index: 0,
                 base_ok: base.is_ok(),
                 heartbeat: facts.heartbeat,
-                cold: Box::new(ColdPod { facts, base }),
+                cold: Box::new(ColdPod {
+                    uid: facts.uid.as_str().into(),
+                    runtime: Arc::clone(&runtime_names[runtime_id as usize]),
+                    base,
+                }),
             };
             (pod, capacity)
         });
@@ -290,21 +324,20 @@ impl RunCache {
             (Some(o), Some((n, capacity))) => {
                 old_capacity != *capacity
                     || o.runtime_id != n.runtime_id
-                    || o.cold.facts.availability(now, stale).is_ok()
-                        != n.cold.facts.availability(now, stale).is_ok()
+                    || o.available_in(&window).is_ok() != n.available_in(&window).is_ok()
             }
             _ => true,
         };
         if changed {
             for rt in [
-                old.and_then(|o| o.cold.facts.runtime.clone()),
-                new.as_ref().and_then(|(n, _)| n.cold.facts.runtime.clone()),
+                old.map(RuntimePod::runtime),
+                new.as_ref().map(|(n, _)| n.runtime()),
             ]
             .into_iter()
             .flatten()
             {
-                if !wake.contains(&rt) {
-                    wake.push(rt);
+                if !wake.iter().any(|w| w == rt) {
+                    wake.push(rt.to_owned());
                 }
             }
         }
@@ -386,9 +419,8 @@ impl RunCache {
         if let Some(o) = &old {
             nss.detach(o.runtime_id, o.index);
         }
-        let runtime = old.and_then(|p| p.cold.facts.runtime);
-        if let Some(rt) = runtime {
-            self.wake_runtime(nss, namespace, &rt, WakeCause::PodCapacity);
+        if let Some(o) = old {
+            self.wake_runtime(nss, namespace, o.runtime(), WakeCause::PodCapacity);
         }
     }
 

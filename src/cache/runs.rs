@@ -246,10 +246,10 @@ impl RunCache {
         let mut runtimes: Vec<String> = Vec::new();
         for pod in released_on {
             if let Some(slot) = nss.pods.get(&pod) {
-                if let Some(rt) = slot.pod.as_ref().and_then(|p| p.cold.facts.runtime.clone())
-                    && !runtimes.contains(&rt)
+                if let Some(rt) = slot.pod.as_ref().map(|p| p.runtime())
+                    && !runtimes.iter().any(|r| r == rt)
                 {
-                    runtimes.push(rt);
+                    runtimes.push(rt.to_owned());
                 }
                 if slot.is_empty() {
                     nss.pods.remove(&pod);
@@ -329,7 +329,7 @@ impl RunCache {
                 let pod_uid = slot
                     .pod
                     .as_ref()
-                    .map(|p| p.cold.facts.uid.clone())
+                    .map(|p| p.cold.uid.to_string())
                     .unwrap_or_default();
                 slot.res.add_assumed(&request);
                 nss.sync_res(&pod);
@@ -762,7 +762,7 @@ mod differential {
                 continue;
             }
             counts.total_pods += 1;
-            let available = p.cold.base.clone().and_then(|()| window.check(p.heartbeat));
+            let available = p.available_in(&window);
             let r = match available {
                 Err(u) => Err(Rejection::Unavailable(u)),
                 Ok(()) => evaluate(&slot.res, &req, !unknown.is_empty()),

@@ -1,6 +1,7 @@
 //! Read-only views of the cache, in the JSON shapes of the HTTP API.
 
 use super::RunCache;
+use crate::model::runtime_pod::Freshness;
 use crate::runs::placement::PendingReason;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
@@ -42,7 +43,7 @@ impl RunCache {
         runtime: Option<&str>,
         now: Timestamp,
     ) -> Vec<RuntimePodView> {
-        let stale = self.config.heartbeat_stale_after;
+        let window = Freshness::new(now, self.config.heartbeat_stale_after);
         let st = self.state.read();
         let mut nss: Vec<_> = st
             .namespaces
@@ -54,13 +55,11 @@ impl RunCache {
         for (ns, state) in nss {
             for (name, slot) in &state.pods {
                 let Some(pod) = &slot.pod else { continue };
-                let Some(rt) = pod.cold.facts.runtime.as_deref() else {
-                    continue;
-                };
+                let rt = pod.runtime();
                 if runtime.is_some_and(|r| r != rt) {
                     continue;
                 }
-                let avail = pod.cold.facts.availability(now, stale);
+                let avail = pod.available_in(&window);
                 out.push(RuntimePodView {
                     namespace: ns.clone(),
                     name: name.to_string(),

@@ -38,6 +38,9 @@ struct ResCol {
 #[derive(Debug, Default, Clone)]
 pub struct Columns {
     names: Vec<Arc<str>>,
+    /// The first 16 bytes of each name, big-endian and zero-padded: name
+    /// order without reading the name, unless two prefixes are equal.
+    prefix: Vec<u128>,
     /// The clock-free candidate rules hold.
     base_ok: Vec<bool>,
     heartbeat: Vec<Option<Timestamp>>,
@@ -95,6 +98,7 @@ impl Columns {
         heartbeat: Option<Timestamp>,
     ) -> u32 {
         let i = self.names.len() as u32;
+        self.prefix.push(name_prefix(&name));
         self.names.push(name);
         self.base_ok.push(base_ok);
         self.heartbeat.push(heartbeat);
@@ -116,6 +120,7 @@ impl Columns {
             return None;
         }
         self.names.swap_remove(i);
+        self.prefix.swap_remove(i);
         self.base_ok.swap_remove(i);
         self.heartbeat.swap_remove(i);
         self.sum_den.swap_remove(i);
@@ -188,6 +193,9 @@ impl Columns {
                 "{name}: column position {i} holds {:?}",
                 self.names.get(i)
             ));
+        }
+        if self.prefix[i] != name_prefix(name) {
+            return Err(format!("{name}: name prefix differs"));
         }
         if self.base_ok[i] != base_ok || self.heartbeat[i] != heartbeat {
             return Err(format!("{name}: availability differs"));
@@ -296,10 +304,15 @@ impl Columns {
                     continue;
                 }
                 let projected = u128::from(c.used[i]) + u128::from(*req);
-                match projected
-                    .checked_mul(u128::from(c.mult[i]))
-                    .and_then(|t| t.checked_add(num))
-                {
+                // Fast path: both factors fit 64 bits, so one widening
+                // multiply, no 128-bit overflow check (only the add can
+                // overflow).
+                let term = if projected >> 64 == 0 {
+                    Some(u128::from(projected as u64) * u128::from(c.mult[i]))
+                } else {
+                    projected.checked_mul(u128::from(c.mult[i]))
+                };
+                match term.and_then(|t| t.checked_add(num)) {
                     Some(n) => num = n,
                     None => {
                         fits = false;
@@ -333,7 +346,15 @@ impl Columns {
                 self.sum(a.index as usize, laid)
                     .cmp(&self.sum(b.index as usize, laid))
             })
-            .then_with(|| self.names[a.index as usize].cmp(&self.names[b.index as usize]))
+            .then_with(|| self.cmp_names(a.index as usize, b.index as usize))
+    }
+
+    /// Name order of two positions: by prefix, by the names on a tie.
+    #[inline]
+    fn cmp_names(&self, a: usize, b: usize) -> Ordering {
+        self.prefix[a]
+            .cmp(&self.prefix[b])
+            .then_with(|| self.names[a].cmp(&self.names[b]))
     }
 
     /// The full score of a feasible pod (for answers, not the scan).
@@ -390,7 +411,7 @@ impl Columns {
                     match self.sum(i, &laid).cmp(bs) {
                         Ordering::Less => true,
                         Ordering::Greater => false,
-                        Ordering::Equal => self.names[i] < self.names[b.index as usize],
+                        Ordering::Equal => self.cmp_names(i, b.index as usize).is_lt(),
                     }
                 }
             };
@@ -441,9 +462,8 @@ impl Columns {
             feasible.truncate(limit);
         }
         feasible.sort_unstable_by(cmp);
-        let by_name = |a: &(u32, Verdict), b: &(u32, Verdict)| {
-            self.names[a.0 as usize].cmp(&self.names[b.0 as usize])
-        };
+        let by_name =
+            |a: &(u32, Verdict), b: &(u32, Verdict)| self.cmp_names(a.0 as usize, b.0 as usize);
         if limit > 0 && rejected.len() > limit {
             rejected.select_nth_unstable_by(limit - 1, by_name);
             rejected.truncate(limit);
@@ -463,9 +483,35 @@ impl Columns {
     }
 }
 
+/// The first 16 bytes of a name as a big-endian integer, zero-padded:
+/// prefixes order as the names do, except that equal prefixes say nothing
+/// (names may go on past 16 bytes).
+fn name_prefix(name: &str) -> u128 {
+    let mut b = [0u8; 16];
+    let n = name.len().min(16);
+    b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    u128::from_be_bytes(b)
+}
+
 /// What [`Columns::plan`] found.
 pub struct ColumnPlan<'a> {
     pub feasible: Vec<(&'a Arc<str>, Score)>,
     pub rejected: Vec<(&'a Arc<str>, Verdict)>,
     pub counts: RejectionCounts,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_prefix;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Prefix order, then name order on equal prefixes, is name order,
+        /// for names shorter and longer than the 16-byte prefix.
+        #[test]
+        fn prefix_then_name_is_name_order(a in "[a-c.-]{0,20}", b in "[a-c.-]{0,20}") {
+            let by_prefix = name_prefix(&a).cmp(&name_prefix(&b)).then_with(|| a.cmp(&b));
+            prop_assert_eq!(by_prefix, a.cmp(&b));
+        }
+    }
 }

@@ -657,3 +657,39 @@ async fn read_api_and_metrics_authenticate_and_authorize_callers() {
     assert_eq!(s, 200);
     assert_eq!(reviews(&api), before);
 }
+
+/// The Pod watcher lists in pages as an API server serves them (500 a
+/// page): 1,203 Runtime Pods arrive in three pages and the cache holds
+/// every one, none twice; a pod added after the list comes by the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_listed_in_pages_and_all_arrive() {
+    let api = FakeApi::start().await;
+    for i in 0..1_203 {
+        api.put(Res::Pods, pod(&format!("rp-{i:04}"), &[("runs", "1")]));
+    }
+    let (c, task) = replica(&api).await;
+    let pod_lists = api
+        .inner
+        .lock()
+        .requests
+        .iter()
+        .filter(|r| r.resource == "pods" && r.verb == "list")
+        .count();
+    assert!(
+        pod_lists >= 3,
+        "1,203 pods in pages of 500: {pod_lists} lists"
+    );
+    let names = |c: &Cluster| -> Vec<String> {
+        c.state
+            .cache
+            .runtime_pods(Some("ns"), None, Timestamp::now())
+            .into_iter()
+            .map(|p| p.name)
+            .collect()
+    };
+    let want: Vec<String> = (0..1_203).map(|i| format!("rp-{i:04}")).collect();
+    assert_eq!(names(&c), want);
+    api.put(Res::Pods, pod("rp-9999", &[("runs", "1")]));
+    wait_for("the watched pod", || names(&c).len() == 1_204).await;
+    task.abort();
+}

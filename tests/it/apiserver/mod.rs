@@ -1,13 +1,14 @@
 //! A test API server that speaks the Kubernetes HTTP protocol for what the
 //! scheduler uses, so the real `kube::Client`, watcher and lease code run:
-//! lists with resourceVersion, watch streams with bookmarks, `410 Expired`
-//! for a compacted resourceVersion, label selectors (including objects
-//! leaving a selector), status merge patches with resourceVersion
-//! preconditions (`409 Conflict`), ResourceClaim status merge patches with
-//! uid and resourceVersion preconditions, events, Leases with
-//! server-side apply ownership of `holderIdentity`, and `pods/eviction`
-//! (a `policy/v1` Eviction with a uid precondition; `201` and the pod
-//! deleted, or `429` while a PodDisruptionBudget refuses it).
+//! lists with resourceVersion, paged by `limit` and `continue`, watch
+//! streams with bookmarks, `410 Expired` for a compacted resourceVersion,
+//! label selectors (including objects leaving a selector), status merge
+//! patches with resourceVersion preconditions (`409 Conflict`),
+//! ResourceClaim status merge patches with uid and resourceVersion
+//! preconditions, events, Leases with server-side apply ownership of
+//! `holderIdentity`, and `pods/eviction` (a `policy/v1` Eviction with a
+//! uid precondition; `201` and the pod deleted, or `429` while a
+//! PodDisruptionBudget refuses it).
 //!
 //! Fault injection: conflicts on the next N status patches, delivery lag on
 //! Run watch events, dropping every open watch, compacting history, lists
@@ -415,16 +416,47 @@ impl FakeApi {
         let _ = self.changed.send(g.rv);
     }
 
-    fn list_response(&self, res: Res, selector: Option<&str>) -> Response {
+    /// A list, paged as the API server pages it: at most `limit` items
+    /// (when given and positive), and a `continue` token naming the last
+    /// one returned while more follow.
+    fn list_response(&self, res: Res, params: &HashMap<String, String>) -> Response {
+        use std::ops::Bound;
+        let selector = params.get("labelSelector").map(String::as_str);
+        let limit = params
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0);
+        let start = match params.get("continue").filter(|c| !c.is_empty()) {
+            Some(token) => match token.split_once('/') {
+                Some((ns, name)) => Bound::Excluded((res, ns.to_owned(), name.to_owned())),
+                None => return status(400, "BadRequest", "invalid continue token"),
+            },
+            None => Bound::Included((res, String::new(), String::new())),
+        };
         let g = self.inner.lock();
-        let items: Vec<Value> = g
-            .objects
-            .iter()
-            .filter(|((r, _, _), v)| *r == res && matches(selector, v))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let mut items: Vec<Value> = Vec::new();
+        let mut last: Option<(&str, &str)> = None;
+        let mut more = false;
+        for ((r, ns, name), v) in g.objects.range((start, Bound::Unbounded)) {
+            if *r != res {
+                break;
+            }
+            if !matches(selector, v) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() == l) {
+                more = true;
+                break;
+            }
+            items.push(v.clone());
+            last = Some((ns, name));
+        }
+        let mut meta = json!({"resourceVersion": g.rv.to_string()});
+        if more && let Some((ns, name)) = last {
+            meta["continue"] = json!(format!("{ns}/{name}"));
+        }
         let body = json!({"apiVersion": res.api_version(), "kind": format!("{}List", res.kind()),
-            "metadata": {"resourceVersion": g.rv.to_string()}, "items": items});
+            "metadata": meta, "items": items});
         axum::Json(body).into_response()
     }
 
@@ -528,7 +560,7 @@ async fn list_or_watch(api: FakeApi, res: Res, params: HashMap<String, String>) 
     if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
         api.watch_response(res, &params)
     } else {
-        api.list_response(res, params.get("labelSelector").map(String::as_str))
+        api.list_response(res, &params)
     }
 }
 

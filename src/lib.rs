@@ -58,6 +58,7 @@ pub mod certs;
 pub mod cluster;
 pub mod controller;
 pub mod crd;
+pub mod explain;
 pub mod extender;
 pub mod health;
 pub mod http;

@@ -266,6 +266,7 @@ impl ServeArgs {
             run_api: c.runs,
             admission: c.admission,
             extender: c.extender && self.extender_listen.is_none(),
+            explain_pod: c.extender,
         }
     }
 
@@ -381,6 +382,7 @@ pub fn standalone(
         gangs: Arc::new(Gangs::default()),
         access: None,
         extender_limits: Default::default(),
+        api: None,
     };
     Ok(Standalone {
         state,
@@ -592,7 +594,7 @@ pub async fn cluster_with(
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(ClusterIndex::new());
     let watchers = crate::cluster::watch::spawn(
-        client,
+        client.clone(),
         Arc::clone(&cache),
         Arc::clone(&nodes),
         watches,
@@ -611,6 +613,7 @@ pub async fn cluster_with(
             gangs: Arc::new(Gangs::default()),
             access: None,
             extender_limits: Default::default(),
+            api: Some(client),
         },
         controller,
         watchers,

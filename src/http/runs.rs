@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 /// The plan response, serialized straight from the plan result (ratios are
 /// written with `collect_str`, no intermediate strings).
-struct PlanView(PlanResult);
+pub(crate) struct PlanView(pub(crate) PlanResult);
 
 impl Serialize for PlanView {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -77,7 +77,7 @@ impl<T: std::fmt::Display> Serialize for Collect<'_, T> {
 const MAX_PLAN_LIMIT: usize = 100_000;
 
 /// `?limit=N`: how many feasible and rejected pods the plan lists.
-fn plan_limit(params: &Params) -> Result<usize, ApiError> {
+pub(crate) fn plan_limit(params: &Params) -> Result<usize, ApiError> {
     let Some(raw) = params.get("limit") else {
         return Ok(DEFAULT_PLAN_LIMIT);
     };

@@ -145,13 +145,7 @@ pub async fn fetch(conn: &Connection, path: &str) -> anyhow::Result<Value> {
     };
     let (status, bytes) = tokio::time::timeout(conn.timeout, call)
         .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "{}: no answer within {:?}",
-                conn.server,
-                conn.timeout
-            )
-        })?
+        .map_err(|_| anyhow::anyhow!("{}: no answer within {:?}", conn.server, conn.timeout))?
         .map_err(|e| anyhow::anyhow!("cannot reach {}: {e}", conn.server))?;
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     if !status.is_success() {
@@ -162,7 +156,12 @@ pub async fn fetch(conn: &Connection, path: &str) -> anyhow::Result<Value> {
             .unwrap_or_else(|| String::from_utf8_lossy(&bytes).trim().to_owned());
         bail!("{} answered {status}: {why}", conn.server);
     }
-    body.with_context(|| format!("{} answered {status} with a body that is not JSON", conn.server))
+    body.with_context(|| {
+        format!(
+            "{} answered {status} with a body that is not JSON",
+            conn.server
+        )
+    })
 }
 
 fn list(v: &Value) -> Vec<&str> {

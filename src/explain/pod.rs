@@ -143,11 +143,19 @@ pub(super) async fn handler(
         ));
     };
     let Some(mut pod) = source.get(&namespace, &name).await? else {
-        return Err(ApiError::not_found(format!("pod {namespace}/{name} not found")));
+        return Err(ApiError::not_found(format!(
+            "pod {namespace}/{name} not found"
+        )));
     };
     pod.metadata.namespace = Some(namespace);
     let snap = s.nodes.read();
-    Ok(Json(explain(&snap, s.gangs.planner(), &pod, examples, domains)))
+    Ok(Json(explain(
+        &snap,
+        s.gangs.planner(),
+        &pod,
+        examples,
+        domains,
+    )))
 }
 
 /// Explains the filter for `pod` over every cached node. Read-only:
@@ -191,15 +199,17 @@ pub fn explain(
     let candidates = Candidates::Cached(Arc::clone(&refs));
     let out = decide_filter(snap, &scratch, &args, &candidates);
     let feasible: Vec<&str> = out.node_names.clone().unwrap_or_default();
-    // Reasons, grouped by message (messages are shared per reason).
-    let mut by_reason: HashMap<&str, usize> = HashMap::new();
+    // Reasons, grouped by message and resolvability.
+    // The same message may be resolvable on one node and not on another
+    // (a node too small even empty): one entry each.
+    let mut by_reason: HashMap<(&str, bool), usize> = HashMap::new();
     let mut reasons: Vec<ReasonCount> = Vec::new();
     for (list, unresolvable) in [
         (&out.failed_nodes, false),
         (&out.failed_and_unresolvable_nodes, true),
     ] {
         for (node, why) in &list.0 {
-            let at = *by_reason.entry(why).or_insert_with(|| {
+            let at = *by_reason.entry((why, unresolvable)).or_insert_with(|| {
                 reasons.push(ReasonCount {
                     reason: why.to_string(),
                     nodes: 0,
@@ -210,7 +220,6 @@ pub fn explain(
             });
             let r = &mut reasons[at];
             r.nodes += 1;
-            r.unresolvable |= unresolvable;
             if r.examples.len() < examples {
                 r.examples.push(node.to_string());
             }
@@ -318,10 +327,7 @@ fn summary(
         return s;
     }
     if nodes.feasible > 0 {
-        s.push_str(&format!(
-            "fits {} of {} nodes",
-            nodes.feasible, nodes.total
-        ));
+        s.push_str(&format!("fits {} of {} nodes", nodes.feasible, nodes.total));
         if let Some(g) = group
             && let Some(unit) = &g.unit
             && let Some(l) = g

@@ -30,9 +30,7 @@ pub(super) async fn handler(
         )));
     };
     let requests = requests.map_err(|e| {
-        ApiError::unprocessable(format!(
-            "Run {namespace}/{name} cannot be planned: {e}"
-        ))
+        ApiError::unprocessable(format!("Run {namespace}/{name} cannot be planned: {e}"))
     })?;
     let plan = s
         .cache

@@ -39,6 +39,7 @@ mod binding;
 mod cluster;
 mod deploy;
 mod dra;
+mod explain;
 mod extender;
 mod faults;
 mod gang;

@@ -121,7 +121,12 @@ pub fn report(
                     Policy::Basic => 1,
                 };
                 // The pod explained counts in its own group, as in filter.
-                let m = members(snap, &l.group.namespace, &l.group.name, this.filter(|_| at == 0));
+                let m = members(
+                    snap,
+                    &l.group.namespace,
+                    &l.group.name,
+                    this.filter(|_| at == 0),
+                );
                 (m.existing, need)
             };
             let (placed, _) = tally(snap, &l.group, QuorumCount::Placed, 0);

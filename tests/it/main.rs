@@ -51,6 +51,7 @@ mod layering;
 mod manifests;
 mod plan_limit;
 mod preempt;
+mod replay;
 mod scenario;
 mod tls;
 mod webhook_certs;

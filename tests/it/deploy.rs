@@ -1030,6 +1030,10 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
         "a gang of gangs reaching quorum sets CompositePodGroupInitiallyScheduled (tests/it/gang.rs, cluster mode)",
     ),
     (
+        "ClusterRole/kruntimes-scheduler-extender /pods get",
+        "GET /v1/explain/pod reads the pod it explains from the API (tests/it/explain.rs drives it in standalone mode)",
+    ),
+    (
         "ClusterRole/kruntimes-scheduler events.k8s.io/events patch",
         "a repeated Pending event is patched (series) rather than created again",
     ),

@@ -395,3 +395,93 @@ async fn the_cli_prints_a_short_answer_and_clear_errors() {
     assert!(!ok);
     assert!(stderr.contains(&format!("cannot reach {url}")), "{stderr}");
 }
+
+/// Cluster mode: the pod is read from the API server, and the endpoint is
+/// behind the read API's access control (`get pods` in its namespace).
+#[tokio::test]
+async fn in_cluster_mode_the_pod_is_read_from_the_api_and_access_is_checked() {
+    use crate::apiserver::{FakeApi, Res};
+    use kruntimes_scheduler::http::auth::AccessControl;
+    let api = FakeApi::start().await;
+    api.put(Res::Nodes, rack_node("n1", "r1", "8").value());
+    api.put(Res::Nodes, rack_node("n2", "r1", "8").value());
+    api.put(Res::PodGroups, pod_group("g").gang(3).value());
+    for p in ["g-0", "g-1"] {
+        api.put(
+            Res::Pods,
+            pod(p).group("g").unset(&["metadata", "uid"]).value(),
+        );
+    }
+    let mut c =
+        kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
+    testkit::wait_until("pods cached", std::time::Duration::from_secs(10), || {
+        c.state.nodes.read().pod("ml", "g-1").is_some() && c.state.nodes.read().has_node("n2")
+    })
+    .await;
+    c.state.access = Some(AccessControl::new(
+        api.client(),
+        std::time::Duration::from_secs(10),
+    ));
+    {
+        let mut g = api.inner.lock();
+        g.tokens.insert("alice-token".into(), "alice".into());
+        g.tokens.insert("bob-token".into(), "bob".into());
+        g.grants.push(("alice".into(), "get pods.".into()));
+    }
+    let uri = "/v1/explain/pod?namespace=ml&name=g-0";
+    let call = |token: Option<&'static str>| {
+        let app = router(c.state.clone());
+        async move {
+            let mut req = axum::http::Request::get(uri);
+            if let Some(t) = token {
+                req = req.header("authorization", format!("Bearer {t}"));
+            }
+            let res = tower::ServiceExt::oneshot(app, req.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = res.status();
+            let body = http_body_util::BodyExt::collect(res.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(call(None).await.0, StatusCode::UNAUTHORIZED);
+    let (status, text) = call(Some("bob-token")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(
+        text.contains("may not get pods in namespace \\\"ml\\\""),
+        "{text}"
+    );
+    let (status, text) = call(Some("alice-token")).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["pod"]["cached"], true, "{v}");
+    assert_eq!(
+        reasons(&v),
+        [(
+            "pod group ml/g: 2 of the 3 pods it needs exist".to_owned(),
+            2
+        )]
+    );
+    // The pod was read with a GET, and nothing was written.
+    let requests = api.inner.lock().requests.clone();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.verb == "get" && r.resource == "pods" && r.subresource.is_empty()),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.verb == "patch"
+            || r.verb == "update"
+            || (r.verb == "create"
+                && r.resource != "tokenreviews"
+                && r.resource != "subjectaccessreviews")),
+        "{requests:?}"
+    );
+    for w in c.watchers {
+        w.abort();
+    }
+}

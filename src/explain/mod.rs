@@ -3,7 +3,7 @@
 //! | path | served with | answers |
 //! |---|---|---|
 //! | `GET /v1/explain/pod?namespace=&name=` | the `extender` component (its cluster index) | the extender's filter for the pod over every cached node: per-reason node counts with example nodes, the pod's group and quorum, the chosen or planned domain and why the other domains cannot hold the group, the priority checks |
-//! | `GET /v1/explain/run?namespace=&name=` | the `runs` component | the dry-run plan of an existing Run, in the shape of `POST /v1/runs/plan` (`limit` on listed pods) |
+//! | `GET /v1/explain/run?namespace=&name=` | the `runs` component (a Run API route, in `http`) | the dry-run plan of an existing Run, in the shape of `POST /v1/runs/plan` (`limit` on listed pods) |
 //!
 //! Both are read-only: explain pod decides over a private copy of the gang
 //! planner ([`GangPlanner::scratch`](crate::extender::gang::GangPlanner::scratch)),
@@ -22,12 +22,10 @@
 
 pub mod cli;
 pub mod pod;
-mod run;
 
 use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::standalone::{Kind, StandaloneStore};
 use crate::extender::bind::permit::Gangs;
-use crate::http::auth::AccessControl;
 use crate::transport::{ApiError, Params};
 use axum::Router;
 use axum::http::StatusCode;
@@ -84,23 +82,12 @@ pub struct ExplainPodState {
     pub source: Option<PodSource>,
 }
 
-/// `GET /v1/explain/pod`, behind access control (`get pods`) when given.
-pub fn pod_router(state: ExplainPodState, access: Option<AccessControl>) -> Router {
-    let r = Router::new().route("/v1/explain/pod", get(pod::handler));
-    let r = match access {
-        Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
-            ac,
-            crate::http::auth::require_pod_read,
-        )),
-        None => r,
-    };
-    r.with_state(state)
-}
-
-/// `GET /v1/explain/run`, unprotected: the Run API router adds its access
-/// control (`get runs.kruntimes.io`) to it.
-pub fn run_route() -> axum::routing::MethodRouter<crate::http::RunApiState> {
-    get(run::handler)
+/// `GET /v1/explain/pod`. The service router puts it behind the read
+/// API's access control (`get pods` in the namespace asked for).
+pub fn pod_router(state: ExplainPodState) -> Router {
+    Router::new()
+        .route("/v1/explain/pod", get(pod::handler))
+        .with_state(state)
 }
 
 /// Most example nodes per reason `?examples=` may ask for.
@@ -114,7 +101,7 @@ pub const DEFAULT_DOMAINS: usize = 20;
 
 /// `namespace` and `name` of an explain request: required, a DNS label and
 /// a DNS subdomain (400 naming the parameter otherwise).
-pub(crate) fn object_params(params: &Params) -> Result<(String, String), ApiError> {
+pub fn object_params(params: &Params) -> Result<(String, String), ApiError> {
     let namespace = params
         .get("namespace")
         .ok_or_else(|| ApiError::bad_request("namespace: Required value"))?;
@@ -135,7 +122,7 @@ pub(crate) fn object_params(params: &Params) -> Result<(String, String), ApiErro
 }
 
 /// A count parameter from 0 to `max`, `default` when absent.
-pub(crate) fn count_param(
+pub fn count_param(
     params: &Params,
     key: &str,
     default: usize,

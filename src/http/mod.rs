@@ -8,7 +8,7 @@
 
 pub mod auth;
 mod objects;
-pub(crate) mod runs;
+mod runs;
 
 use crate::admission::AdmissionState;
 use crate::cache::RunCache;
@@ -169,14 +169,18 @@ fn explain_pod_router(state: &AppState) -> Router {
         (None, Some(client)) => Some(crate::explain::PodSource::Api(client.clone())),
         (None, None) => None,
     };
-    crate::explain::pod_router(
-        crate::explain::ExplainPodState {
-            nodes: Arc::clone(&state.nodes),
-            gangs: Arc::clone(&state.gangs),
-            source,
-        },
-        state.access.clone(),
-    )
+    let r = crate::explain::pod_router(crate::explain::ExplainPodState {
+        nodes: Arc::clone(&state.nodes),
+        gangs: Arc::clone(&state.gangs),
+        source,
+    });
+    match &state.access {
+        Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
+            ac.clone(),
+            auth::require_pod_read,
+        )),
+        None => r,
+    }
 }
 
 /// The extender's own listener (`--extender-listen`): only the extender
@@ -212,7 +216,7 @@ pub fn run_api_router(state: RunApiState) -> Router {
             "/v1/runtime-pods",
             get(runs::list_runtime_pods).route_layer(timed(Endpoint::RuntimePods)),
         )
-        .route("/v1/explain/run", crate::explain::run_route());
+        .route("/v1/explain/run", get(runs::explain_run));
     let run_api = match &state.access {
         Some(ac) => run_api.route_layer(axum::middleware::from_fn_with_state(
             ac.clone(),

@@ -43,10 +43,11 @@
 //! | 3 | `cache`, `health` | storage and indexes; readiness and task supervision |
 //! | 4 | `cluster` | ports and adapters |
 //! | 5 | `extender`, `admission`, `controller`, `agent` | surfaces |
-//! | 6 | `http`, `webhooks` | the Run API and router composition; webhook management |
-//! | 7 | `certs` | the certs command (uses webhook material) |
-//! | 8 | `serve` | assembly: flags, listeners, watchers |
-//! | 9 | `main` | the binary (through the library's public paths) |
+//! | 6 | `explain` | why-pending explanations over the extender's decisions; the `explain` command |
+//! | 7 | `http`, `webhooks` | the Run API and router composition; webhook management |
+//! | 8 | `certs` | the certs command (uses webhook material) |
+//! | 9 | `serve` | assembly: flags, listeners, watchers |
+//! | 10 | `main` | the binary (through the library's public paths) |
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -58,6 +59,7 @@ pub mod certs;
 pub mod cluster;
 pub mod controller;
 pub mod crd;
+pub mod explain;
 pub mod extender;
 pub mod health;
 pub mod http;

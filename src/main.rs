@@ -44,6 +44,9 @@ enum Command {
     Workload(WorkloadCommand),
     /// Write a CA and a serving certificate for the webhook Service; print the caBundle.
     Certs(kruntimes_scheduler::certs::CertsArgs),
+    /// Ask a running service why a pod or a Run is pending.
+    #[command(subcommand)]
+    Explain(kruntimes_scheduler::explain::cli::ExplainCommand),
 }
 
 fn init_logs(format: LogFormat) {
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         match command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Agent(args) => agent::run(*args).await,
+            Command::Explain(cmd) => kruntimes_scheduler::explain::cli::run(cmd).await,
             // Handled above, without an async runtime.
             Command::Workload(_) | Command::Certs(_) => Ok(()),
         }

@@ -277,6 +277,7 @@ impl ServeArgs {
             run_api: c.runs,
             admission: c.admission,
             extender: c.extender && self.extender_listen.is_none(),
+            explain_pod: c.extender,
         }
     }
 
@@ -395,6 +396,7 @@ pub fn standalone(
         access: None,
         extender_limits: Default::default(),
         evictions: Arc::default(),
+        api: None,
     };
     Ok(Standalone {
         state,
@@ -458,17 +460,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Reads a `--state` file or directory, leaving out (and logging, in one
+/// line by kind) the objects of kinds the scheduler does not model, so a
+/// `kubectl get -A -o json` snapshot of a whole cluster loads.
+pub fn load_state(
+    path: &std::path::Path,
+) -> anyhow::Result<(Vec<serde_json::Value>, crate::cluster::load::Skipped)> {
+    let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
+    let (objects, skipped) = crate::cluster::load::skip_unmodelled(objects);
+    if !skipped.is_empty() {
+        tracing::info!(path = %path.display(), skipped = skipped.total(), "--state: skipped {skipped}");
+    }
+    Ok((objects, skipped))
+}
+
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let components = args.components()?;
     let binding = args.binding_config()?;
-    let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
+    let (objects, skipped) = load_state(path)?;
     let count = objects.len();
     let mut app = standalone(args.cache_config(), objects)
         .with_context(|| format!("loading --state {}", path.display()))?;
     app.state.binding = Arc::new(BindingGate::new(binding));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     app.state.nodes.set_semantics(args.semantics());
-    tracing::info!(path = %path.display(), objects = count, components = %components.names(), "standalone mode: state loaded");
+    tracing::info!(path = %path.display(), objects = count, skipped = skipped.total(), components = %components.names(), "standalone mode: state loaded");
     let loop_task = components.runs.then(|| {
         // The one replica of standalone mode is its leader.
         app.state.metrics.leader.set(1);
@@ -657,7 +673,7 @@ pub async fn cluster_with(
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(ClusterIndex::new());
     let watchers = crate::cluster::watch::spawn(
-        client,
+        client.clone(),
         Arc::clone(&cache),
         Arc::clone(&nodes),
         watches,
@@ -677,6 +693,7 @@ pub async fn cluster_with(
             access: None,
             extender_limits: Default::default(),
             evictions: Arc::default(),
+            api: Some(client),
         },
         controller,
         watchers,

@@ -564,6 +564,33 @@ impl ClusterState {
         self.nodes.find(node)
     }
 
+    /// Every cached node, in name order, resolved to its slot, without the
+    /// reuse table [`ClusterState::resolve_names`] keeps for kube-scheduler's
+    /// lists (a read-only caller such as `/v1/explain/pod` must not evict
+    /// them).
+    pub fn all_node_refs(&self) -> Arc<NodeRefs> {
+        let names: Vec<Box<str>> = self.node_names().into_iter().map(Into::into).collect();
+        let raw = serde_json::to_string(&names).unwrap_or_default();
+        let slots: Vec<u32> = names
+            .iter()
+            .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
+            .collect();
+        let plain = names
+            .iter()
+            .all(|n| n.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'));
+        use std::hash::BuildHasher as _;
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(&raw);
+        Arc::new(NodeRefs {
+            bytes: raw.len(),
+            raw: raw.into(),
+            hash,
+            layout: self.nodes.layout,
+            names,
+            slots,
+            plain,
+        })
+    }
+
     /// Resolves a `NodeNames` array (its raw JSON text) to slot indexes,
     /// reusing the resolution of an identical array seen under the same
     /// layout: kube-scheduler sends the same list for pod after pod.

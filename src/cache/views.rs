@@ -99,4 +99,30 @@ impl RunCache {
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         out
     }
+
+    /// What `GET /v1/explain/run` plans for a cached Run: its view, its
+    /// Runtime and its effective requests (`Err`: why its spec is invalid).
+    pub fn run_inputs(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(
+        RunView,
+        String,
+        Result<crate::model::resources::Requests, String>,
+    )> {
+        let st = self.state.read();
+        let e = st.namespaces.get(namespace)?.runs.get(name)?;
+        let view = RunView {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: e.uid.clone(),
+            phase: e.status.phase.clone(),
+            assigned_pod: e.status.assigned_pod.clone(),
+            reason: status::shown_reason(&e.status).map(str::to_owned),
+            message: e.status.message.clone(),
+        };
+        let requests = e.requests.clone().map_err(|err| err.to_string());
+        Some((view, e.runtime.clone(), requests))
+    }
 }

@@ -125,6 +125,80 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// What [`skip_unmodelled`] left out: object counts by kind (`Kind` or,
+/// for a kind of another API group under a modelled name,
+/// `Kind.group`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped(pub std::collections::BTreeMap<String, usize>);
+
+impl Skipped {
+    /// Objects skipped.
+    pub fn total(&self) -> usize {
+        self.0.values().sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Display for Skipped {
+    /// One line: `12 objects of kinds the scheduler does not model:
+    /// ConfigMap 5, Deployment 4, Service 3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} objects of kinds the scheduler does not model:",
+            self.total()
+        )?;
+        for (i, (kind, n)) in self.0.iter().enumerate() {
+            write!(f, "{}{kind} {n}", if i == 0 { " " } else { ", " })?;
+        }
+        Ok(())
+    }
+}
+
+/// The API group of an apiVersion (`""` for the core group's `v1`).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// `--state` snapshots (`kubectl get ... -A -o json`, a full cluster dump)
+/// hold kinds the scheduler does not model: they are left out and counted.
+/// An object is kept when its kind is one of the kind table's and its
+/// apiVersion is in that kind's API group (any version: the store then
+/// refuses a version it does not read, as the object API does), or when it
+/// has no kind or apiVersion to judge by (the store then says what is
+/// missing). `POST /v1/objects` does not call this: it stays strict.
+pub fn skip_unmodelled(objects: Vec<Value>) -> (Vec<Value>, Skipped) {
+    use super::kinds::Kind;
+    let mut skipped = Skipped::default();
+    let kept = objects
+        .into_iter()
+        .filter(|o| {
+            let Some(kind) = o.get("kind").and_then(Value::as_str) else {
+                return true;
+            };
+            let api_version = o.get("apiVersion").and_then(Value::as_str);
+            let modelled = Kind::ALL.iter().find(|k| k.as_str() == kind);
+            let keep = match (modelled, api_version) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some(k), Some(v)) => group_of(v) == group_of(k.api_version()),
+            };
+            if !keep {
+                let label = match (modelled, api_version) {
+                    (Some(_), Some(v)) => format!("{kind}.{}", group_of(v)),
+                    _ => kind.to_owned(),
+                };
+                *skipped.0.entry(label).or_default() += 1;
+            }
+            keep
+        })
+        .collect();
+    (kept, skipped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +233,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("f.yaml: invalid YAML"), "{e}");
+    }
+
+    #[test]
+    fn unmodelled_kinds_are_skipped_and_counted() {
+        let objs = parse_documents(
+            r#"{"kind":"List","apiVersion":"v1","items":[
+                {"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}},
+                {"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d"}},
+                {"kind":"Service","apiVersion":"v1","metadata":{"name":"s1"}},
+                {"kind":"Service","apiVersion":"v1","metadata":{"name":"s2"}},
+                {"kind":"Node","apiVersion":"example.com/v1","metadata":{"name":"n"}},
+                {"kind":"PodGroup","apiVersion":"scheduling.k8s.io/v1alpha9","metadata":{"name":"g"}},
+                {"kind":"Run","metadata":{"name":"r"}},
+                {"metadata":{"name":"nokind"}}
+            ]}"#,
+            "t",
+        )
+        .unwrap();
+        let (kept, skipped) = skip_unmodelled(objs);
+        let names: Vec<&str> = kept
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        // Another version of a modelled group is kept (the store refuses it
+        // by name); no kind or no apiVersion is kept (the store says so).
+        assert_eq!(names, ["p", "g", "r", "nokind"]);
+        assert_eq!(skipped.total(), 4);
+        assert_eq!(
+            skipped.to_string(),
+            "4 objects of kinds the scheduler does not model: Deployment 1, Node.example.com 1, Service 2"
+        );
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! [`preemption`] (where preempting can help). Plans live in the
 //! [`GangPlanner`], never in the snapshot.
 
+pub mod explain;
 mod gate;
 mod hierarchy;
 mod preemption;

@@ -69,6 +69,17 @@ impl GangPlanner {
         GangPlanner::default()
     }
 
+    /// A private copy of the plans, with no notes: what a read-only caller
+    /// (`/v1/explain/pod`) decides over. Plans it makes or consults there
+    /// (and the notes it records) stay in the copy, so explaining a pod
+    /// changes no plan, expiry or group condition.
+    pub fn scratch(&self) -> GangPlanner {
+        GangPlanner {
+            plans: Mutex::new(self.plans.lock().clone()),
+            notes: Mutex::default(),
+        }
+    }
+
     /// Records why a group (the object with `uid`) cannot be placed; the
     /// filter handler publishes it ([`GangPlanner::take_notes`]). At most
     /// [`MAX_NOTES`] groups wait.

@@ -7,6 +7,8 @@
 //! | request | access checked |
 //! | --- | --- |
 //! | `/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods` | `get` on `runs.kruntimes.io`, in the `namespace` query parameter's namespace (all namespaces without one) |
+//! | `/v1/explain/run` | as the Run API |
+//! | `/v1/explain/pod` | `get` on `pods` (core group), in the `namespace` query parameter's namespace |
 //! | `/metrics` | `get` on the non-resource URL `/metrics` |
 //!
 //! No token, or one the API server does not authenticate: `401`. An
@@ -196,7 +198,11 @@ fn describe(access: &Access) -> String {
             } else {
                 format!("namespace {namespace:?}")
             };
-            format!("{verb} {resource}.{group} in {scope}")
+            if group.is_empty() {
+                format!("{verb} {resource} in {scope}")
+            } else {
+                format!("{verb} {resource}.{group} in {scope}")
+            }
         }
         Access::NonResource { path, verb } => format!("{verb} {path}"),
     }
@@ -256,6 +262,26 @@ pub async fn require_run_read(
     let access = Access::Resource {
         group: "kruntimes.io",
         resource: "runs",
+        verb: "get",
+        namespace,
+    };
+    enforce(&ac, req, next, access).await
+}
+
+/// Middleware of `/v1/explain/pod`: `get` on `pods` in the `namespace`
+/// query parameter's namespace (all namespaces without a valid one).
+pub async fn require_pod_read(
+    State(ac): State<AccessControl>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let namespace = query_param(&req, "namespace")
+        .filter(|ns| crate::workload::is_dns_label(ns))
+        .unwrap_or_default()
+        .to_owned();
+    let access = Access::Resource {
+        group: "",
+        resource: "pods",
         verb: "get",
         namespace,
     };

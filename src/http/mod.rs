@@ -54,6 +54,9 @@ pub struct AppState {
     pub extender_limits: crate::extender::limits::Limits,
     /// Follow-up evictions of `All` groups preempted across nodes.
     pub evictions: Arc<crate::extender::evict::Evictions>,
+    /// Cluster mode: the API client `/v1/explain/pod` reads the pod with
+    /// (standalone mode reads the store).
+    pub api: Option<kube::Client>,
 }
 
 /// What the Run API, the standalone objects API, health and metrics share.
@@ -111,12 +114,15 @@ impl FromRef<AppState> for AdmissionState {
 /// its own listener). Health and metrics are always served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Surfaces {
-    /// `/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`.
+    /// `/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`, `/v1/explain/run`.
     pub run_api: bool,
     /// `/admission/...`.
     pub admission: bool,
     /// `/scheduler/...`.
     pub extender: bool,
+    /// `/v1/explain/pod` (reads the extender's cluster index: served
+    /// wherever the extender component runs, on the main listener).
+    pub explain_pod: bool,
 }
 
 impl Surfaces {
@@ -125,6 +131,7 @@ impl Surfaces {
         run_api: true,
         admission: true,
         extender: true,
+        explain_pod: true,
     };
 }
 
@@ -145,12 +152,37 @@ pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
     if surfaces.extender {
         app = app.merge(crate::extender::router(ExtenderState::from_ref(&state)));
     }
+    if surfaces.explain_pod {
+        app = app.merge(explain_pod_router(&state));
+    }
     let app = finish(app);
     // Admission brings its own body limit, timeout and tracing.
     if surfaces.admission {
         app.merge(crate::admission::router(AdmissionState::from_ref(&state)))
     } else {
         app
+    }
+}
+
+/// `GET /v1/explain/pod` over the extender's cluster index and planner,
+/// reading the pod from the store (standalone) or the API server.
+fn explain_pod_router(state: &AppState) -> Router {
+    let source = match (&state.store, &state.api) {
+        (Some(store), _) => Some(crate::explain::PodSource::Store(Arc::clone(store))),
+        (None, Some(client)) => Some(crate::explain::PodSource::Api(client.clone())),
+        (None, None) => None,
+    };
+    let r = crate::explain::pod_router(crate::explain::ExplainPodState {
+        nodes: Arc::clone(&state.nodes),
+        gangs: Arc::clone(&state.gangs),
+        source,
+    });
+    match &state.access {
+        Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
+            ac.clone(),
+            auth::require_pod_read,
+        )),
+        None => r,
     }
 }
 
@@ -168,7 +200,8 @@ pub fn health_router(state: AppState) -> Router {
     finish(health(&RunApiState::from_ref(&state)))
 }
 
-/// The Run API (`/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`) over its
+/// The Run API (`/v1/runs`, `/v1/runs/plan`, `/v1/runtime-pods`,
+/// `/v1/explain/run`) over its
 /// own state, each route timed by the latency middleware, behind access
 /// control when the state has it.
 pub fn run_api_router(state: RunApiState) -> Router {
@@ -185,7 +218,8 @@ pub fn run_api_router(state: RunApiState) -> Router {
         .route(
             "/v1/runtime-pods",
             get(runs::list_runtime_pods).route_layer(timed(Endpoint::RuntimePods)),
-        );
+        )
+        .route("/v1/explain/run", get(runs::explain_run));
     let run_api = match &state.access {
         Some(ac) => run_api.route_layer(axum::middleware::from_fn_with_state(
             ac.clone(),

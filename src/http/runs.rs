@@ -1,4 +1,5 @@
-//! `POST /v1/runs/plan`, `GET /v1/runs`, `GET /v1/runtime-pods`.
+//! `POST /v1/runs/plan`, `GET /v1/runs`, `GET /v1/runtime-pods`,
+//! `GET /v1/explain/run`.
 
 use super::RunApiState;
 use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
@@ -139,4 +140,39 @@ pub(super) async fn list_runtime_pods(State(s): State<RunApiState>, params: Para
         Timestamp::now(),
     );
     Json(json!({ "items": items }))
+}
+
+/// `GET /v1/explain/run?namespace=&name=&limit=`: the dry-run plan of an
+/// existing Run, as `POST /v1/runs/plan` answers for the same Run, with
+/// the Run as the cache sees it under `run` and its `runtime`.
+pub(super) async fn explain_run(
+    State(s): State<RunApiState>,
+    params: Params,
+) -> Result<Response, ApiError> {
+    #[derive(Serialize)]
+    struct RunPlan {
+        #[serde(flatten)]
+        plan: PlanView,
+        run: crate::cache::views::RunView,
+        runtime: String,
+    }
+    let (namespace, name) = crate::explain::object_params(&params)?;
+    let limit = plan_limit(&params)?;
+    let Some((view, runtime, requests)) = s.cache.run_inputs(&namespace, &name) else {
+        return Err(ApiError::not_found(format!(
+            "Run {namespace}/{name} is not in the scheduler's cache"
+        )));
+    };
+    let requests = requests.map_err(|e| {
+        ApiError::unprocessable(format!("Run {namespace}/{name} cannot be planned: {e}"))
+    })?;
+    let plan = s
+        .cache
+        .plan_top(&namespace, &runtime, &requests, Timestamp::now(), limit);
+    Ok(Json(RunPlan {
+        plan: PlanView(plan),
+        run: view,
+        runtime,
+    })
+    .into_response())
 }

@@ -1127,6 +1127,27 @@ async fn the_extender_uses_only_what_its_rbac_grants() {
         .await
         .unwrap();
     assert_eq!(status, 200, "{body}");
+    // An operator asks the extender why a pod is pending, on its main
+    // listener (kubectl port-forward in a cluster): the pod is read from
+    // the API, the caller checked for `get pods`.
+    {
+        let mut g = api.inner.lock();
+        g.tokens.insert("ops".into(), "ops".into());
+        g.grants.push(("ops".into(), "get pods.".into()));
+    }
+    let (_, main) = listeners(container)
+        .into_iter()
+        .find(|(f, _)| f == "--listen")
+        .expect("main listener");
+    let explain = format!(
+        "http://127.0.0.1:{}/v1/explain/pod?namespace=ml&name=q",
+        main.port()
+    );
+    let (status, body) = http_with("GET", &explain, "", &[("Authorization", "Bearer ops")])
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}; log:\n{}", proc.log());
+    assert!(body.contains("\"name\":\"q\""), "{body}");
     drop(proc);
     let requests = api.inner.lock().requests.clone();
     assert!(

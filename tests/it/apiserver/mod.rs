@@ -231,6 +231,17 @@ pub struct FakeApi {
     pub url: String,
 }
 
+/// `GET` of one Pod (`/v1/explain/pod` reads the pod it explains).
+async fn get_pod(
+    State(api): State<FakeApi>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    match api.get(Res::Pods, &ns, &name) {
+        Some(pod) => axum::Json(pod).into_response(),
+        None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
+    }
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code});
@@ -303,6 +314,7 @@ impl FakeApi {
                 "/api/v1/namespaces/{ns}/pods/{name}/eviction",
                 axum::routing::post(create_eviction),
             )
+            .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
             .merge(table_routes())
             .merge(webhook_routes())
             .fallback(|| async {

@@ -2,7 +2,8 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef, PodBinding, WriteError,
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef, PodBinding,
+    WriteError,
 };
 use crate::crd::{Run, RunStatus};
 use crate::model::refs::GroupRef;
@@ -190,7 +191,7 @@ impl ClusterWriter for KubeWriter {
         &'a self,
         object: &'a ObjectRef,
         kind: EventKind,
-        reason: &'a str,
+        reason: EventReason,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
@@ -202,7 +203,7 @@ impl ClusterWriter for KubeWriter {
                 uid: (!object.uid.is_empty()).then(|| object.uid.clone()),
                 ..ObjectReference::default()
             };
-            self.publish(&reference, kind, reason, note).await;
+            self.publish(&reference, kind, reason.as_str(), note).await;
         })
     }
 }

@@ -209,6 +209,16 @@ pub enum GangWait {
     Cancelled,
 }
 
+impl GangWait {
+    pub const ALL: [GangWait; 5] = [
+        GangWait::Quorum,
+        GangWait::Released,
+        GangWait::Expired,
+        GangWait::Refused,
+        GangWait::Cancelled,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GangWaitLabels {
     pub outcome: GangWait,
@@ -238,6 +248,21 @@ pub enum BindFailureCause {
     Binding,
     /// The call was dropped (caller gone, timeout) before it answered.
     Cancelled,
+}
+
+impl BindFailureCause {
+    pub const ALL: [BindFailureCause; 10] = [
+        BindFailureCause::Invalid,
+        BindFailureCause::NodeGone,
+        BindFailureCause::NotCached,
+        BindFailureCause::Replaced,
+        BindFailureCause::DevicesNotReady,
+        BindFailureCause::DevicesFailed,
+        BindFailureCause::Hierarchy,
+        BindFailureCause::GangExpired,
+        BindFailureCause::Binding,
+        BindFailureCause::Cancelled,
+    ];
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -541,6 +566,14 @@ impl Default for Metrics {
             "1 while this replica runs the Run loop as leader (it holds the Lease, or leader election is off), else 0",
             leader.clone(),
         );
+        // The fixed outcomes and causes exist at 0 from the start, so
+        // `increase()` over them sees the first event.
+        for outcome in GangWait::ALL {
+            let _ = gang_waits.get_or_create(&GangWaitLabels { outcome });
+        }
+        for cause in BindFailureCause::ALL {
+            let _ = bind_failures.get_or_create(&BindFailureLabels { cause });
+        }
         Metrics {
             registry: root,
             extender_seconds,

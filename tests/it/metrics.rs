@@ -259,3 +259,50 @@ async fn every_named_series_is_exported_after_a_scenario() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn standalone_mode_records_the_scheduled_event_and_the_pending_gauge() {
+    use crate::common::{app, get, heartbeat, post};
+    use kruntimes_scheduler::cluster::{EventKind, EventReason};
+    let app = app("state.yaml");
+    heartbeat(&app, "team-a").await;
+    for (name, gpu) in [("fits", "1"), ("too-big", "9")] {
+        let r = post(
+            &app,
+            "/v1/objects",
+            &format!(r#"{{"kind":"Run","metadata":{{"name":"{name}","namespace":"team-a"}},"spec":{{"runtime":"py","resources":{{"requests":{{"gpu":"{gpu}"}}}}}}}}"#),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    }
+    app.controller.drain().await;
+    let store = app.state.store.as_ref().expect("standalone");
+    let events = store.events();
+    let scheduled = events
+        .iter()
+        .find(|e| e.name == "fits")
+        .expect("an event for the placed Run");
+    assert_eq!(scheduled.event_type, EventKind::Normal);
+    assert_eq!(scheduled.reason, EventReason::Scheduled);
+    assert_eq!(scheduled.kind, "Run");
+    assert!(scheduled.note.starts_with("assigned to Runtime Pod "), "{scheduled:?}");
+    let pending = events
+        .iter()
+        .find(|e| e.name == "too-big")
+        .expect("an event for the pending Run");
+    assert_eq!(pending.event_type, EventKind::Warning);
+    assert_eq!(pending.reason, EventReason::InsufficientCapacity);
+
+    let m = get(&app, "/metrics").await.text;
+    assert_eq!(
+        value(&m, "kruntimes_runs_pending{reason=\"InsufficientCapacity\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    // The store stamps creationTimestamp on create: the placed Run is timed.
+    assert_eq!(
+        value(&m, "kruntimes_run_scheduling_duration_seconds_count"),
+        Some(1.0),
+        "{m}"
+    );
+}

@@ -45,8 +45,7 @@ fn main() {
     // Only characters a label value and a version string need.
     if let Some(r) = revision.filter(|r| {
         r.len() <= 64
-            && r
-                .chars()
+            && r.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
     }) {
         println!("cargo:rustc-env=KRUNTIMES_REVISION={r}");

@@ -541,7 +541,10 @@ impl ClusterState {
     /// PriorityClasses, allocated ResourceClaims, ResourceSlices.
     pub fn sizes(&self) -> [(&'static str, usize); 8] {
         [
-            ("Node", self.nodes.iter().filter(|s| s.node.is_some()).count()),
+            (
+                "Node",
+                self.nodes.iter().filter(|s| s.node.is_some()).count(),
+            ),
             ("Pod", self.pods.len()),
             ("AssumedPod", self.assumed.len()),
             ("PodGroup", self.groups.len()),

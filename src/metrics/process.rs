@@ -183,7 +183,10 @@ mod tests {
         assert_eq!(s.max_fds, Some(1024));
         assert_eq!(s.threads, Some(7));
         // Garbage leaves fields out rather than failing.
-        assert_eq!(ProcessSample::parse("", "junk", "", ""), ProcessSample::default());
+        assert_eq!(
+            ProcessSample::parse("", "junk", "", ""),
+            ProcessSample::default()
+        );
     }
 
     #[cfg(target_os = "linux")]

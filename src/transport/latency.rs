@@ -215,7 +215,11 @@ mod tests {
             .route("/slow", post(slow).layer(layer));
         let resp = app
             .clone()
-            .oneshot(Request::post("/marked").body(Body::empty()).expect("request"))
+            .oneshot(
+                Request::post("/marked")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
             .await
             .expect("infallible");
         assert_eq!(resp.status(), StatusCode::OK);

@@ -84,7 +84,12 @@ pub async fn scenario() -> Scraped {
     let app = || router(c.state.clone());
     // Extender: a filter answered, a bind that fails inside the protocol
     // (the pod is not cached: 200 with Error), a body that is not JSON.
-    let r = testkit::post(app(), "/scheduler/filter", &fixture("extender/filter-full.json")).await;
+    let r = testkit::post(
+        app(),
+        "/scheduler/filter",
+        &fixture("extender/filter-full.json"),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let r = testkit::post(
         app(),
@@ -93,7 +98,11 @@ pub async fn scenario() -> Scraped {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert!(!r.body["Error"].as_str().unwrap_or_default().is_empty(), "{}", r.text);
+    assert!(
+        !r.body["Error"].as_str().unwrap_or_default().is_empty(),
+        "{}",
+        r.text
+    );
     let r = testkit::post(app(), "/scheduler/bind", "{not json").await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
 
@@ -193,11 +202,17 @@ async fn every_named_series_is_exported_after_a_scenario() {
 
     // The values say what happened.
     assert_eq!(
-        value(&m, "kruntimes_runs_pending{reason=\"InsufficientCapacity\"}"),
+        value(
+            &m,
+            "kruntimes_runs_pending{reason=\"InsufficientCapacity\"}"
+        ),
         Some(1.0),
         "{m}"
     );
-    assert_eq!(value(&m, "kruntimes_runs_pending{reason=\"Queued\"}"), Some(0.0));
+    assert_eq!(
+        value(&m, "kruntimes_runs_pending{reason=\"Queued\"}"),
+        Some(0.0)
+    );
     assert!(value(&m, "kruntimes_runs_pending_oldest_seconds").is_some_and(|s| s >= 0.0));
     assert_eq!(
         value(&m, "kruntimes_run_scheduling_duration_seconds_count"),
@@ -224,15 +239,26 @@ async fn every_named_series_is_exported_after_a_scenario() {
         let prefix = format!("kruntimes_admission_review_duration_seconds_count{{{labels}}}");
         assert_eq!(value(&m, &prefix), Some(n), "{prefix}:\n{m}");
     }
-    assert_eq!(value(&m, "kruntimes_cache_objects{kind=\"Run\"}"), Some(2.0), "{m}");
-    assert_eq!(value(&m, "kruntimes_cache_objects{kind=\"RuntimePod\"}"), Some(1.0), "{m}");
+    assert_eq!(
+        value(&m, "kruntimes_cache_objects{kind=\"Run\"}"),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(
+        value(&m, "kruntimes_cache_objects{kind=\"RuntimePod\"}"),
+        Some(1.0),
+        "{m}"
+    );
     assert_eq!(value(&m, "kruntimes_gang_members_held"), Some(0.0));
     assert_eq!(
         value(&m, "kruntimes_gang_waits_total{outcome=\"Expired\"}"),
         Some(0.0),
         "the fixed outcomes are exported before the first wait:\n{m}"
     );
-    assert!(m.contains("kruntimes_watch_errors_total{kind=\"Pod\"}"), "{m}");
+    assert!(
+        m.contains("kruntimes_watch_errors_total{kind=\"Pod\"}"),
+        "{m}"
+    );
     let build = m
         .lines()
         .find(|l| l.starts_with("kruntimes_build_info{"))
@@ -242,10 +268,18 @@ async fn every_named_series_is_exported_after_a_scenario() {
             && build.contains("revision=\""),
         "{build}"
     );
-    assert!(value(&m, "kruntimes_certificate_expiry_timestamp_seconds{certificate=\"Serving\"}")
-        .is_some_and(|t| t > Timestamp::now().as_second() as f64));
+    assert!(
+        value(
+            &m,
+            "kruntimes_certificate_expiry_timestamp_seconds{certificate=\"Serving\"}"
+        )
+        .is_some_and(|t| t > Timestamp::now().as_second() as f64)
+    );
     assert!(value(&m, "process_resident_memory_bytes").is_some_and(|b| b > 0.0));
-    assert!(!m.contains("kruntimes_process_"), "process series are not prefixed");
+    assert!(
+        !m.contains("kruntimes_process_"),
+        "process series are not prefixed"
+    );
     assert!(!m.contains("endpoint=\""), "the old label is gone:\n{m}");
 
     // A Normal Scheduled event on the placed Run.
@@ -285,7 +319,10 @@ async fn standalone_mode_records_the_scheduled_event_and_the_pending_gauge() {
     assert_eq!(scheduled.event_type, EventKind::Normal);
     assert_eq!(scheduled.reason, EventReason::Scheduled);
     assert_eq!(scheduled.kind, "Run");
-    assert!(scheduled.note.starts_with("assigned to Runtime Pod "), "{scheduled:?}");
+    assert!(
+        scheduled.note.starts_with("assigned to Runtime Pod "),
+        "{scheduled:?}"
+    );
     let pending = events
         .iter()
         .find(|e| e.name == "too-big")
@@ -295,7 +332,10 @@ async fn standalone_mode_records_the_scheduled_event_and_the_pending_gauge() {
 
     let m = get(&app, "/metrics").await.text;
     assert_eq!(
-        value(&m, "kruntimes_runs_pending{reason=\"InsufficientCapacity\"}"),
+        value(
+            &m,
+            "kruntimes_runs_pending{reason=\"InsufficientCapacity\"}"
+        ),
         Some(1.0),
         "{m}"
     );

@@ -117,7 +117,10 @@ fn a_misspelled_series_is_caught() {
     let ast = parser::parse("sum(rate(kruntimes_no_such_series_total[5m])) > 1").unwrap();
     let mut names = BTreeSet::new();
     metric_names(&ast, &mut names);
-    assert_eq!(names, BTreeSet::from(["kruntimes_no_such_series_total".to_owned()]));
+    assert_eq!(
+        names,
+        BTreeSet::from(["kruntimes_no_such_series_total".to_owned()])
+    );
     assert!(parser::parse("sum(rate(x[5m]) > ").is_err());
 }
 
@@ -143,7 +146,10 @@ fn the_alerts_have_summaries_and_runbooks() {
                 .unwrap_or_else(|| panic!("README has no runbook heading for {name}"));
             let body = &readme[at + heading.len()..];
             let para = body.split("\n#").next().unwrap_or_default();
-            assert!(para.trim().len() > 200, "{name}: runbook paragraph too short");
+            assert!(
+                para.trim().len() > 200,
+                "{name}: runbook paragraph too short"
+            );
             alerts.push(name.to_owned());
         }
     }
@@ -248,20 +254,39 @@ fn the_component_renders_with_the_shape_the_operator_needs() {
     let port = ep["port"].as_str().unwrap();
     let services: Vec<&Value> = of("Service")
         .into_iter()
-        .filter(|s| labels_match(&sm["spec"]["selector"]["matchLabels"], &s["metadata"]["labels"]))
+        .filter(|s| {
+            labels_match(
+                &sm["spec"]["selector"]["matchLabels"],
+                &s["metadata"]["labels"],
+            )
+        })
         .collect();
-    assert_eq!(services.len(), 2, "the Run scheduler and the extender are scraped");
-    let ns = sm["spec"]["namespaceSelector"]["matchNames"][0].as_str().unwrap();
+    assert_eq!(
+        services.len(),
+        2,
+        "the Run scheduler and the extender are scraped"
+    );
+    let ns = sm["spec"]["namespaceSelector"]["matchNames"][0]
+        .as_str()
+        .unwrap();
     for svc in &services {
         assert_eq!(svc["metadata"]["namespace"], ns);
-        assert_eq!(svc["spec"]["clusterIP"], "None", "every replica is a target");
+        assert_eq!(
+            svc["spec"]["clusterIP"], "None",
+            "every replica is a target"
+        );
         let ports = svc["spec"]["ports"].as_array().unwrap();
         assert_eq!(ports.len(), 1, "only the health port is exposed");
         assert_eq!(ports[0]["name"], port);
         let target = ports[0]["targetPort"].as_str().unwrap();
         let deploys: Vec<&Value> = of("Deployment")
             .into_iter()
-            .filter(|d| labels_match(&svc["spec"]["selector"], &d["spec"]["template"]["metadata"]["labels"]))
+            .filter(|d| {
+                labels_match(
+                    &svc["spec"]["selector"],
+                    &d["spec"]["template"]["metadata"]["labels"],
+                )
+            })
             .collect();
         assert_eq!(deploys.len(), 1, "{}", svc["metadata"]["name"]);
         let containers = deploys[0]["spec"]["template"]["spec"]["containers"]
@@ -283,7 +308,8 @@ fn the_component_renders_with_the_shape_the_operator_needs() {
             .filter_map(Value::as_str)
             .collect();
         assert!(
-            args.iter().any(|a| a.starts_with("--health-listen=0.0.0.0:")),
+            args.iter()
+                .any(|a| a.starts_with("--health-listen=0.0.0.0:")),
             "{args:?}"
         );
     }
@@ -298,7 +324,10 @@ fn the_component_renders_with_the_shape_the_operator_needs() {
         for r in g["rules"].as_array().unwrap() {
             assert!(r["alert"].is_string() && r["expr"].is_string(), "{r}");
             if let Some(f) = r["for"].as_str() {
-                assert!(f.ends_with('m') || f.ends_with('h') || f.ends_with('s'), "{f}");
+                assert!(
+                    f.ends_with('m') || f.ends_with('h') || f.ends_with('s'),
+                    "{f}"
+                );
             }
         }
     }

@@ -2,7 +2,10 @@
 # in a minimal image.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+# The source revision for kruntimes_build_info (the build context has no
+# .git): docker build --build-arg KRUNTIMES_REVISION=$(git rev-parse --short=12 HEAD) .
+ARG KRUNTIMES_REVISION
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY benches ./benches
 COPY tests ./tests

@@ -7,8 +7,10 @@
 # first use.
 #
 # Documents of kinds the schema does not know (instances of custom
-# resources, e.g. cert-manager's) are reported as WARN and skipped;
-# CustomResourceDefinitions themselves are validated.
+# resources, e.g. cert-manager's, or the monitoring component's
+# ServiceMonitor and PrometheusRule) are reported as WARN and skipped; their
+# shape is checked by tests/it/monitoring.rs (and the PromQL they hold
+# against a real scrape). CustomResourceDefinitions themselves are validated.
 #
 #   K8S_VERSION                  Kubernetes version to validate against (1.37)
 #   KUBERNETES_VALIDATE_VERSION  kubernetes-validate release to install (1.37.0)

@@ -3,10 +3,10 @@
 //! through the [`ClusterWriter`], releasing the reservation if the write fails.
 
 use crate::cache::{Decision, RunCache};
-use crate::cluster::{ClusterWriter, EventKind, ObjectRef, WriteError};
+use crate::cluster::{ClusterWriter, EventKind, EventReason, ObjectRef, WriteError};
 use crate::crd::RunStatus;
 use crate::health::{self, AbortOnDrop, Exit};
-use crate::metrics::{Endpoint, Task, WriteResult};
+use crate::metrics::{Operation, Task, WriteResult};
 use crate::model::refs::RunRef;
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::jiff::Timestamp;
@@ -158,20 +158,33 @@ impl RunController {
         uid: String,
         rv: Option<&str>,
         status: &RunStatus,
-        reason: &str,
+        reason: EventReason,
     ) -> Result<(), WriteError> {
         self.write(key, rv, status).await?;
         let message = status.message.as_deref().unwrap_or("");
-        tracing::info!(run = %key, phase = status.phase.as_deref().unwrap_or(""), reason, message, "not scheduled");
+        tracing::info!(run = %key, phase = status.phase.as_deref().unwrap_or(""), %reason, message, "not scheduled");
+        self.event(key, uid, EventKind::Warning, reason, message)
+            .await;
+        Ok(())
+    }
+
+    /// Records an Event on a Run.
+    async fn event(
+        &self,
+        key: &RunKey,
+        uid: String,
+        kind: EventKind,
+        reason: EventReason,
+        message: &str,
+    ) {
         let run = RunRef {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             uid,
         };
         self.writer
-            .record_event(&ObjectRef::run(&run), EventKind::Warning, reason, message)
+            .record_event(&ObjectRef::run(&run), kind, reason, message)
             .await;
-        Ok(())
     }
 
     /// One cycle for one Run.
@@ -185,6 +198,7 @@ impl RunController {
                 pod,
                 resource_version,
                 status,
+                created,
             } => {
                 let mut unsettled = Unsettled {
                     cache: &self.cache,
@@ -200,7 +214,14 @@ impl RunController {
                 match written {
                     Ok(()) => {
                         metrics.runs_scheduled.inc();
+                        if let Some(created) = created {
+                            let waited = Timestamp::now().duration_since(created);
+                            metrics.run_scheduled_after(waited.as_secs_f64());
+                        }
                         tracing::debug!(run = %key, %pod, "scheduled");
+                        let message = status.message.as_deref().unwrap_or("");
+                        self.event(key, uid, EventKind::Normal, EventReason::Scheduled, message)
+                            .await;
                         CycleOutcome::Scheduled { pod }
                     }
                     Err(e) => self.failed_write(key, e),
@@ -216,7 +237,7 @@ impl RunController {
                 let rv = resource_version.as_deref();
                 if write
                     && let Err(e) = self
-                        .write_with_event(key, uid, rv, &status, reason.as_str())
+                        .write_with_event(key, uid, rv, &status, reason.into())
                         .await
                 {
                     return self.failed_write(key, e);
@@ -233,7 +254,7 @@ impl RunController {
                 write,
             } => {
                 let rv = resource_version.as_deref();
-                let reason = crate::runs::status::INVALID_RESOURCE_REQUEST;
+                let reason = EventReason::InvalidResourceRequest;
                 if write && let Err(e) = self.write_with_event(key, uid, rv, &status, reason).await
                 {
                     return self.failed_write(key, e);
@@ -241,7 +262,7 @@ impl RunController {
                 CycleOutcome::Failed { written: write }
             }
         };
-        metrics.observe(Endpoint::ScheduleCycle, start);
+        metrics.observe(Operation::ScheduleCycle, start);
         self.pending_backoff(key, &outcome);
         outcome
     }

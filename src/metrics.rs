@@ -1,21 +1,48 @@
 //! Prometheus metrics. Label values come from fixed enums only, never from
 //! user-controlled names, namespaces or resource names.
+//!
+//! Three kinds of series:
+//!
+//! - counters and histograms updated where things happen (decisions,
+//!   writes, binds, reviews), the per-route ones through the latency
+//!   middleware ([`crate::transport::latency`]), which times failed and
+//!   dropped requests too;
+//! - gauges of state (pending Runs by reason, cache sizes, gang holds)
+//!   set from the caches when `/metrics` is scraped ([`StateSample`]);
+//! - `build_info` and the standard `process_*` series (read from `/proc`
+//!   at scrape time by [`process::ProcessCollector`]), without the
+//!   `kruntimes_` prefix for the latter, as Prometheus' own clients name them.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use crate::runs::placement::PendingReason;
-use crate::transport::{LatencyLayer, LatencyObserver};
+use crate::transport::{Answer, LatencyLayer, LatencyObserver};
 
-/// Which decision a latency sample belongs to.
+pub mod process;
+
+/// The crate version, for `kruntimes_build_info`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The source revision the binary was built from (`git rev-parse` at build
+/// time by build.rs, or `KRUNTIMES_REVISION`), else `unknown`.
+pub const REVISION: &str = match option_env!("KRUNTIMES_REVISION") {
+    Some(r) => r,
+    None => "unknown",
+};
+
+/// Which decision a latency sample belongs to (label `operation` of
+/// `kruntimes_decision_duration_seconds`; it was `endpoint`, which the
+/// Prometheus Operator's own target label shadowed).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum Endpoint {
+pub enum Operation {
     Plan,
     ScheduleCycle,
     RuntimePods,
@@ -28,8 +55,85 @@ pub enum Endpoint {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabels {
-    pub endpoint: Endpoint,
+pub struct OperationLabels {
+    pub operation: Operation,
+}
+
+/// An extender verb.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Verb {
+    Filter,
+    Prioritize,
+    Bind,
+    Preempt,
+}
+
+/// How an extender request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    /// Answered 2xx without `Error`.
+    Ok,
+    /// Answered 200 with the protocol's `Error` set (a failed bind, a
+    /// filter that could not run): the handler marks it with
+    /// [`ExtenderError`].
+    Error,
+    /// Refused with a 4xx: the body is not the protocol, or too large.
+    Rejected,
+    /// Failed with a 5xx (a timeout answered by a layer outside the route
+    /// is `Cancelled` instead: the route's future is dropped).
+    Failed,
+    /// No answer: the caller went away or a timeout dropped the request.
+    Cancelled,
+}
+
+/// Response extension an extender handler sets when it answers 200 with
+/// `Error`, so the latency middleware counts the request as `Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtenderError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtenderLabels {
+    pub verb: Verb,
+    pub outcome: Outcome,
+}
+
+/// Why a Run is pending, for `kruntimes_runs_pending` (the Run's
+/// `Scheduled` condition reason, or `Queued` before its first decision).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum PendingState {
+    NoRuntimePods,
+    InsufficientCapacity,
+    ResourceNotDeclared,
+    RuntimePodUnavailable,
+    /// Not decided yet (new, or its decision was not written yet).
+    Queued,
+}
+
+impl PendingState {
+    pub const ALL: [PendingState; 5] = [
+        PendingState::NoRuntimePods,
+        PendingState::InsufficientCapacity,
+        PendingState::ResourceNotDeclared,
+        PendingState::RuntimePodUnavailable,
+        PendingState::Queued,
+    ];
+}
+
+impl From<Option<PendingReason>> for PendingState {
+    fn from(r: Option<PendingReason>) -> Self {
+        match r {
+            Some(PendingReason::NoRuntimePods) => PendingState::NoRuntimePods,
+            Some(PendingReason::InsufficientCapacity) => PendingState::InsufficientCapacity,
+            Some(PendingReason::ResourceNotDeclared) => PendingState::ResourceNotDeclared,
+            Some(PendingReason::RuntimePodUnavailable) => PendingState::RuntimePodUnavailable,
+            None => PendingState::Queued,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PendingLabels {
+    pub reason: PendingState,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -105,6 +209,16 @@ pub enum GangWait {
     Cancelled,
 }
 
+impl GangWait {
+    pub const ALL: [GangWait; 5] = [
+        GangWait::Quorum,
+        GangWait::Released,
+        GangWait::Expired,
+        GangWait::Refused,
+        GangWait::Cancelled,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GangWaitLabels {
     pub outcome: GangWait,
@@ -136,18 +250,37 @@ pub enum BindFailureCause {
     Cancelled,
 }
 
+impl BindFailureCause {
+    pub const ALL: [BindFailureCause; 10] = [
+        BindFailureCause::Invalid,
+        BindFailureCause::NodeGone,
+        BindFailureCause::NotCached,
+        BindFailureCause::Replaced,
+        BindFailureCause::DevicesNotReady,
+        BindFailureCause::DevicesFailed,
+        BindFailureCause::Hierarchy,
+        BindFailureCause::GangExpired,
+        BindFailureCause::Binding,
+        BindFailureCause::Cancelled,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BindFailureLabels {
     pub cause: BindFailureCause,
 }
 
-/// An admission verdict.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// An admission verdict. Handlers set it as a response extension too, so
+/// the review latency middleware labels the sample with it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Verdict {
     Allowed,
     Patched,
     Denied,
     Malformed,
+    /// No review was answered: the body was refused before decoding (too
+    /// large), the review timed out, or the caller went away.
+    Error,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -223,6 +356,12 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub revision: &'static str,
+}
+
 #[derive(Clone)]
 pub struct LatencyHistogram;
 
@@ -233,11 +372,51 @@ impl MetricConstructor<Histogram> for LatencyHistogram {
     }
 }
 
+/// Buckets of the Run scheduling latency (creation to `Scheduled`): 10ms
+/// doubling to ~22 min; a Run may wait for capacity that long.
+fn run_latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.01, 2.0, 18)
+}
+
+/// What the caches hold when `/metrics` is scraped: the state gauges are
+/// set from it.
+#[derive(Debug, Default, Clone)]
+pub struct StateSample {
+    /// Unscheduled Runs by why they are pending.
+    pub pending: Vec<(PendingState, usize)>,
+    /// Age of the oldest unscheduled Run (`None`: there is none).
+    pub oldest_pending_seconds: Option<f64>,
+    /// Objects held by each cache, by kind (a fixed set).
+    pub cache_objects: Vec<(&'static str, usize)>,
+    /// Gang members held in bind until their group's quorum.
+    pub gang_members_held: usize,
+    /// Groups (units) with members held, waiting for quorum.
+    pub gang_groups_waiting: usize,
+}
+
 /// All metrics of the process.
 #[derive(Debug)]
 pub struct Metrics {
+    /// The root registry: `process_*` unprefixed, everything else under
+    /// `kruntimes_`.
     pub registry: Registry,
-    pub decision_seconds: Family<EndpointLabels, Histogram, LatencyHistogram>,
+    pub decision_seconds: Family<OperationLabels, Histogram, LatencyHistogram>,
+    /// Extender requests by verb and outcome (failed and dropped ones too).
+    pub extender_seconds: Family<ExtenderLabels, Histogram, LatencyHistogram>,
+    /// Admission reviews by webhook and verdict (`Error`: none answered).
+    pub admission_seconds: Family<AdmissionLabels, Histogram, LatencyHistogram>,
+    /// From a Run's creation to its `Scheduled` status write.
+    pub run_scheduling_seconds: Histogram,
+    /// Unscheduled Runs by reason (set at scrape time).
+    pub runs_pending: Family<PendingLabels, Gauge>,
+    /// Age of the oldest unscheduled Run, 0 without one (set at scrape time).
+    pub runs_pending_oldest: Gauge<f64, AtomicU64>,
+    /// Objects held by the caches, by kind (set at scrape time).
+    pub cache_objects: Family<KindLabels, Gauge>,
+    /// Gang members held in bind (set at scrape time).
+    pub gang_members_held: Gauge,
+    /// Gang groups waiting for quorum (set at scrape time).
+    pub gang_groups_waiting: Gauge,
     pub filter_rejections: Family<ReasonLabels, Counter>,
     pub wakeups: Family<WakeLabels, Counter>,
     pub reservation_conflicts: Counter,
@@ -267,12 +446,70 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("kruntimes");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("kruntimes");
+        registry.register(
+            "build",
+            "The version and source revision of the running binary",
+            Info::new(BuildLabels {
+                version: VERSION,
+                revision: REVISION,
+            }),
+        );
         let decision_seconds = Family::new_with_constructor(LatencyHistogram);
         registry.register(
             "decision_duration_seconds",
-            "Latency of scheduling decisions by endpoint",
+            "Latency of scheduling decisions and API requests by operation",
             decision_seconds.clone(),
+        );
+        let extender_seconds = Family::new_with_constructor(LatencyHistogram);
+        registry.register(
+            "extender_request_duration_seconds",
+            "Latency of extender requests by verb and outcome, failed and dropped requests included",
+            extender_seconds.clone(),
+        );
+        let admission_seconds = Family::new_with_constructor(LatencyHistogram);
+        registry.register(
+            "admission_review_duration_seconds",
+            "Latency of admission reviews by webhook and verdict (Error: no review answered)",
+            admission_seconds.clone(),
+        );
+        let run_scheduling_seconds = Histogram::new(run_latency_buckets());
+        registry.register(
+            "run_scheduling_duration_seconds",
+            "Time from a Run's creation to its Scheduled status write",
+            run_scheduling_seconds.clone(),
+        );
+        let runs_pending = Family::default();
+        registry.register(
+            "runs_pending",
+            "Unscheduled Runs by reason (Queued: not decided yet)",
+            runs_pending.clone(),
+        );
+        let runs_pending_oldest = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "runs_pending_oldest_seconds",
+            "Time since the creation of the oldest unscheduled Run (0 when none is)",
+            runs_pending_oldest.clone(),
+        );
+        let cache_objects = Family::default();
+        registry.register(
+            "cache_objects",
+            "Objects held by the caches, by kind",
+            cache_objects.clone(),
+        );
+        let gang_members_held = Gauge::default();
+        registry.register(
+            "gang_members_held",
+            "Gang members held in bind until their group's quorum",
+            gang_members_held.clone(),
+        );
+        let gang_groups_waiting = Gauge::default();
+        registry.register(
+            "gang_groups_waiting",
+            "Gang groups with members held in bind, waiting for quorum",
+            gang_groups_waiting.clone(),
         );
         let filter_rejections = Family::default();
         registry.register(
@@ -360,7 +597,24 @@ impl Default for Metrics {
             "1 while this replica runs the Run loop as leader (it holds the Lease, or leader election is off), else 0",
             leader.clone(),
         );
+        // The fixed outcomes and causes exist at 0 from the start, so
+        // `increase()` over them sees the first event.
+        for outcome in GangWait::ALL {
+            let _ = gang_waits.get_or_create(&GangWaitLabels { outcome });
+        }
+        for cause in BindFailureCause::ALL {
+            let _ = bind_failures.get_or_create(&BindFailureLabels { cause });
+        }
         Metrics {
+            registry: root,
+            extender_seconds,
+            admission_seconds,
+            run_scheduling_seconds,
+            runs_pending,
+            runs_pending_oldest,
+            cache_objects,
+            gang_members_held,
+            gang_groups_waiting,
             watch_restarts,
             watch_errors,
             task_restarts,
@@ -370,7 +624,6 @@ impl Default for Metrics {
             admission_verdicts,
             gang_waits,
             bind_failures,
-            registry,
             decision_seconds,
             filter_rejections,
             wakeups,
@@ -383,38 +636,146 @@ impl Default for Metrics {
 }
 
 /// Records one route's latency samples in `decision_seconds` under its
-/// endpoint label (the observer of the transport latency middleware).
+/// operation label and, for the extender's verbs and the webhooks, in
+/// their own histograms by outcome (the observer of the transport latency
+/// middleware).
 #[derive(Debug, Clone)]
-pub struct EndpointTimer {
+pub struct RouteTimer {
     metrics: Arc<Metrics>,
-    endpoint: Endpoint,
+    route: Route,
 }
 
-impl LatencyObserver for EndpointTimer {
-    fn observe(&self, elapsed: Duration) {
-        self.metrics
-            .decision_seconds
-            .get_or_create(&EndpointLabels {
-                endpoint: self.endpoint.clone(),
-            })
-            .observe(elapsed.as_secs_f64());
+/// What a [`RouteTimer`] times.
+#[derive(Debug, Clone)]
+enum Route {
+    /// An API route: `decision_seconds` only.
+    Api(Operation),
+    /// An extender verb: `decision_seconds` and `extender_seconds`.
+    Extender(Operation, Verb),
+    /// An admission webhook: `admission_seconds`, and `Error` verdicts
+    /// (no review answered) in `admission_verdicts`.
+    Webhook(&'static str),
+}
+
+/// The extender outcome of an answer.
+pub fn extender_outcome(answer: Answer<'_>) -> Outcome {
+    match answer {
+        Answer::Dropped => Outcome::Cancelled,
+        Answer::Response { status, .. } if status.is_server_error() => Outcome::Failed,
+        Answer::Response { status, .. } if !status.is_success() => Outcome::Rejected,
+        Answer::Response { extensions, .. } if extensions.get::<ExtenderError>().is_some() => {
+            Outcome::Error
+        }
+        Answer::Response { .. } => Outcome::Ok,
+    }
+}
+
+impl LatencyObserver for RouteTimer {
+    fn observe(&self, elapsed: Duration, answer: Answer<'_>) {
+        let secs = elapsed.as_secs_f64();
+        let m = &self.metrics;
+        match &self.route {
+            Route::Api(operation) => m.observe_secs(operation.clone(), secs),
+            Route::Extender(operation, verb) => {
+                m.observe_secs(operation.clone(), secs);
+                m.extender_seconds
+                    .get_or_create(&ExtenderLabels {
+                        verb: *verb,
+                        outcome: extender_outcome(answer),
+                    })
+                    .observe(secs);
+            }
+            Route::Webhook(webhook) => {
+                let verdict = match answer {
+                    Answer::Response { extensions, .. } => extensions.get::<Verdict>().copied(),
+                    Answer::Dropped => None,
+                };
+                let labels = AdmissionLabels {
+                    webhook,
+                    verdict: verdict.unwrap_or(Verdict::Error),
+                };
+                if verdict.is_none() {
+                    // The handler counts the verdicts it answers.
+                    m.admission_verdicts.get_or_create(&labels).inc();
+                }
+                m.admission_seconds.get_or_create(&labels).observe(secs);
+            }
+        }
     }
 }
 
 impl Metrics {
-    /// The latency middleware for one route, timing every answer (failed
-    /// ones too) as `endpoint`.
-    pub fn latency(self: &Arc<Self>, endpoint: Endpoint) -> LatencyLayer<EndpointTimer> {
-        LatencyLayer::new(EndpointTimer {
+    /// The latency middleware for one API route, timing every answer
+    /// (failed ones too) as `operation`.
+    pub fn latency(self: &Arc<Self>, operation: Operation) -> LatencyLayer<RouteTimer> {
+        self.timer(Route::Api(operation))
+    }
+
+    /// The latency middleware for one extender verb: `operation` in
+    /// `decision_duration_seconds`, and `verb` by outcome in
+    /// `extender_request_duration_seconds`.
+    pub fn extender_latency(
+        self: &Arc<Self>,
+        operation: Operation,
+        verb: Verb,
+    ) -> LatencyLayer<RouteTimer> {
+        self.timer(Route::Extender(operation, verb))
+    }
+
+    /// The latency middleware for one admission webhook, by the verdict
+    /// its handler set on the response (`Error` when none was answered).
+    pub fn review_latency(self: &Arc<Self>, webhook: &'static str) -> LatencyLayer<RouteTimer> {
+        self.timer(Route::Webhook(webhook))
+    }
+
+    fn timer(self: &Arc<Self>, route: Route) -> LatencyLayer<RouteTimer> {
+        LatencyLayer::new(RouteTimer {
             metrics: Arc::clone(self),
-            endpoint,
+            route,
         })
     }
 
-    pub fn observe(&self, endpoint: Endpoint, start: Instant) {
+    pub fn observe(&self, operation: Operation, start: Instant) {
+        self.observe_secs(operation, start.elapsed().as_secs_f64());
+    }
+
+    fn observe_secs(&self, operation: Operation, secs: f64) {
         self.decision_seconds
-            .get_or_create(&EndpointLabels { endpoint })
-            .observe(start.elapsed().as_secs_f64());
+            .get_or_create(&OperationLabels { operation })
+            .observe(secs);
+    }
+
+    /// Records a Run's time from creation to its `Scheduled` write (a
+    /// negative span, from clock skew, counts as 0).
+    pub fn run_scheduled_after(&self, secs: f64) {
+        self.run_scheduling_seconds.observe(secs.max(0.0));
+    }
+
+    /// Sets the state gauges from what the caches hold. Every pending
+    /// reason is exported, at 0 when no Run has it.
+    pub fn set_state(&self, sample: &StateSample) {
+        for reason in PendingState::ALL {
+            let n = sample
+                .pending
+                .iter()
+                .filter(|(r, _)| *r == reason)
+                .map(|(_, n)| *n)
+                .sum::<usize>();
+            self.runs_pending
+                .get_or_create(&PendingLabels { reason })
+                .set(gauge_value(n));
+        }
+        self.runs_pending_oldest
+            .set(sample.oldest_pending_seconds.unwrap_or(0.0));
+        for (kind, n) in &sample.cache_objects {
+            self.cache_objects
+                .get_or_create(&KindLabels { kind })
+                .set(gauge_value(*n));
+        }
+        self.gang_members_held
+            .set(gauge_value(sample.gang_members_held));
+        self.gang_groups_waiting
+            .set(gauge_value(sample.gang_groups_waiting));
     }
 
     pub fn wake(&self, cause: WakeCause, n: usize) {
@@ -500,4 +861,8 @@ impl Metrics {
         }
         out
     }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -74,16 +74,34 @@ impl AdmissionState {
 /// merged into the service router (`router.merge(admission::router(s))`).
 /// It sets no fallback, so it merges with a router that has one.
 pub fn router(state: AdmissionState) -> Router {
+    // Each review is timed by webhook and verdict, including reviews
+    // refused before a verdict (too large, timed out: verdict `Error`).
+    let timed = |webhook| state.metrics.review_latency(webhook);
     Router::new()
-        .route("/admission/mutate/runs", post(mutate_runs))
-        .route("/admission/validate/runs", post(validate_runs))
-        .route("/admission/validate/podgroups", post(validate_pod_groups))
+        .route(
+            "/admission/mutate/runs",
+            post(mutate_runs).route_layer(timed(MUTATE_RUNS)),
+        )
+        .route(
+            "/admission/validate/runs",
+            post(validate_runs).route_layer(timed(VALIDATE_RUNS)),
+        )
+        .route(
+            "/admission/validate/podgroups",
+            post(validate_pod_groups).route_layer(timed(VALIDATE_POD_GROUPS)),
+        )
         .route(
             "/admission/validate/compositepodgroups",
-            post(validate_composite_pod_groups),
+            post(validate_composite_pod_groups).route_layer(timed(VALIDATE_COMPOSITE_POD_GROUPS)),
         )
-        .route("/admission/validate/workloads", post(validate_workloads))
-        .route("/admission/mutate/pods", post(mutate_pods))
+        .route(
+            "/admission/validate/workloads",
+            post(validate_workloads).route_layer(timed(VALIDATE_WORKLOADS)),
+        )
+        .route(
+            "/admission/mutate/pods",
+            post(mutate_pods).route_layer(timed(MUTATE_PODS)),
+        )
         .layer(crate::transport::body_limit(crate::transport::BodyLimit {
             bytes: MAX_BODY_BYTES,
             of: "the admission webhooks",
@@ -97,6 +115,20 @@ pub fn router(state: AdmissionState) -> Router {
 }
 
 // === handlers: decode, decide, encode ===
+
+/// The `webhook` label values: one per route.
+const MUTATE_RUNS: &str = "mutate-runs";
+const VALIDATE_RUNS: &str = "validate-runs";
+const VALIDATE_POD_GROUPS: &str = "validate-podgroups";
+const VALIDATE_COMPOSITE_POD_GROUPS: &str = "validate-compositepodgroups";
+const VALIDATE_WORKLOADS: &str = "validate-workloads";
+const MUTATE_PODS: &str = "mutate-pods";
+
+/// A response carrying its verdict for the review latency middleware.
+fn with_verdict(mut resp: Response, verdict: crate::metrics::Verdict) -> Response {
+    resp.extensions_mut().insert(verdict);
+    resp
+}
 
 fn answer(
     s: &AdmissionState,
@@ -115,15 +147,19 @@ fn answer(
         Ok(req) => req,
         Err(e) => {
             count(Verdict::Malformed);
-            return ApiError::bad_request(e.to_string()).into_response();
+            return with_verdict(
+                ApiError::bad_request(e.to_string()).into_response(),
+                Verdict::Malformed,
+            );
         }
     };
     let resp = decide(&req);
-    count(match (resp.allowed, resp.patch.is_some()) {
+    let verdict = match (resp.allowed, resp.patch.is_some()) {
         (false, _) => Verdict::Denied,
         (true, true) => Verdict::Patched,
         (true, false) => Verdict::Allowed,
-    });
+    };
+    count(verdict);
     tracing::debug!(
         webhook,
         uid = %req.uid,
@@ -134,19 +170,19 @@ fn answer(
         patched = resp.patch.is_some(),
         "admission review"
     );
-    Json(review::encode_review(resp)).into_response()
+    with_verdict(Json(review::encode_review(resp)).into_response(), verdict)
 }
 
 async fn mutate_runs(State(s): State<AdmissionState>, Body(body): Body) -> Response {
-    answer(&s, &body, "mutate-runs", runs::mutate_run)
+    answer(&s, &body, MUTATE_RUNS, runs::mutate_run)
 }
 
 async fn validate_runs(State(s): State<AdmissionState>, Body(body): Body) -> Response {
-    answer(&s, &body, "validate-runs", runs::validate_run)
+    answer(&s, &body, VALIDATE_RUNS, runs::validate_run)
 }
 
 async fn validate_pod_groups(State(s): State<AdmissionState>, Body(body): Body) -> Response {
-    answer(&s, &body, "validate-podgroups", |r| {
+    answer(&s, &body, VALIDATE_POD_GROUPS, |r| {
         groups::validate_pod_group(r, s.priority_classes.as_ref())
     })
 }
@@ -155,17 +191,17 @@ async fn validate_composite_pod_groups(
     State(s): State<AdmissionState>,
     Body(body): Body,
 ) -> Response {
-    answer(&s, &body, "validate-compositepodgroups", |r| {
+    answer(&s, &body, VALIDATE_COMPOSITE_POD_GROUPS, |r| {
         groups::validate_composite_pod_group(r, s.priority_classes.as_ref())
     })
 }
 
 async fn validate_workloads(State(s): State<AdmissionState>, Body(body): Body) -> Response {
-    answer(&s, &body, "validate-workloads", |r| {
+    answer(&s, &body, VALIDATE_WORKLOADS, |r| {
         groups::validate_workload(r, s.priority_classes.as_ref())
     })
 }
 
 async fn mutate_pods(State(s): State<AdmissionState>, Body(body): Body) -> Response {
-    answer(&s, &body, "mutate-pods", pods::mutate_pod)
+    answer(&s, &body, MUTATE_PODS, pods::mutate_pod)
 }

@@ -547,6 +547,25 @@ impl ClusterState {
         self.nodes.get(node).is_some_and(|s| s.node.is_some())
     }
 
+    /// Objects held, by kind (for `kruntimes_cache_objects`): Nodes, Pods
+    /// as watched, Pods assumed by binds not yet observed, groups,
+    /// PriorityClasses, allocated ResourceClaims, ResourceSlices.
+    pub fn sizes(&self) -> [(&'static str, usize); 8] {
+        [
+            (
+                "Node",
+                self.nodes.iter().filter(|s| s.node.is_some()).count(),
+            ),
+            ("Pod", self.pods.len()),
+            ("AssumedPod", self.assumed.len()),
+            ("PodGroup", self.groups.len()),
+            ("CompositePodGroup", self.composites.len()),
+            ("PriorityClass", self.classes.len()),
+            ("ResourceClaim", self.claims.len()),
+            ("ResourceSlice", self.slices.len()),
+        ]
+    }
+
     /// Node names that exist, sorted.
     pub fn node_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self

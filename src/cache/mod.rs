@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub use runs::{DEFAULT_PLAN_LIMIT, Decision, PlanOutcome, PlanResult};
+pub use runs::{DEFAULT_PLAN_LIMIT, Decision, PendingRuns, PlanOutcome, PlanResult};
 
 /// Settings that change how objects are read.
 #[derive(Debug, Clone)]
@@ -199,6 +199,8 @@ struct RunEntry {
     uid: String,
     resource_version: Option<String>,
     generation: Option<i64>,
+    /// `creationTimestamp`, for the scheduling latency.
+    created: Option<Timestamp>,
     runtime: String,
     deleting: bool,
     status: RunStatus,

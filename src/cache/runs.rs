@@ -31,6 +31,8 @@ pub enum Decision {
         pod: String,
         resource_version: Option<String>,
         status: RunStatus,
+        /// The Run's `creationTimestamp`, for the scheduling latency.
+        created: Option<Timestamp>,
     },
     /// Nothing fits; `write` says whether the status changes.
     Pending {
@@ -47,6 +49,16 @@ pub enum Decision {
         status: RunStatus,
         write: bool,
     },
+}
+
+/// The unscheduled Runs, as `/metrics` reports them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PendingRuns {
+    /// Counts by the reason of their `Scheduled` condition (`None`: not
+    /// decided yet).
+    pub by_reason: Vec<(Option<PendingReason>, usize)>,
+    /// The `creationTimestamp` of the oldest one.
+    pub oldest_created: Option<Timestamp>,
 }
 
 /// A dry-run placement: every feasible pod best first, every rejected pod
@@ -101,6 +113,51 @@ impl PlanResult {
 // === impl RunCache (Runs) ===
 
 impl RunCache {
+    /// Unscheduled Runs by why they are pending: the reason of their
+    /// `Scheduled` condition, `None` before their first decision (for
+    /// `kruntimes_runs_pending`), and the creation time of the oldest.
+    pub fn pending_runs(&self) -> PendingRuns {
+        let st = self.state.read();
+        let mut counts: Vec<(Option<PendingReason>, usize)> = Vec::new();
+        let mut oldest: Option<Timestamp> = None;
+        for entry in st.namespaces.values().flat_map(|n| n.runs.values()) {
+            if !entry.unscheduled() {
+                continue;
+            }
+            if let Some(c) = entry.created {
+                oldest = Some(oldest.map_or(c, |o| o.min(c)));
+            }
+            let reason = status::shown_reason(&entry.status)
+                .and_then(|r| PendingReason::ALL.into_iter().find(|p| p.as_str() == r));
+            match counts.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((reason, 1)),
+            }
+        }
+        PendingRuns {
+            by_reason: counts,
+            oldest_created: oldest,
+        }
+    }
+
+    /// Objects the Run cache holds, by kind: Runs, Runtimes and Runtime
+    /// Pods (for `kruntimes_cache_objects`).
+    pub fn sizes(&self) -> [(&'static str, usize); 3] {
+        let st = self.state.read();
+        let runs = st.namespaces.values().map(|n| n.runs.len()).sum();
+        let pods = st
+            .namespaces
+            .values()
+            .flat_map(|n| n.pods.values())
+            .filter(|slot| slot.pod.is_some())
+            .count();
+        [
+            ("Run", runs),
+            ("Runtime", st.runtimes.len()),
+            ("RuntimePod", pods),
+        ]
+    }
+
     /// Applies a Run add/update: moves its usage, hands an assumed
     /// reservation over to actual usage exactly once, and wakes what it frees.
     pub fn apply_run(&self, run: &Run) {
@@ -152,6 +209,7 @@ impl RunCache {
             uid: uid.clone(),
             resource_version: run.metadata.resource_version.clone(),
             generation: run.metadata.generation,
+            created: run.metadata.creation_timestamp.as_ref().map(|t| t.0),
             runtime: run.spec.runtime.clone(),
             deleting: run.metadata.deletion_timestamp.is_some(),
             requests: effective_requests(run.requests()),
@@ -341,6 +399,7 @@ impl RunCache {
                 let status =
                     status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);
                 let uid = entry.uid.clone();
+                let created = entry.created;
                 nss.assumed.insert(
                     uid.clone(),
                     Assumption {
@@ -355,6 +414,7 @@ impl RunCache {
                     pod: pod.to_string(),
                     resource_version: rv,
                     status,
+                    created,
                 }
             }
             None => {

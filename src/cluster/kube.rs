@@ -2,8 +2,8 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EvictError, ObjectRef, PodBinding,
-    PodId, WriteError,
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, EvictError, ObjectRef,
+    PodBinding, PodId, WriteError,
 };
 use crate::crd::{Run, RunStatus};
 use crate::model::refs::GroupRef;
@@ -215,7 +215,7 @@ impl ClusterWriter for KubeWriter {
         &'a self,
         object: &'a ObjectRef,
         kind: EventKind,
-        reason: &'a str,
+        reason: EventReason,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
@@ -227,7 +227,7 @@ impl ClusterWriter for KubeWriter {
                 uid: (!object.uid.is_empty()).then(|| object.uid.clone()),
                 ..ObjectReference::default()
             };
-            self.publish(&reference, kind, reason, note).await;
+            self.publish(&reference, kind, reason.as_str(), note).await;
         })
     }
 }

@@ -160,6 +160,87 @@ pub enum EventKind {
     Warning,
 }
 
+/// The reason of every Event the scheduler records: a fixed set, so
+/// `kubectl get events --field-selector reason=...` and alerts can rely on
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// `Normal`, on a Run: it was placed on a Runtime Pod.
+    Scheduled,
+    /// `Warning`, on a Run: pending (the Run's `Scheduled` condition
+    /// reasons, [`PendingReason`](crate::runs::placement::PendingReason)).
+    NoRuntimePods,
+    InsufficientCapacity,
+    ResourceNotDeclared,
+    RuntimePodUnavailable,
+    /// `Warning`, on a Run: failed in pre-filter.
+    InvalidResourceRequest,
+    /// `Warning`, on a PodGroup or CompositePodGroup: `--gang-wait`
+    /// expired before quorum.
+    GangWaitExpired,
+    /// `Warning`, on a ResourceClaim: device binding conditions not met
+    /// in time.
+    BindingTimeout,
+    /// `Warning`, on a ResourceClaim: a device binding failure condition.
+    BindingFailed,
+    /// `Warning`, on a PodGroup or CompositePodGroup: an `All` group
+    /// preempted across nodes had its remaining members evicted.
+    Preempted,
+    /// `Warning`, on a PodGroup or CompositePodGroup: members of such a
+    /// group could not be evicted in time and are left running.
+    EvictionIncomplete,
+}
+
+impl EventReason {
+    pub const ALL: [EventReason; 11] = [
+        EventReason::Scheduled,
+        EventReason::NoRuntimePods,
+        EventReason::InsufficientCapacity,
+        EventReason::ResourceNotDeclared,
+        EventReason::RuntimePodUnavailable,
+        EventReason::InvalidResourceRequest,
+        EventReason::GangWaitExpired,
+        EventReason::BindingTimeout,
+        EventReason::BindingFailed,
+        EventReason::Preempted,
+        EventReason::EvictionIncomplete,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::Scheduled => "Scheduled",
+            EventReason::NoRuntimePods => "NoRuntimePods",
+            EventReason::InsufficientCapacity => "InsufficientCapacity",
+            EventReason::ResourceNotDeclared => "ResourceNotDeclared",
+            EventReason::RuntimePodUnavailable => "RuntimePodUnavailable",
+            EventReason::InvalidResourceRequest => "InvalidResourceRequest",
+            EventReason::GangWaitExpired => "GangWaitExpired",
+            EventReason::BindingTimeout => "BindingTimeout",
+            EventReason::BindingFailed => "BindingFailed",
+            EventReason::Preempted => "Preempted",
+            EventReason::EvictionIncomplete => "EvictionIncomplete",
+        }
+    }
+}
+
+impl std::fmt::Display for EventReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<crate::runs::placement::PendingReason> for EventReason {
+    fn from(r: crate::runs::placement::PendingReason) -> Self {
+        use crate::runs::placement::PendingReason as P;
+        match r {
+            P::NoRuntimePods => EventReason::NoRuntimePods,
+            P::InsufficientCapacity => EventReason::InsufficientCapacity,
+            P::ResourceNotDeclared => EventReason::ResourceNotDeclared,
+            P::RuntimePodUnavailable => EventReason::RuntimePodUnavailable,
+        }
+    }
+}
+
 /// Writes the scheduler makes.
 pub trait ClusterWriter: Send + Sync + 'static {
     /// Records a Kubernetes Event about an object (best effort: failures
@@ -168,11 +249,11 @@ pub trait ClusterWriter: Send + Sync + 'static {
         &'a self,
         object: &'a ObjectRef,
         kind: EventKind,
-        reason: &'a str,
+        reason: EventReason,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, reason, note, "event");
+            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");
         })
     }
 

@@ -10,7 +10,10 @@
 //! adding a kind there adds it here, to the object API and to `--state`
 //! loading.
 
-use super::{BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError};
+use super::{
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef, PodBinding,
+    WriteError,
+};
 use crate::cache::RunCache;
 use crate::cache::cluster_index::ClusterIndex;
 #[cfg(doc)]
@@ -24,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 /// Kinds the standalone store accepts: the kind table's.
@@ -80,6 +83,24 @@ pub struct StandaloneStore {
     /// Serializes the object API's writers (upsert, delete, heartbeat), so
     /// a batched upsert is never interleaved with another one.
     writes: Mutex<()>,
+    /// The last [`MAX_EVENTS`] Events recorded, oldest first.
+    events: Mutex<VecDeque<RecordedEvent>>,
+}
+
+/// Events the standalone store keeps (older ones are dropped).
+pub const MAX_EVENTS: usize = 1024;
+
+/// An Event the scheduler recorded in standalone mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// The object's kind, namespace, name and uid.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub event_type: EventKind,
+    pub reason: EventReason,
+    pub note: String,
 }
 
 /// An object checked and ready to store.
@@ -186,7 +207,13 @@ impl StandaloneStore {
             ix: Indexes::new(cache, nodes),
             inner: Mutex::new(Inner::default()),
             writes: Mutex::new(()),
+            events: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// The Events recorded (the last [`MAX_EVENTS`]), oldest first.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.events.lock().iter().cloned().collect()
     }
 
     pub fn nodes(&self) -> &Arc<ClusterIndex> {
@@ -429,6 +456,32 @@ impl StandaloneStore {
 }
 
 impl ClusterWriter for StandaloneStore {
+    /// Logs the Event and keeps it (bounded) for [`StandaloneStore::events`].
+    fn record_event<'a>(
+        &'a self,
+        object: &'a ObjectRef,
+        kind: EventKind,
+        reason: EventReason,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");
+            let mut events = self.events.lock();
+            if events.len() >= MAX_EVENTS {
+                events.pop_front();
+            }
+            events.push_back(RecordedEvent {
+                kind: object.kind.clone(),
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                uid: object.uid.clone(),
+                event_type: kind,
+                reason,
+                note: crate::model::refs::truncate(note.to_owned(), 1024),
+            });
+        })
+    }
+
     fn write_group_condition<'a>(
         &'a self,
         group: &'a GroupRef,

@@ -34,7 +34,7 @@
 
 use crate::cache::cluster_index::{ClusterIndex, ClusterState, Scope};
 pub use crate::cluster::PodId;
-use crate::cluster::{ClusterWriter, EventKind, EvictError, ObjectRef};
+use crate::cluster::{ClusterWriter, EventKind, EventReason, EvictError, ObjectRef};
 use crate::metrics::{EvictionResult, Metrics};
 use crate::model::refs::{GroupRef, truncate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -593,7 +593,7 @@ async fn finish(writer: &dyn ClusterWriter, j: &Job) {
     write_conditions(writer, j, PREEMPTED, &message).await;
     if let Some(o) = event_object(j) {
         writer
-            .record_event(&o, EventKind::Warning, EVENT_PREEMPTED, &message)
+            .record_event(&o, EventKind::Warning, EventReason::Preempted, &message)
             .await;
     }
 }
@@ -616,7 +616,12 @@ async fn give_up(writer: &dyn ClusterWriter, j: &Job) {
     write_conditions(writer, j, INCOMPLETE, &message).await;
     if let Some(o) = event_object(j) {
         writer
-            .record_event(&o, EventKind::Warning, INCOMPLETE, &message)
+            .record_event(
+                &o,
+                EventKind::Warning,
+                EventReason::EvictionIncomplete,
+                &message,
+            )
             .await;
     }
 }

@@ -42,7 +42,7 @@ pub use preempt::decide_preempt;
 pub use state::ExtenderState;
 
 use crate::cache::cluster_index::{ClusterIndex, ClusterState, NodeRefs};
-use crate::metrics::Endpoint;
+use crate::metrics::{ExtenderError, Operation, Verb};
 use crate::pods::fit::Amounts;
 use crate::transport::{ApiError, Body, BodyLimit, body_limit, decode_json};
 use axum::extract::State;
@@ -64,23 +64,23 @@ use types::*;
 /// ([`limits`]). It sets no fallback, so it merges into the service router.
 pub fn router(state: ExtenderState) -> Router {
     let read_limit = state.limits.read_limit();
-    let timed = |endpoint| state.metrics.latency(endpoint);
+    let timed = |operation, verb| state.metrics.extender_latency(operation, verb);
     Router::new()
         .route(
             "/scheduler/filter",
-            post(filter).route_layer(timed(Endpoint::ExtenderFilter)),
+            post(filter).route_layer(timed(Operation::ExtenderFilter, Verb::Filter)),
         )
         .route(
             "/scheduler/prioritize",
-            post(prioritize).route_layer(timed(Endpoint::ExtenderPrioritize)),
+            post(prioritize).route_layer(timed(Operation::ExtenderPrioritize, Verb::Prioritize)),
         )
         .route(
             "/scheduler/bind",
-            post(bind).route_layer(timed(Endpoint::ExtenderBind)),
+            post(bind).route_layer(timed(Operation::ExtenderBind, Verb::Bind)),
         )
         .route(
             "/scheduler/preempt",
-            post(preempt).route_layer(timed(Endpoint::ExtenderPreempt)),
+            post(preempt).route_layer(timed(Operation::ExtenderPreempt, Verb::Preempt)),
         )
         .layer(body_limit(BodyLimit {
             bytes: read_limit,
@@ -399,6 +399,15 @@ pub fn filter_bytes(
     planner: &GangPlanner,
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {
+    filter_answer(nodes, planner, body).map(|(bytes, _)| bytes)
+}
+
+/// [`filter_bytes`], with whether the answer carries `Error`.
+fn filter_answer(
+    nodes: &ClusterIndex,
+    planner: &GangPlanner,
+    body: &[u8],
+) -> Result<(Vec<u8>, bool), ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(body)?;
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
@@ -406,7 +415,16 @@ pub fn filter_bytes(
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
-    Ok(bytes)
+    Ok((bytes, !out.error.is_empty()))
+}
+
+/// An answer that carries the protocol's `Error`, marked for the latency
+/// middleware (outcome `Error`).
+fn with_error_mark(mut resp: Response, error: bool) -> Response {
+    if error {
+        resp.extensions_mut().insert(ExtenderError);
+    }
+    resp
 }
 
 /// [`filter_bytes`] for prioritize: the `HostPriorityList` of the body's
@@ -451,9 +469,9 @@ pub fn preempt_plan_bytes(
 
 async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
-    let bytes = filter_bytes(&s.nodes, s.gangs.planner(), &body)?;
+    let (bytes, error) = filter_answer(&s.nodes, s.gangs.planner(), &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
-    Ok(json_bytes(bytes))
+    Ok(with_error_mark(json_bytes(bytes), error))
 }
 
 async fn prioritize(
@@ -475,10 +493,7 @@ async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Res
 /// Binds through [`bind::Binder`]: node check, cache check (fail closed),
 /// assume, device binding conditions, the gang's quorum, binding; on
 /// failure the assumption is dropped and the reason returned in `Error`.
-async fn bind(
-    State(s): State<ExtenderState>,
-    Body(body): Body,
-) -> Result<Json<ExtenderBindingResult>, ApiError> {
+async fn bind(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;
     let req = bind::BindRequest {
@@ -498,7 +513,11 @@ async fn bind(
             e.to_string()
         }
     };
-    Ok(Json(ExtenderBindingResult { error }))
+    let failed = !error.is_empty();
+    Ok(with_error_mark(
+        Json(ExtenderBindingResult { error }).into_response(),
+        failed,
+    ))
 }
 
 /// One bind with the service's cache, writer, permit and device gate.

@@ -17,7 +17,7 @@ use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::extender::ExtenderState;
 use crate::health::Health;
-use crate::metrics::{Endpoint, Metrics};
+use crate::metrics::{Metrics, Operation, PendingState, StateSample};
 use crate::transport::{MAX_BODY_BYTES, method_not_allowed, not_found};
 use axum::Router;
 use axum::extract::{FromRef, State};
@@ -70,6 +70,10 @@ pub struct RunApiState {
     pub metrics: Arc<Metrics>,
     /// Cluster mode: who may read the Run API and `/metrics`.
     pub access: Option<auth::AccessControl>,
+    /// The cluster index, for the cache-size gauges.
+    pub nodes: Arc<ClusterIndex>,
+    /// The gang holds, for the gang gauges.
+    pub gangs: Arc<crate::extender::bind::permit::Gangs>,
 }
 
 impl FromRef<AppState> for RunApiState {
@@ -80,6 +84,8 @@ impl FromRef<AppState> for RunApiState {
             health: Arc::clone(&s.health),
             metrics: Arc::clone(&s.metrics),
             access: s.access.clone(),
+            nodes: Arc::clone(&s.nodes),
+            gangs: Arc::clone(&s.gangs),
         }
     }
 }
@@ -209,15 +215,15 @@ pub fn run_api_router(state: RunApiState) -> Router {
     let run_api = Router::new()
         .route(
             "/v1/runs/plan",
-            post(runs::plan).route_layer(timed(Endpoint::Plan)),
+            post(runs::plan).route_layer(timed(Operation::Plan)),
         )
         .route(
             "/v1/runs",
-            get(runs::list_runs).route_layer(timed(Endpoint::Runs)),
+            get(runs::list_runs).route_layer(timed(Operation::Runs)),
         )
         .route(
             "/v1/runtime-pods",
-            get(runs::list_runtime_pods).route_layer(timed(Endpoint::RuntimePods)),
+            get(runs::list_runtime_pods).route_layer(timed(Operation::RuntimePods)),
         )
         .route("/v1/explain/run", get(runs::explain_run));
     let run_api = match &state.access {
@@ -233,7 +239,7 @@ pub fn run_api_router(state: RunApiState) -> Router {
 /// The standalone objects API (`/v1/objects`, the heartbeat); in cluster
 /// mode it answers a 404 that says so. Upserts are timed.
 pub fn objects_router(state: RunApiState) -> Router {
-    let upsert = objects::upsert.layer(state.metrics.latency(Endpoint::Objects));
+    let upsert = objects::upsert.layer(state.metrics.latency(Operation::Objects));
     Router::new()
         .route("/v1/runtime-pods/heartbeat", post(objects::heartbeat))
         .route(
@@ -299,7 +305,32 @@ async fn readyz(State(s): State<RunApiState>) -> Response {
     }
 }
 
+/// What the caches hold now, for the state gauges.
+pub fn state_sample(s: &RunApiState) -> StateSample {
+    let mut cache_objects: Vec<(&'static str, usize)> = s.nodes.read().sizes().to_vec();
+    cache_objects.extend(s.cache.sizes());
+    let pending = s.cache.pending_runs();
+    StateSample {
+        pending: pending
+            .by_reason
+            .into_iter()
+            .map(|(r, n)| (PendingState::from(r), n))
+            .collect(),
+        oldest_pending_seconds: pending.oldest_created.map(|c| {
+            k8s_openapi::jiff::Timestamp::now()
+                .duration_since(c)
+                .as_secs_f64()
+                .max(0.0)
+        }),
+        cache_objects,
+        gang_members_held: s.gangs.held(),
+        gang_groups_waiting: s.gangs.units(),
+    }
+}
+
+/// The OpenMetrics text, with the state gauges set from the caches first.
 async fn metrics(State(s): State<RunApiState>) -> Response {
+    s.metrics.set_state(&state_sample(&s));
     (
         [(
             header::CONTENT_TYPE,

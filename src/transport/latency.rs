@@ -5,25 +5,59 @@
 //!
 //! The layer is generic over a [`LatencyObserver`], so this module knows
 //! nothing about the metrics registry: the metrics module implements the
-//! observer and the surfaces put one layer on each route.
+//! observer and the surfaces put one layer on each route. The observer is
+//! told how the request ended ([`Answer`]): the response's status and
+//! extensions (where a handler can leave a marker of its own, such as an
+//! admission verdict or an extender error answered in a 200), or that no
+//! response came (the request future was dropped: caller gone, timeout).
 
+use axum::http::{Extensions, Response, StatusCode};
 use futures::future::BoxFuture;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tower::{Layer, Service};
 
+/// How a timed request ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Answer<'a> {
+    /// A response is ready: its status and extensions.
+    Response {
+        status: StatusCode,
+        extensions: &'a Extensions,
+    },
+    /// No response: the request future was dropped before it finished
+    /// (the caller went away, or an outer timeout fired), or the inner
+    /// service failed.
+    Dropped,
+}
+
 /// Receives one sample per request.
 pub trait LatencyObserver: Clone + Send + Sync + 'static {
-    /// How long one request took.
-    fn observe(&self, elapsed: Duration);
+    /// How long one request took, and how it ended.
+    fn observe(&self, elapsed: Duration, answer: Answer<'_>);
 }
 
 impl<F> LatencyObserver for F
 where
-    F: Fn(Duration) + Clone + Send + Sync + 'static,
+    F: Fn(Duration, Answer<'_>) + Clone + Send + Sync + 'static,
 {
-    fn observe(&self, elapsed: Duration) {
-        self(elapsed)
+    fn observe(&self, elapsed: Duration, answer: Answer<'_>) {
+        self(elapsed, answer)
+    }
+}
+
+/// Observes [`Answer::Dropped`] unless disarmed: a request future dropped
+/// mid-flight is still timed.
+struct DropGuard<O: LatencyObserver> {
+    observer: Option<O>,
+    start: Instant,
+}
+
+impl<O: LatencyObserver> Drop for DropGuard<O> {
+    fn drop(&mut self) {
+        if let Some(o) = self.observer.take() {
+            o.observe(self.start.elapsed(), Answer::Dropped);
+        }
     }
 }
 
@@ -57,10 +91,11 @@ pub struct Latency<S, O> {
     observer: O,
 }
 
-impl<S, O, Req> Service<Req> for Latency<S, O>
+impl<S, O, Req, B> Service<Req> for Latency<S, O>
 where
-    S: Service<Req>,
+    S: Service<Req, Response = Response<B>>,
     S::Future: Send + 'static,
+    B: Send + 'static,
     O: LatencyObserver,
 {
     type Response = S::Response;
@@ -74,10 +109,23 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let start = Instant::now();
         let fut = self.inner.call(req);
-        let observer = self.observer.clone();
+        let mut guard = DropGuard {
+            observer: Some(self.observer.clone()),
+            start,
+        };
         Box::pin(async move {
             let out = fut.await;
-            observer.observe(start.elapsed());
+            if let (Ok(resp), Some(observer)) = (&out, guard.observer.take()) {
+                observer.observe(
+                    start.elapsed(),
+                    Answer::Response {
+                        status: resp.status(),
+                        extensions: resp.extensions(),
+                    },
+                );
+            }
+            // An inner error leaves the guard armed: observed as dropped.
+            drop(guard);
             out
         })
     }
@@ -108,7 +156,7 @@ mod tests {
         let counter = Arc::clone(&seen);
         let app = Router::new().route(
             "/echo",
-            post(echo).layer(LatencyLayer::new(move |_: Duration| {
+            post(echo).layer(LatencyLayer::new(move |_: Duration, _: Answer<'_>| {
                 counter.fetch_add(1, Ordering::Relaxed);
             })),
         );
@@ -136,5 +184,55 @@ mod tests {
             .expect("infallible");
         assert_eq!(resp.status(), StatusCode::NOT_FOUND);
         assert_eq!(seen.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn the_observer_sees_the_status_extensions_and_drops() {
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        struct Marker;
+        type Seen = Arc<parking_lot::Mutex<Vec<(Option<StatusCode>, bool)>>>;
+        let seen: Seen = Arc::default();
+        let sink = Arc::clone(&seen);
+        let layer = LatencyLayer::new(move |_: Duration, a: Answer<'_>| {
+            sink.lock().push(match a {
+                Answer::Response { status, extensions } => {
+                    (Some(status), extensions.get::<Marker>().is_some())
+                }
+                Answer::Dropped => (None, false),
+            });
+        });
+        async fn marked() -> axum::response::Response {
+            let mut r = axum::response::IntoResponse::into_response("ok");
+            r.extensions_mut().insert(Marker);
+            r
+        }
+        async fn slow() -> &'static str {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "late"
+        }
+        let app = Router::new()
+            .route("/marked", post(marked).layer(layer.clone()))
+            .route("/slow", post(slow).layer(layer));
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::post("/marked")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("infallible");
+        assert_eq!(resp.status(), StatusCode::OK);
+        // The slow route's future is dropped by a timeout around it.
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(20),
+            app.oneshot(Request::post("/slow").body(Body::empty()).expect("request")),
+        )
+        .await;
+        assert!(dropped.is_err(), "the slow route cannot answer in time");
+        assert_eq!(
+            *seen.lock(),
+            vec![(Some(StatusCode::OK), true), (None, false)]
+        );
     }
 }

@@ -11,7 +11,7 @@ pub mod error;
 pub mod latency;
 
 pub use error::{ApiError, Body, JsonBody, Params, decode_json};
-pub use latency::{LatencyLayer, LatencyObserver};
+pub use latency::{Answer, LatencyLayer, LatencyObserver};
 
 use axum::http::StatusCode;
 use std::time::Duration;

@@ -457,8 +457,8 @@ async fn health_metrics_and_unknown_routes() {
     let m = get(&app, "/metrics").await.text;
     for needle in [
         "kruntimes_decision_duration_seconds_bucket{le=",
-        "endpoint=\"Plan\"",
-        "endpoint=\"ScheduleCycle\"",
+        "operation=\"Plan\"",
+        "operation=\"ScheduleCycle\"",
         "kruntimes_filter_rejections_total{reason=\"InsufficientCapacity\"}",
         "kruntimes_wakeups_total{cause=\"RunChanged\"}",
         "kruntimes_run_status_writes_total{result=\"Ok\"}",

@@ -1,14 +1,14 @@
 //! Per-route latency is a middleware: failed requests (decode errors, 4xx)
-//! are timed under their endpoint as well as successful ones.
+//! are timed under their operation as well as successful ones.
 
 use crate::common;
 
 use axum::http::StatusCode;
 use common::{app, get, post};
 
-/// The sample count of `decision_duration_seconds` for one endpoint.
-fn samples(metrics: &str, endpoint: &str) -> u64 {
-    let label = format!("endpoint=\"{endpoint}\"");
+/// The sample count of `decision_duration_seconds` for one operation (label `operation`, formerly `endpoint`).
+fn samples(metrics: &str, operation: &str) -> u64 {
+    let label = format!("operation=\"{operation}\"");
     metrics
         .lines()
         .find(|l| l.starts_with("kruntimes_decision_duration_seconds_count{") && l.contains(&label))

@@ -51,6 +51,8 @@ mod http_api;
 mod latency;
 mod layering;
 mod manifests;
+mod metrics;
+mod monitoring;
 mod plan_limit;
 mod preempt;
 mod replay;

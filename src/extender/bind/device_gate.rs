@@ -28,7 +28,7 @@
 //! function so tests can set it.
 
 use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
-use crate::cluster::{ClaimAllocationRef, ClusterWriter, EventKind, ObjectRef};
+use crate::cluster::{ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -360,9 +360,9 @@ impl BindingGate {
                 uid: c.claim.uid.clone(),
             };
             let reason = if c.timed_out {
-                "BindingTimeout"
+                EventReason::BindingTimeout
             } else {
-                "BindingFailed"
+                EventReason::BindingFailed
             };
             writer
                 .record_event(

@@ -31,7 +31,7 @@
 //! and a unit without members does not stay in the table.
 
 use crate::cache::cluster_index::ClusterIndex;
-use crate::cluster::{ClusterWriter, EventKind, ObjectRef};
+use crate::cluster::{ClusterWriter, EventKind, EventReason, ObjectRef};
 use crate::extender::gang::{self, GangPlanner, bounded};
 use crate::model::refs::GroupRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -54,7 +54,7 @@ pub const UNSCHEDULABLE: &str = "Unschedulable";
 /// Reason of the condition once quorum is bound.
 pub const SCHEDULED: &str = "Scheduled";
 /// Event reason when a gang's wait expires.
-pub const WAIT_EXPIRED: &str = "GangWaitExpired";
+pub const WAIT_EXPIRED: EventReason = EventReason::GangWaitExpired;
 
 /// Where a unit's held members stand.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,14 +55,14 @@ impl ClusterWriter for Recorder {
         &'a self,
         object: &'a ObjectRef,
         kind: EventKind,
-        reason: &'a str,
+        reason: EventReason,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             assert_eq!(kind, EventKind::Warning);
             self.events
                 .lock()
-                .push((object.clone(), reason.to_owned(), note.to_owned()));
+                .push((object.clone(), reason.as_str().to_owned(), note.to_owned()));
         })
     }
     fn evict_pod<'a>(&'a self, pod: &'a PodId) -> BoxFuture<'a, Result<(), EvictError>> {

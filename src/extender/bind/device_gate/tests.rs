@@ -23,13 +23,15 @@ impl ClusterWriter for Recorder {
         &'a self,
         object: &'a crate::cluster::ObjectRef,
         _: crate::cluster::EventKind,
-        reason: &'a str,
+        reason: crate::cluster::EventReason,
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            self.events
-                .lock()
-                .push((object.name.clone(), reason.to_owned(), note.to_owned()));
+            self.events.lock().push((
+                object.name.clone(),
+                reason.as_str().to_owned(),
+                note.to_owned(),
+            ));
         })
     }
     fn write_run_status<'a>(

@@ -616,8 +616,8 @@ pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{RunSpec, RunStatus};
     use crate::model::resources::Requests;
+    use crate::testkit;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn state() -> AgentState {
@@ -639,22 +639,21 @@ mod tests {
         s
     }
 
+    /// Run `default/name` (uid `uid-<name>`) of runtime `python` with no
+    /// requests, in `phase`, assigned to `pod` (the test kit's Run).
     fn mk_run(name: &str, phase: Option<&str>, pod: Option<&str>) -> Run {
-        let mut r = Run::new(
-            name,
-            RunSpec {
-                runtime: "python".into(),
-                resources: None,
-            },
-        );
-        r.metadata.namespace = Some("default".into());
-        r.metadata.uid = Some(format!("uid-{name}"));
-        r.status = Some(RunStatus {
-            phase: phase.map(str::to_owned),
-            assigned_pod: pod.map(str::to_owned),
-            ..Default::default()
-        });
-        r
+        let mut r = testkit::run(name, &[])
+            .namespace("default")
+            .runtime("python")
+            .unset(&["spec", "resources"])
+            .set(&["status"], serde_json::json!({}));
+        if let Some(p) = phase {
+            r = r.set(&["status", "phase"], p);
+        }
+        if let Some(p) = pod {
+            r = r.set(&["status", "assignedPod"], p);
+        }
+        r.typed()
     }
 
     fn reserve(s: &mut AgentState, name: &str) {

@@ -4,32 +4,34 @@
 use super::*;
 use crate::cache::cluster_index::ClusterIndex;
 use crate::extender::types::Victims;
+use crate::testkit;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
+// Fixtures from the test kit: namespace `ns`, nodes with 8 cpu / 8Gi.
+
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}))
-    .unwrap()
+    testkit::node(name).allocatable("8", "8Gi").typed()
 }
 
-/// A pod `name` with uid `name-uid` in namespace `ns`.
+/// A Running pod `name` with uid `name-uid` in namespace `ns`, requesting
+/// nothing.
 fn pod(name: &str, node: Option<&str>, priority: i32, group: Option<&str>) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i"}], "priority": priority});
+    let mut p = testkit::pod(name)
+        .namespace("ns")
+        .requests(&[])
+        .priority(priority)
+        .phase("Running");
     if let Some(n) = node {
-        spec["nodeName"] = json!(n);
+        p = p.set(&["spec", "nodeName"], n);
     }
     if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
+        p = p.group(g);
     }
-    serde_json::from_value(
-        json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
-        "spec": spec, "status": {"phase": "Running"}}),
-    )
-    .unwrap()
+    p.typed()
 }
 
 fn group(
@@ -39,29 +41,32 @@ fn group(
     parent: Option<&str>,
     policy: Option<&str>,
 ) -> PodGroup {
-    let mut spec = json!({"priority": priority, "schedulingPolicy": {"basic": {}}});
+    let mut g = testkit::pod_group(name)
+        .namespace("ns")
+        .set(&["spec", "priority"], priority);
     if all {
-        spec["disruptionMode"] = json!({"all": {}});
+        g = g.disrupt_all();
     }
     if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+        g = g.parent(p);
     }
     if let Some(p) = policy {
-        spec["preemptionPolicy"] = json!(p);
+        g = g.preemption_policy(p);
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .unwrap()
+    g.typed()
 }
 
 fn composite(name: &str, all: bool, parent: Option<&str>) -> CompositePodGroup {
-    let mut spec = json!({"schedulingPolicy": {"basic": {}},
-        "workloadRef": {"name": "w", "podGroupTemplateName": "t"},
-        "disruptionMode": if all { json!({"all": {}}) } else { json!({"single": {}}) }});
+    let mut c = testkit::composite(name).namespace("ns");
+    c = if all {
+        c.disrupt_all()
+    } else {
+        c.set(&["spec", "disruptionMode"], json!({"single": {}}))
+    };
     if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+        c = c.parent(p);
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}, "spec": spec}))
-        .unwrap()
+    c.typed()
 }
 
 /// Nodes n1..n6 and:

@@ -404,6 +404,12 @@ impl RunController {
                 key: &key,
             };
             self.cycle(&key).await;
+            // A cycle whose writes complete at once (the in-memory store)
+            // and a queue that always has a next key never return
+            // `Pending`: without this, the workers would keep the
+            // runtime's threads to themselves while a big backlog drains,
+            // and HTTP requests would wait for the whole backlog.
+            tokio::task::yield_now().await;
         }
     }
 

@@ -467,6 +467,12 @@ const REFS_CACHED: usize = 8;
 /// older lists are dropped until a new one fits.
 pub const REFS_CACHED_BYTES: usize = 32 * 1024 * 1024;
 
+/// The hash a `NodeNames` array's text is looked up by.
+fn refs_hash(raw: &str) -> u64 {
+    use std::hash::BuildHasher as _;
+    foldhash::fast::FixedState::with_seed(0).hash_one(raw)
+}
+
 /// A `NodeNames` array resolved to slot indexes ([`NO_SLOT`] for names the
 /// cache does not know), valid under the layout it was resolved in.
 #[derive(Debug, Default)]
@@ -590,46 +596,12 @@ impl ClusterState {
     pub fn all_node_refs(&self) -> Arc<NodeRefs> {
         let names: Vec<Box<str>> = self.node_names().into_iter().map(Into::into).collect();
         let raw = serde_json::to_string(&names).unwrap_or_default();
-        let slots: Vec<u32> = names
-            .iter()
-            .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
-            .collect();
-        let plain = names
-            .iter()
-            .all(|n| n.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'));
-        use std::hash::BuildHasher as _;
-        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(&raw);
-        Arc::new(NodeRefs {
-            bytes: raw.len(),
-            raw: raw.into(),
-            hash,
-            layout: self.nodes.layout,
-            names,
-            slots,
-            plain,
-        })
+        Arc::new(self.node_refs(&raw, refs_hash(&raw), names))
     }
 
-    /// Resolves a `NodeNames` array (its raw JSON text) to slot indexes,
-    /// reusing the resolution of an identical array seen under the same
-    /// layout: kube-scheduler sends the same list for pod after pod.
-    pub fn resolve_names(&self, raw: &str) -> Result<Arc<NodeRefs>, serde_json::Error> {
-        use std::hash::BuildHasher as _;
-        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(raw);
-        let layout = self.nodes.layout;
-        {
-            let mut cache = self.refs.lock();
-            if let Some(pos) = cache
-                .iter()
-                .position(|r| r.hash == hash && r.layout == layout && *r.raw == *raw)
-            {
-                let hit = cache.remove(pos);
-                cache.insert(0, Arc::clone(&hit));
-                return Ok(hit);
-            }
-        }
-        let names: Vec<Box<str>> =
-            serde_json::from_str::<Option<Vec<Box<str>>>>(raw)?.unwrap_or_default();
+    /// The resolution of `names` (the array `raw`, hashed `hash`) under the
+    /// current layout.
+    fn node_refs(&self, raw: &str, hash: u64, names: Vec<Box<str>>) -> NodeRefs {
         let slots: Vec<u32> = names
             .iter()
             .map(|n| self.nodes.find(n).unwrap_or(NO_SLOT))
@@ -644,15 +616,38 @@ impl ClusterState {
                 .map(|n| n.len() + std::mem::size_of::<Box<str>>())
                 .sum::<usize>()
             + std::mem::size_of_val(&slots[..]);
-        let refs = Arc::new(NodeRefs {
+        NodeRefs {
             raw: raw.into(),
             hash,
-            layout,
+            layout: self.nodes.layout,
             names,
             slots,
             plain,
             bytes,
-        });
+        }
+    }
+
+    /// Resolves a `NodeNames` array (its raw JSON text) to slot indexes,
+    /// reusing the resolution of an identical array seen under the same
+    /// layout: kube-scheduler sends the same list for pod after pod.
+    pub fn resolve_names(&self, raw: &str) -> Result<Arc<NodeRefs>, serde_json::Error> {
+        let hash = refs_hash(raw);
+        let layout = self.nodes.layout;
+        {
+            let mut cache = self.refs.lock();
+            if let Some(pos) = cache
+                .iter()
+                .position(|r| r.hash == hash && r.layout == layout && *r.raw == *raw)
+            {
+                let hit = cache.remove(pos);
+                cache.insert(0, Arc::clone(&hit));
+                return Ok(hit);
+            }
+        }
+        let names: Vec<Box<str>> =
+            serde_json::from_str::<Option<Vec<Box<str>>>>(raw)?.unwrap_or_default();
+        let refs = Arc::new(self.node_refs(raw, hash, names));
+        let bytes = refs.bytes;
         if bytes > REFS_CACHED_BYTES {
             return Ok(refs);
         }

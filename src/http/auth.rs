@@ -248,24 +248,36 @@ fn unauthorized(why: &str) -> Response {
     r
 }
 
+/// `get` on `group/resource` in the `namespace` query parameter's
+/// namespace (a namespace name is a DNS label; anything else, or none, is
+/// checked cluster-wide).
+async fn require_resource_read(
+    ac: &AccessControl,
+    req: Request,
+    next: Next,
+    group: &'static str,
+    resource: &'static str,
+) -> Response {
+    let namespace = query_param(&req, "namespace")
+        .filter(|ns| crate::workload::is_dns_label(ns))
+        .unwrap_or_default()
+        .to_owned();
+    let access = Access::Resource {
+        group,
+        resource,
+        verb: "get",
+        namespace,
+    };
+    enforce(ac, req, next, access).await
+}
+
 /// Middleware of the Run API: `get` on `runs.kruntimes.io`.
 pub async fn require_run_read(
     State(ac): State<AccessControl>,
     req: Request,
     next: Next,
 ) -> Response {
-    // A namespace name is a DNS label; anything else is checked cluster-wide.
-    let namespace = query_param(&req, "namespace")
-        .filter(|ns| crate::workload::is_dns_label(ns))
-        .unwrap_or_default()
-        .to_owned();
-    let access = Access::Resource {
-        group: "kruntimes.io",
-        resource: "runs",
-        verb: "get",
-        namespace,
-    };
-    enforce(&ac, req, next, access).await
+    require_resource_read(&ac, req, next, "kruntimes.io", "runs").await
 }
 
 /// Middleware of `/v1/explain/pod`: `get` on `pods` in the `namespace`
@@ -275,17 +287,7 @@ pub async fn require_pod_read(
     req: Request,
     next: Next,
 ) -> Response {
-    let namespace = query_param(&req, "namespace")
-        .filter(|ns| crate::workload::is_dns_label(ns))
-        .unwrap_or_default()
-        .to_owned();
-    let access = Access::Resource {
-        group: "",
-        resource: "pods",
-        verb: "get",
-        namespace,
-    };
-    enforce(&ac, req, next, access).await
+    require_resource_read(&ac, req, next, "", "pods").await
 }
 
 /// Middleware of `/metrics`: non-resource `get /metrics`.

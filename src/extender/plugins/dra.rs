@@ -45,20 +45,13 @@ impl ClaimRequests {
     }
 }
 
-/// The pod's PodGroup `(namespace/name, resourceClaims, status)` when it
-/// has claims.
-fn group_of<'a>(
+/// The pod's PodGroup (with its `namespace/name`) when the group has
+/// claims.
+fn group_with_claims<'a>(
     snap: &'a ClusterState,
-    ns: &str,
     pod: &Pod,
 ) -> Option<(String, &'a k8s_openapi::api::scheduling::v1beta1::PodGroup)> {
-    let g = pod
-        .spec
-        .as_ref()?
-        .scheduling_group
-        .as_ref()?
-        .pod_group_name
-        .as_deref()?;
+    let (ns, g) = crate::extender::gang::group_of(pod)?;
     let group = snap.group(ns, g)?;
     group
         .spec
@@ -80,7 +73,7 @@ pub fn claims_of(snap: &ClusterState, pod: &Pod) -> Result<(Vec<ClaimRef>, Vec<S
     };
     let mut claims: Vec<ClaimRef> = pod_claims(spec, pod.status.as_ref());
     let mut group_claims = Vec::new();
-    if let Some((gname, group)) = group_of(snap, ns, pod) {
+    if let Some((gname, group)) = group_with_claims(snap, pod) {
         let pod_claims = spec.resource_claims.as_deref().unwrap_or_default();
         let gcs = group.spec.resource_claims.as_deref().unwrap_or_default();
         let names = rules::group_claims(pod_claims, &gname, gcs)?;

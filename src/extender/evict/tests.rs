@@ -6,6 +6,7 @@ use crate::crd::RunStatus;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use crate::testkit;
 use serde_json::json;
 use std::collections::HashMap;
 
@@ -85,29 +86,34 @@ impl ClusterWriter for Recorder {
     }
 }
 
+// Fixtures from the test kit: namespace `ns`, nodes with 8 cpu / 8Gi.
+
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}}))
-    .unwrap()
+    testkit::node(name).allocatable("8", "8Gi").typed()
 }
 
+/// A Running member `ns/name` of `group` on `node`, priority 10, requesting
+/// nothing.
 fn pod(name: &str, node: &str, group: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid")},
-        "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 10, "nodeName": node,
-            "schedulingGroup": {"podGroupName": group}},
-        "status": {"phase": "Running"}}))
-    .unwrap()
+    testkit::pod(name)
+        .namespace("ns")
+        .requests(&[])
+        .priority(10)
+        .group(group)
+        .on_node(node)
+        .typed()
 }
 
 /// The preemptor `big`, pending; `nominated`: kube-scheduler preempted for
 /// it there.
 fn preemptor(nominated: Option<&str>) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": "big", "namespace": "ns", "uid": "big-uid"},
-        "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 1000},
-        "status": {"phase": "Pending", "nominatedNodeName": nominated}}))
-    .unwrap()
+    testkit::pod("big")
+        .namespace("ns")
+        .requests(&[])
+        .priority(1000)
+        .phase("Pending")
+        .set(&["status", "nominatedNodeName"], json!(nominated))
+        .typed()
 }
 
 fn id(name: &str) -> PodId {
@@ -124,11 +130,14 @@ fn cluster() -> Arc<ClusterIndex> {
     for n in ["n1", "n2", "n3"] {
         c.apply_node(&node(n));
     }
-    let g: PodGroup = serde_json::from_value(json!({
-        "metadata": {"name": "spread", "namespace": "ns", "uid": "spread-uid", "generation": 3},
-        "spec": {"priority": 10, "schedulingPolicy": {"gang": {"minCount": 3}},
-            "disruptionMode": {"all": {}}}}))
-    .unwrap();
+    let g: PodGroup = testkit::pod_group("spread")
+        .namespace("ns")
+        .uid("spread-uid")
+        .set(&["metadata", "generation"], 3)
+        .set(&["spec", "priority"], 10)
+        .gang(3)
+        .disrupt_all()
+        .typed();
     c.apply_pod_group(&g);
     for (p, n) in [("sp0", "n1"), ("sp1", "n2"), ("sp2", "n3")] {
         c.apply_pod(&pod(p, n, "spread"));

@@ -14,12 +14,14 @@
 //! forgotten and deleted outside the timed part), so every iteration plans
 //! from scratch.
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
+use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
 use kruntimes_scheduler::extender::types::ExtenderArgs;
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
-use kruntimes_scheduler::testkit::{node, pod, pod_group};
+use kruntimes_scheduler::testkit::{pod, pod_group};
 use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -28,35 +30,7 @@ const NODES: usize = 5_000;
 const PER_RACK: usize = 5;
 
 fn cluster() -> ClusterIndex {
-    let cache = ClusterIndex::new();
-    for i in 0..NODES {
-        let name = format!("node-{i:05}");
-        let n = node(&name)
-            .allocatable("32", "128Gi")
-            .label("kubernetes.io/hostname", &name)
-            .label("topology.kubernetes.io/zone", &format!("zone-{}", i % 3))
-            .label(
-                "topology.kubernetes.io/rack",
-                &format!("rack-{:04}", i / PER_RACK),
-            );
-        cache.apply_node(&n.typed());
-        // Some load everywhere, more on every third rack.
-        let cpu = if (i / PER_RACK).is_multiple_of(3) {
-            16_000
-        } else {
-            4_000
-        };
-        cache.apply_pod_entry(
-            ("bench".into(), format!("load-{i}")),
-            PodEntry {
-                uid: format!("load-{i}"),
-                node: Some(name),
-                requests: Some([("cpu".to_owned(), cpu)].into_iter().collect()),
-                ..PodEntry::default()
-            },
-        );
-    }
-    cache
+    common::racked_cluster(NODES, PER_RACK)
 }
 
 /// The extender's gang planner (plans outlive a call, as in the server).

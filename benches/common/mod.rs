@@ -56,3 +56,42 @@ pub fn runtime_pods(n: usize, now: Timestamp) -> RunCache {
     }
     cache
 }
+
+/// `nodes` Nodes `node-<i>` of 32 cpu / 128Gi in racks of `per_rack`
+/// (`topology.kubernetes.io/rack`) across three zones, with some cpu load
+/// everywhere (4 cpu) and more (16 cpu) on every third rack: the cluster
+/// the gang and explain benches place groups on.
+pub fn racked_cluster(
+    nodes: usize,
+    per_rack: usize,
+) -> kruntimes_scheduler::cache::cluster_index::ClusterIndex {
+    use kruntimes_scheduler::cache::cluster_index::{ClusterIndex, PodEntry};
+    let cache = ClusterIndex::new();
+    for i in 0..nodes {
+        let name = format!("node-{i:05}");
+        let n = testkit::node(&name)
+            .allocatable("32", "128Gi")
+            .label("kubernetes.io/hostname", &name)
+            .label("topology.kubernetes.io/zone", &format!("zone-{}", i % 3))
+            .label(
+                "topology.kubernetes.io/rack",
+                &format!("rack-{:04}", i / per_rack),
+            );
+        cache.apply_node(&n.typed());
+        let cpu = if (i / per_rack).is_multiple_of(3) {
+            16_000
+        } else {
+            4_000
+        };
+        cache.apply_pod_entry(
+            ("bench".into(), format!("load-{i}")),
+            PodEntry {
+                uid: format!("load-{i}"),
+                node: Some(name),
+                requests: Some([("cpu".to_owned(), cpu)].into_iter().collect()),
+                ..PodEntry::default()
+            },
+        );
+    }
+    cache
+}

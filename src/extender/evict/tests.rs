@@ -3,10 +3,10 @@
 use super::*;
 use crate::cluster::{BindError, ClaimAllocationRef, PodBinding, WriteError};
 use crate::crd::RunStatus;
+use crate::testkit;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use crate::testkit;
 use serde_json::json;
 use std::collections::HashMap;
 

@@ -22,8 +22,9 @@ mod common;
 use common::{run, runtime_pods};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_scheduler::cache::Decision;
+use kruntimes_scheduler::cache::{Decision, RunCache};
 use kruntimes_scheduler::cluster::standalone::kube_time;
+use kruntimes_scheduler::model::resources::Requests;
 use kruntimes_scheduler::model::resources::effective_requests;
 use kruntimes_scheduler::runs::queue::RunKey;
 use kruntimes_scheduler::testkit::{self, percentile};
@@ -88,43 +89,76 @@ fn decide() {
     println!(
         "decision: one Run over N Runtime Pods × 4 resources (filter, score, reserve; then release)"
     );
-    for n in [100usize, 1_000, 10_000, 50_000] {
-        let cache = runtime_pods(n, now);
-        cache.apply_run(&run(
-            "r",
-            &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")],
-            None,
-        ));
-        let key = RunKey::new("bench", "r");
-        let samples = (2_000_000 / n).clamp(200, 5_000);
-        let mut t = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            let start = Instant::now();
-            let d = cache.schedule_one(&key, now);
-            t.push(start.elapsed());
-            match d {
-                Decision::Reserved { uid, pod, .. } => {
-                    black_box(cache.release("bench", &uid, &pod));
-                }
-                other => panic!("expected a reservation: {other:?}"),
-            }
+    // `KRS_SCALE_PODS=10000,50000` measures only those sizes.
+    let sizes: Vec<usize> = std::env::var("KRS_SCALE_PODS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![100, 1_000, 10_000, 50_000]);
+    // Two shapes: a warm pool (half the pods idle, half running the same
+    // Run: two distinct states), and the worst case for grouping, where
+    // every pod's usage differs (a Run of its own size on each).
+    let shapes: [(&str, fn(usize, Timestamp) -> RunCache); 2] =
+        [("pool", runtime_pods), ("distinct", runtime_pods_distinct)];
+    for (shape, build) in shapes {
+        println!("  {shape}:");
+        for &n in &sizes {
+            decide_at(n, build(n, now), &req, now);
         }
-        t.sort();
-        let mut p = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            let start = Instant::now();
-            black_box(cache.plan_with("bench", "py", &req, now, |o| o.selected().is_some()));
-            p.push(start.elapsed());
-        }
-        p.sort();
-        println!(
-            "  pods {n:>6}: decide p50 {} p99 {} | plan (in process) p50 {} p99 {}  ({samples} samples)",
-            us(percentile(&t, 0.5)),
-            us(percentile(&t, 0.99)),
-            us(percentile(&p, 0.5)),
-            us(percentile(&p, 0.99)),
-        );
     }
+}
+
+/// Every pod runs a Run of its own memory size: no two pods' numbers are
+/// equal.
+fn runtime_pods_distinct(n: usize, now: Timestamp) -> RunCache {
+    let cache = runtime_pods(0, now);
+    for i in 0..n {
+        cache.apply_pod(&common::runtime_pod(i, now), now);
+        let pod = format!("rp-{i:05}");
+        let mem = format!("{}Mi", i + 1);
+        let own = [("runs", "1"), ("mem", mem.as_str())];
+        cache.apply_run(&run(&format!("own-{i}"), &own, Some(&pod)));
+    }
+    while let Some(k) = cache.queue().try_next() {
+        cache.queue().done(&k);
+    }
+    cache
+}
+
+fn decide_at(n: usize, cache: RunCache, req: &Requests, now: Timestamp) {
+    cache.apply_run(&run(
+        "r",
+        &[("runs", "1"), ("gpu", "1"), ("mem", "4Gi")],
+        None,
+    ));
+    let key = RunKey::new("bench", "r");
+    let samples = (2_000_000 / n).clamp(200, 5_000);
+    let mut t = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        let d = cache.schedule_one(&key, now);
+        t.push(start.elapsed());
+        match d {
+            Decision::Reserved { uid, pod, .. } => {
+                black_box(cache.release("bench", &uid, &pod));
+            }
+            other => panic!("expected a reservation: {other:?}"),
+        }
+    }
+    t.sort();
+    let mut p = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        black_box(cache.plan_with("bench", "py", req, now, |o| o.selected().is_some()));
+        p.push(start.elapsed());
+    }
+    p.sort();
+    println!(
+        "    pods {n:>6}: decide p50 {} p99 {} | plan (in process, every pod) p50 {} p99 {}  ({samples} samples)",
+        us(percentile(&t, 0.5)),
+        us(percentile(&t, 0.99)),
+        us(percentile(&p, 0.5)),
+        us(percentile(&p, 0.99)),
+    );
 }
 
 // --- the binary over HTTP ---

@@ -23,7 +23,9 @@ pub mod views;
 
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
-use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
+use crate::model::resources::{
+    PodResources, RequestError, Requests, ResId, ResourceNames, ResourceVec,
+};
 use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
@@ -89,6 +91,119 @@ pub struct State {
     runtime_ids: HashMap<String, u32>,
     /// Runtime label values by id.
     runtime_names: Vec<Arc<str>>,
+    /// Interned resource names the last sweep kept (see [`State::sweep`]).
+    names_kept: usize,
+    /// Interned runtime label values the last sweep kept.
+    runtimes_kept: usize,
+}
+
+/// The fewest names (or runtime ids) interned since the last sweep that
+/// start the next one.
+const SWEEP_MIN: usize = 64;
+
+impl State {
+    /// Frees interned resource names and runtime ids nothing holds any
+    /// more, so pods churning unusual resources
+    /// (`kruntimes.io/capacity.example.com-r-<i>`) or runtime label values
+    /// do not pile up names, ids and per-resource columns. A sweep is due
+    /// once as many names (ids) were interned since the last one as it
+    /// kept, and at least [`SWEEP_MIN`]: at most twice the live ones plus
+    /// that many are ever held, and a sweep (a pass over pods, Runs and
+    /// reservations) is paid for by as many new names. Runs under the
+    /// write lock at the end of a write, when no id is held outside.
+    fn sweep(&mut self) {
+        let due = |len: usize, kept: usize| len.saturating_sub(kept) >= kept.max(SWEEP_MIN);
+        if due(self.names.len(), self.names_kept) {
+            self.sweep_names();
+        }
+        if due(self.runtime_names.len(), self.runtimes_kept) {
+            self.sweep_runtimes();
+        }
+    }
+
+    /// A name is live while a pod's ledger (capacity, actual, assumed), a
+    /// counted Run or a reservation holds it; `runs` always is.
+    fn sweep_names(&mut self) {
+        let mut live = vec![false; self.names.len()];
+        let mut mark = |id: ResId| {
+            if let Some(l) = live.get_mut(id as usize) {
+                *l = true;
+            }
+        };
+        mark(crate::model::resources::RUNS_ID);
+        for nss in self.namespaces.values() {
+            for slot in nss.pods.values() {
+                slot.res.as_slice().iter().for_each(|l| mark(l.id));
+            }
+            for run in nss.runs.values() {
+                if let Some((_, amounts)) = &run.counted {
+                    amounts.iter().for_each(|(id, _)| mark(id));
+                }
+            }
+            for a in nss.assumed.values() {
+                a.amounts.iter().for_each(|(id, _)| mark(id));
+            }
+        }
+        let map = self.names.compact(|id| live[id as usize]);
+        for nss in self.namespaces.values_mut() {
+            for slot in nss.pods.values_mut() {
+                slot.res.remap(&map);
+            }
+            for run in nss.runs.values_mut() {
+                if let Some((_, amounts)) = &mut run.counted {
+                    amounts.remap(&map);
+                }
+            }
+            for a in nss.assumed.values_mut() {
+                a.amounts.remap(&map);
+            }
+            for cols in nss.columns.values_mut() {
+                cols.remap(&map);
+            }
+        }
+        self.names_kept = self.names.len();
+    }
+
+    /// A runtime id is live while a namespace has columns for it (a
+    /// runtime's columns go when its last pod does).
+    fn sweep_runtimes(&mut self) {
+        let mut live = vec![false; self.runtime_names.len()];
+        for nss in self.namespaces.values() {
+            for id in nss.columns.keys() {
+                if let Some(l) = live.get_mut(*id as usize) {
+                    *l = true;
+                }
+            }
+        }
+        let old = std::mem::take(&mut self.runtime_names);
+        let mut map: Vec<Option<u32>> = Vec::with_capacity(old.len());
+        self.runtime_ids = HashMap::new();
+        for (id, name) in old.into_iter().enumerate() {
+            if live[id] {
+                let new = self.runtime_names.len() as u32;
+                self.runtime_ids.insert(name.to_string(), new);
+                self.runtime_names.push(name);
+                map.push(Some(new));
+            } else {
+                map.push(None);
+            }
+        }
+        let new = |id: u32| map.get(id as usize).copied().flatten();
+        for nss in self.namespaces.values_mut() {
+            nss.columns = std::mem::take(&mut nss.columns)
+                .into_iter()
+                .filter_map(|(id, cols)| Some((new(id)?, cols)))
+                .collect();
+            for slot in nss.pods.values_mut() {
+                if let Some(rp) = &mut slot.pod
+                    && let Some(id) = new(rp.runtime_id)
+                {
+                    rp.runtime_id = id;
+                }
+            }
+        }
+        self.runtimes_kept = self.runtime_names.len();
+    }
 }
 
 /// One namespace: accounting is namespace-local.
@@ -391,6 +506,20 @@ impl RunCache {
         for rt in wake {
             self.wake_runtime(nss, ns, &rt, WakeCause::PodCapacity);
         }
+        st.sweep();
+    }
+
+    /// How many resource names and runtime ids are interned, and how many
+    /// per-resource columns the runtimes hold together (churn tests).
+    pub fn interned(&self) -> (usize, usize, usize) {
+        let st = self.state.read();
+        let columns = st
+            .namespaces
+            .values()
+            .flat_map(|n| n.columns.values())
+            .map(Columns::columns)
+            .sum();
+        (st.names.len(), st.runtime_names.len(), columns)
     }
 
     /// Applies a Pod deletion.

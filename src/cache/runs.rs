@@ -245,6 +245,7 @@ impl RunCache {
             self.metrics.wake(WakeCause::RunChanged, 1);
         }
         self.wake_released(nss, ns, released_on);
+        st.sweep();
     }
 
     /// Applies a Run deletion. The Run's key is queued once more, so the
@@ -637,12 +638,24 @@ impl RunCache {
             for (name, slot) in &nss.pods {
                 let Some(p) = &slot.pod else { continue };
                 members += 1;
+                if st.runtime_names.get(p.runtime_id as usize).map(|n| &**n) != Some(p.runtime())
+                    || st.runtime_ids.get(p.runtime()) != Some(&p.runtime_id)
+                {
+                    return Err(format!(
+                        "{ns}/{name}: runtime id {} does not name {:?}",
+                        p.runtime_id,
+                        p.runtime()
+                    ));
+                }
                 let cols = nss
                     .columns
                     .get(&p.runtime_id)
                     .ok_or_else(|| format!("{ns}/{name}: no columns for its runtime"))?;
                 cols.check(p.index, name, &slot.res, p.base_ok, p.heartbeat)
                     .map_err(|e| format!("{ns}/{e}"))?;
+            }
+            for cols in nss.columns.values() {
+                cols.check_groups().map_err(|e| format!("{ns}: {e}"))?;
             }
             let held: usize = nss.columns.values().map(|c| c.len()).sum();
             if held != members {
@@ -698,7 +711,8 @@ mod differential {
     struct PodSpec {
         name: u8,
         other_runtime: bool,
-        /// 0 fresh, 1 stale, 2 none, 3 not ready.
+        /// 0 fresh, 1 stale, 2 none, 3 not ready, 4 from the future
+        /// (beyond the window's other end).
         health: u8,
         caps: [usize; 3],
     }
@@ -721,6 +735,7 @@ mod differential {
             .collect();
         let stamp = match p.health {
             1 => "2026-03-01T11:00:00Z".parse().unwrap(),
+            4 => "2026-03-01T13:00:00Z".parse().unwrap(),
             _ => now(),
         };
         let mut conditions = vec![PodCondition {
@@ -800,6 +815,33 @@ mod differential {
         Vec<(String, String)>,
     );
 
+    /// The decision's own answers, by rows and by groups (which must
+    /// agree): the best pod and the counts, before anything is reserved.
+    fn decided(c: &RunCache, request: &Requests) -> (Option<String>, RejectionCounts) {
+        let st = c.state.read();
+        let (req, unknown) = request.resolve(&st.names);
+        let window = Freshness::new(now(), c.config.heartbeat_stale_after);
+        let cols = st
+            .namespaces
+            .get("ns")
+            .zip(st.runtime_ids.get("py"))
+            .and_then(|(nss, id)| nss.columns.get(id));
+        match cols {
+            Some(cols) => {
+                let unknown = !unknown.is_empty();
+                let (rows, counts) = cols.best_by_rows(&req, unknown, &window);
+                let by_groups = cols.best_by_groups(&req, unknown, &window);
+                assert_eq!(
+                    (rows, &counts),
+                    (by_groups.0, &by_groups.1),
+                    "rows and groups differ"
+                );
+                (rows.map(|i| cols.name(i).to_string()), counts)
+            }
+            None => (None, RejectionCounts::default()),
+        }
+    }
+
     /// Pods, Runs placed on them, and requests to decide.
     type Case = (Vec<PodSpec>, Vec<RunSpecT>, Vec<([u64; 3], bool)>);
 
@@ -844,7 +886,7 @@ mod differential {
         let pod = (
             0u8..12,
             prop::bool::weighted(0.15),
-            0u8..6,
+            0u8..7,
             [0usize..8, 0usize..8, 0usize..8],
         )
             .prop_map(|(name, other_runtime, health, caps)| PodSpec {
@@ -892,6 +934,7 @@ mod differential {
                 let plan = c.plan("ns", "py", &request, now());
                 prop_assert_eq!(&plan.counts, &counts);
                 prop_assert_eq!(plan.selected().map(str::to_owned), best.clone());
+                prop_assert_eq!(decided(&c, &request), (best.clone(), counts.clone()));
                 prop_assert_eq!(
                     plan.feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>(),
                     feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>()
@@ -923,7 +966,9 @@ mod differential {
             let (best, counts, _, _) = reference(&c, &request);
             let plan = c.plan("ns", "py", &request, now());
             prop_assert_eq!(&plan.counts, &counts);
-            prop_assert_eq!(plan.selected().map(str::to_owned), best);
+            prop_assert_eq!(plan.selected().map(str::to_owned), best.clone());
+            prop_assert_eq!(decided(&c, &request), (best, counts));
+            prop_assert_eq!(c.check_invariants(), Ok(()));
         }
     }
 }

@@ -97,14 +97,26 @@ impl Ord for Ratio {
             let r = (other.num as u64 as u128) * (self.den as u64 as u128);
             return l.cmp(&r);
         }
-        match (
-            self.num.checked_mul(other.den),
-            other.num.checked_mul(self.den),
-        ) {
-            (Some(a), Some(b)) => a.cmp(&b),
-            _ => self.to_big().cmp(&other.to_big()),
-        }
+        // Exact 256-bit products: no allocation, whatever the terms.
+        mul_wide(self.num, other.den).cmp(&mul_wide(other.num, self.den))
     }
+}
+
+/// `a * b` as `(high, low)` 128-bit halves: compares as the product does.
+#[inline]
+fn mul_wide(a: u128, b: u128) -> (u128, u128) {
+    const MASK: u128 = u64::MAX as u128;
+    let (a_hi, a_lo) = (a >> 64, a & MASK);
+    let (b_hi, b_lo) = (b >> 64, b & MASK);
+    let ll = a_lo * b_lo;
+    let lh = a_lo * b_hi;
+    let hl = a_hi * b_lo;
+    let hh = a_hi * b_hi;
+    // The middle column: carries into the high half.
+    let mid = (ll >> 64) + (lh & MASK) + (hl & MASK);
+    let low = (ll & MASK) | (mid << 64);
+    let high = hh + (lh >> 64) + (hl >> 64) + (mid >> 64);
+    (high, low)
 }
 
 impl PartialOrd for Ratio {
@@ -226,6 +238,28 @@ mod tests {
             (u128::MAX, u128::MAX, u128::MAX),
         ] {
             assert_eq!(gcd(a, b), g, "gcd({a}, {b})");
+        }
+    }
+
+    #[test]
+    fn wide_products_match_big_integers() {
+        let xs = [
+            0u128,
+            1,
+            3,
+            u64::MAX as u128,
+            (u64::MAX as u128) + 1,
+            1 << 100,
+            (1 << 127) + 12345,
+            u128::MAX - 1,
+            u128::MAX,
+        ];
+        for a in xs {
+            for b in xs {
+                let (hi, lo) = mul_wide(a, b);
+                let got = (BigUint::from(hi) << 128u32) + BigUint::from(lo);
+                assert_eq!(got, BigUint::from(a) * BigUint::from(b), "{a} * {b}");
+            }
         }
     }
 

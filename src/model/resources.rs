@@ -324,6 +324,20 @@ impl PodResources {
         self.prune();
     }
 
+    /// Renumbers the ledgers' ids through `map` (from
+    /// [`ResourceNames::compact`], which keeps their order); a ledger of a
+    /// freed id is dropped (the sweep frees only ids no ledger holds).
+    pub fn remap(&mut self, map: &[Option<ResId>]) {
+        self.0
+            .retain(|l| map.get(l.id as usize).copied().flatten().is_some());
+        for l in self.0.iter_mut() {
+            if let Some(Some(new)) = map.get(l.id as usize) {
+                l.id = *new;
+            }
+        }
+        self.0.shrink_to_fit();
+    }
+
     pub fn capacity(&self) -> ResourceVec {
         ResourceVec::from_pairs(self.0.iter().map(|l| (l.id, l.capacity)))
     }

@@ -163,6 +163,12 @@ impl PodFacts {
 }
 
 impl Freshness {
+    /// The oldest and the newest heartbeat inside the window (both
+    /// included): [`check`](Self::check) passes exactly between them.
+    pub fn bounds(&self) -> (Timestamp, Timestamp) {
+        (self.oldest, self.newest)
+    }
+
     /// Whether a heartbeat is inside the window.
     #[inline]
     pub fn check(&self, heartbeat: Option<Timestamp>) -> Result<(), Unavailable> {

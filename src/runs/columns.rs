@@ -21,6 +21,8 @@ use crate::model::runtime_pod::Freshness;
 use k8s_openapi::jiff::Timestamp;
 use smallvec::SmallVec;
 use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// One resource's numbers, by pod position.
@@ -49,6 +51,35 @@ pub struct Columns {
     /// Resource ids with a column, sorted; `cols` is parallel.
     ids: Vec<ResId>,
     cols: Vec<ResCol>,
+    /// Pods passing the clock-free rules, grouped by equal numbers.
+    groups: Groups,
+    /// `(heartbeat, position)` of every pod passing the clock-free rules,
+    /// in time order: a decision finds the stale ones by two range reads.
+    beats: BTreeSet<(Option<Timestamp>, u32)>,
+}
+
+/// Position not in any group (`base_ok` false).
+const NO_GROUP: u32 = u32::MAX;
+
+/// Pods with the same capacity and usage of every resource: each such
+/// state is filtered and scored once per decision, however many pods are
+/// in it (a warm pool has a handful of states over thousands of pods).
+#[derive(Debug, Default, Clone)]
+struct Groups {
+    list: Vec<Group>,
+    /// Free entries of `list` (no members).
+    free: Vec<u32>,
+    by_key: HashMap<Box<[u64]>, u32>,
+    /// Per position: its group, or [`NO_GROUP`].
+    of: Vec<u32>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Group {
+    /// `(capacity, used)` per column, in column order.
+    key: Box<[u64]>,
+    /// Members in name order (prefix, then name), with their positions.
+    members: BTreeMap<(u128, Arc<str>), u32>,
 }
 
 /// Why a pod is rejected, without the pod's cold facts: `Base` means the
@@ -67,13 +98,6 @@ struct Laid {
     filter: SmallVec<[(ResId, u64, Option<u32>); 4]>,
     /// Requested amount per column (0 where not requested).
     per_col: SmallVec<[u64; 8]>,
-}
-
-/// The ordering key of a feasible pod, computed lazily.
-#[derive(Clone, Copy)]
-struct Key {
-    index: u32,
-    max: Ratio,
 }
 
 impl Columns {
@@ -100,16 +124,93 @@ impl Columns {
         let i = self.names.len() as u32;
         self.prefix.push(name_prefix(&name));
         self.names.push(name);
-        self.base_ok.push(base_ok);
+        self.base_ok.push(false);
         self.heartbeat.push(heartbeat);
         self.sum_den.push(0);
+        self.groups.of.push(NO_GROUP);
         for c in &mut self.cols {
             c.cap.push(0);
             c.used.push(0);
             c.mult.push(0);
         }
         self.set_res(i, res);
+        self.set_availability(i, base_ok, heartbeat);
         i
+    }
+
+    /// `(capacity, used)` per column of position `i`: its group's key.
+    fn row_key(&self, i: usize) -> Box<[u64]> {
+        self.cols
+            .iter()
+            .flat_map(|c| [c.cap[i], c.used[i]])
+            .collect()
+    }
+
+    /// Puts position `i` in its group, if it passes the clock-free rules.
+    fn enter(&mut self, i: usize) {
+        if !self.base_ok[i] {
+            return;
+        }
+        let key = self.row_key(i);
+        let g = match self.groups.by_key.get(&key) {
+            Some(g) => *g,
+            None => {
+                let group = Group {
+                    key: key.clone(),
+                    members: BTreeMap::new(),
+                };
+                let g = match self.groups.free.pop() {
+                    Some(g) => {
+                        self.groups.list[g as usize] = group;
+                        g
+                    }
+                    None => {
+                        self.groups.list.push(group);
+                        (self.groups.list.len() - 1) as u32
+                    }
+                };
+                self.groups.by_key.insert(key, g);
+                g
+            }
+        };
+        self.groups.list[g as usize]
+            .members
+            .insert((self.prefix[i], Arc::clone(&self.names[i])), i as u32);
+        self.groups.of[i] = g;
+        self.beats.insert((self.heartbeat[i], i as u32));
+    }
+
+    /// Takes position `i` out of its group (before its numbers, heartbeat
+    /// or position change).
+    fn leave(&mut self, i: usize) {
+        let g = std::mem::replace(&mut self.groups.of[i], NO_GROUP);
+        if g == NO_GROUP {
+            return;
+        }
+        self.beats.remove(&(self.heartbeat[i], i as u32));
+        let group = &mut self.groups.list[g as usize];
+        group
+            .members
+            .remove(&(self.prefix[i], Arc::clone(&self.names[i])));
+        if group.members.is_empty() {
+            let key = std::mem::take(&mut group.key);
+            self.groups.by_key.remove(&key);
+            self.groups.free.push(g);
+        }
+    }
+
+    /// Regroups every position (after the set of columns changed, which
+    /// changes every key).
+    fn regroup(&mut self) {
+        let n = self.names.len();
+        self.groups = Groups {
+            of: vec![NO_GROUP; n],
+            ..Groups::default()
+        };
+        self.beats.clear();
+        for i in 0..n {
+            self.enter(i);
+        }
     }
 
     /// Removes the pod at `i` by moving the last one into its place;
@@ -119,6 +220,12 @@ impl Columns {
         if i >= self.names.len() {
             return None;
         }
+        let last = self.names.len() - 1;
+        self.leave(i);
+        if last != i {
+            self.leave(last);
+        }
+        self.groups.of.swap_remove(i);
         self.names.swap_remove(i);
         self.prefix.swap_remove(i);
         self.base_ok.swap_remove(i);
@@ -129,22 +236,67 @@ impl Columns {
             c.used.swap_remove(i);
             c.mult.swap_remove(i);
         }
+        if last != i {
+            self.enter(i);
+        }
         self.names.get(i).cloned()
     }
 
+    /// Renumbers the columns' resource ids through `map` (from
+    /// [`ResourceNames::compact`](crate::model::resources::ResourceNames::compact),
+    /// which keeps their order, so `ids` stay sorted), and drops the
+    /// columns of freed ids and those no pod here declares or uses any
+    /// more: a runtime whose pods churned unusual resource names scans
+    /// only the resources they hold now.
+    pub fn remap(&mut self, map: &[Option<ResId>]) {
+        let ids = std::mem::take(&mut self.ids);
+        let cols = std::mem::take(&mut self.cols);
+        for (id, c) in ids.into_iter().zip(cols) {
+            let held = c.cap.iter().chain(&c.used).any(|&v| v != 0);
+            if let Some(Some(new)) = map.get(id as usize)
+                && held
+            {
+                self.ids.push(*new);
+                self.cols.push(c);
+            }
+        }
+        self.regroup();
+    }
+
+    /// How many resource columns this group keeps.
+    pub fn columns(&self) -> usize {
+        self.ids.len()
+    }
+
     pub fn set_availability(&mut self, i: u32, base_ok: bool, heartbeat: Option<Timestamp>) {
-        self.base_ok[i as usize] = base_ok;
-        self.heartbeat[i as usize] = heartbeat;
+        let (i, at) = (i as usize, i);
+        if self.base_ok[i] == base_ok && self.heartbeat[i] == heartbeat {
+            return;
+        }
+        if base_ok && self.base_ok[i] {
+            // Same group; only the heartbeat order changes.
+            self.beats.remove(&(self.heartbeat[i], at));
+            self.heartbeat[i] = heartbeat;
+            self.beats.insert((heartbeat, at));
+            return;
+        }
+        self.leave(i);
+        self.base_ok[i] = base_ok;
+        self.heartbeat[i] = heartbeat;
+        self.enter(i);
     }
 
     /// Copies a pod's capacity and usage into the columns.
     pub fn set_res(&mut self, i: u32, res: &PodResources) {
         let i = i as usize;
+        self.leave(i);
         self.sum_den[i] = res.sum_den();
         let ledgers = res.as_slice();
+        let mut added = false;
         // Columns this pod needs that do not exist yet.
         for l in ledgers {
             if let Err(pos) = self.ids.binary_search(&l.id) {
+                added = true;
                 let n = self.names.len();
                 self.ids.insert(pos, l.id);
                 self.cols.insert(
@@ -175,6 +327,12 @@ impl Columns {
                 }
             }
         }
+        if added {
+            // Every key gained the new columns.
+            self.regroup();
+        } else {
+            self.enter(i);
+        }
     }
 
     /// Checks position `i` against the pod it should mirror (invariant
@@ -203,6 +361,29 @@ impl Columns {
         if self.sum_den[i] != res.sum_den() {
             return Err(format!("{name}: sum denominator differs"));
         }
+        let g = self.groups.of[i];
+        if base_ok {
+            let group = self
+                .groups
+                .list
+                .get(g as usize)
+                .ok_or_else(|| format!("{name}: available but in no group"))?;
+            if *group.key != *self.row_key(i) {
+                return Err(format!("{name}: group key differs from its numbers"));
+            }
+            if group
+                .members
+                .get(&(self.prefix[i], Arc::clone(&self.names[i])))
+                != Some(&(i as u32))
+            {
+                return Err(format!("{name}: not a member of its group at {i}"));
+            }
+            if !self.beats.contains(&(heartbeat, i as u32)) {
+                return Err(format!("{name}: heartbeat not in the heartbeat order"));
+            }
+        } else if g != NO_GROUP {
+            return Err(format!("{name}: unavailable but in group {g}"));
+        }
         for (id, c) in self.ids.iter().zip(&self.cols) {
             let l = res.as_slice().iter().find(|l| l.id == *id);
             let want = l.map_or((0, 0, 0), |l| {
@@ -221,6 +402,31 @@ impl Columns {
             .find(|l| self.ids.binary_search(&l.id).is_err())
         {
             return Err(format!("{name}: resource {} has no column", l.id));
+        }
+        Ok(())
+    }
+
+    /// Checks the groups as a whole (with [`check`](Self::check) for every
+    /// position): no member, group or heartbeat is left over.
+    pub fn check_groups(&self) -> Result<(), String> {
+        let available = self.base_ok.iter().filter(|&&b| b).count();
+        let members: usize = self.groups.list.iter().map(|g| g.members.len()).sum();
+        if members != available || self.beats.len() != available {
+            return Err(format!(
+                "{available} available pods, {members} group members, {} heartbeats",
+                self.beats.len()
+            ));
+        }
+        for (gi, g) in self.groups.list.iter().enumerate() {
+            let indexed = self.groups.by_key.get(&g.key) == Some(&(gi as u32));
+            if g.members.is_empty() != self.groups.free.contains(&(gi as u32))
+                || (!g.members.is_empty() && !indexed)
+            {
+                return Err(format!("group {gi} is neither live and indexed nor free"));
+            }
+        }
+        if self.groups.by_key.len() + self.groups.free.len() != self.groups.list.len() {
+            return Err("group index and free list do not cover the groups".into());
         }
         Ok(())
     }
@@ -254,18 +460,28 @@ impl Columns {
         if has_unknown {
             return Verdict::Rejected(Rejection::UnknownResource);
         }
+        match self.fits(i, laid) {
+            Ok(()) => Verdict::Fits,
+            Err(r) => Verdict::Rejected(r),
+        }
+    }
+
+    /// The resource part of the filter for pod `i`: every requested
+    /// resource in id order.
+    #[inline]
+    fn fits(&self, i: usize, laid: &Laid) -> Result<(), Rejection> {
         for &(id, requested, col) in &laid.filter {
             let Some(c) = col else {
-                return Verdict::Rejected(Rejection::NotDeclared(id));
+                return Err(Rejection::NotDeclared(id));
             };
             let c = &self.cols[c as usize];
             let capacity = c.cap[i];
             if capacity == 0 {
-                return Verdict::Rejected(Rejection::NotDeclared(id));
+                return Err(Rejection::NotDeclared(id));
             }
             let used = c.used[i];
             if used.checked_add(requested).is_none_or(|t| t > capacity) {
-                return Verdict::Rejected(Rejection::Insufficient {
+                return Err(Rejection::Insufficient {
                     resource: id,
                     requested,
                     used,
@@ -273,7 +489,7 @@ impl Columns {
                 });
             }
         }
-        Verdict::Fits
+        Ok(())
     }
 
     /// The projected highest utilization of a feasible pod.
@@ -337,18 +553,6 @@ impl Columns {
         sum
     }
 
-    /// Orders two feasible pods: max, then sum (computed only on a max
-    /// tie), then name.
-    fn cmp_keys(&self, a: &Key, b: &Key, laid: &Laid) -> Ordering {
-        a.max
-            .cmp(&b.max)
-            .then_with(|| {
-                self.sum(a.index as usize, laid)
-                    .cmp(&self.sum(b.index as usize, laid))
-            })
-            .then_with(|| self.cmp_names(a.index as usize, b.index as usize))
-    }
-
     /// Name order of two positions: by prefix, by the names on a tie.
     #[inline]
     fn cmp_names(&self, a: usize, b: usize) -> Ordering {
@@ -366,9 +570,31 @@ impl Columns {
     }
 
     /// The decision: the least-loaded feasible pod (max, sum, name) and the
-    /// rejection counts. `base` gives the reason of a pod failing the
-    /// clock-free rules (only counted here, so only its kind matters).
+    /// rejection counts, exactly as a scan of every pod would give them.
+    ///
+    /// Pods passing the clock-free rules sit in groups of equal numbers,
+    /// and the stale ones among them come from the heartbeat order, so a
+    /// decision filters and scores each group once and reads a pod only
+    /// to break a tie by name: its cost follows the number of distinct
+    /// states, not of pods.
     pub fn best(
+        &self,
+        request: &ResourceVec,
+        has_unknown: bool,
+        window: &Freshness,
+    ) -> (Option<u32>, RejectionCounts) {
+        // Grouping pays while groups hold several pods each; when most
+        // pods' numbers differ (fewer than 3 pods per group), a scan of
+        // the rows reads less (sequential columns, no group to chase).
+        if self.groups.by_key.len() * 3 > self.beats.len() {
+            self.best_by_rows(request, has_unknown, window)
+        } else {
+            self.best_by_groups(request, has_unknown, window)
+        }
+    }
+
+    /// [`best`](Self::best) by a scan of every position.
+    pub(crate) fn best_by_rows(
         &self,
         request: &ResourceVec,
         has_unknown: bool,
@@ -379,8 +605,8 @@ impl Columns {
             total_pods: self.len(),
             ..RejectionCounts::default()
         };
-        let mut best: Option<Key> = None;
-        // The best pod's sum, once a tie needed it.
+        // The best position, its max, and its sum once a tie needed it.
+        let mut best: Option<(usize, Ratio)> = None;
         let mut best_sum: Option<RatioSum> = None;
         for i in 0..self.len() {
             match self.verdict(i, &laid, has_unknown, window) {
@@ -395,32 +621,140 @@ impl Columns {
                 }
             }
             let max = self.max_ratio(i, &laid);
-            let key = Key {
-                index: i as u32,
-                max,
-            };
-            let Some(b) = &best else {
-                best = Some(key);
+            let Some((b, bmax)) = best else {
+                best = Some((i, max));
                 continue;
             };
-            let better = match max.cmp(&b.max) {
+            let better = match max.cmp(&bmax) {
                 Ordering::Less => true,
                 Ordering::Greater => false,
                 Ordering::Equal => {
-                    let bs = best_sum.get_or_insert_with(|| self.sum(b.index as usize, &laid));
+                    let bs = best_sum.get_or_insert_with(|| self.sum(b, &laid));
                     match self.sum(i, &laid).cmp(bs) {
                         Ordering::Less => true,
                         Ordering::Greater => false,
-                        Ordering::Equal => self.cmp_names(i, b.index as usize).is_lt(),
+                        Ordering::Equal => self.cmp_names(i, b).is_lt(),
                     }
                 }
             };
             if better {
-                best = Some(key);
+                best = Some((i, max));
                 best_sum = None;
             }
         }
-        (best.map(|k| k.index), counts)
+        (best.map(|(i, _)| i as u32), counts)
+    }
+
+    /// [`best`](Self::best) by the groups of equal numbers.
+    pub(crate) fn best_by_groups(
+        &self,
+        request: &ResourceVec,
+        has_unknown: bool,
+        window: &Freshness,
+    ) -> (Option<u32>, RejectionCounts) {
+        let laid = self.lay_out(request);
+        let available: usize = self.beats.len();
+        let mut counts = RejectionCounts {
+            total_pods: self.len(),
+            unavailable: self.len() - available,
+            ..RejectionCounts::default()
+        };
+        // Available pods outside the heartbeat window, by position.
+        let (oldest, newest) = window.bounds();
+        let mut stale: SmallVec<[u32; 16]> = self
+            .beats
+            .range(..(Some(oldest), 0))
+            .chain(
+                self.beats
+                    .range((Bound::Excluded((Some(newest), u32::MAX)), Bound::Unbounded)),
+            )
+            .map(|&(_, i)| i)
+            .collect();
+        stale.sort_unstable();
+        counts.unavailable += stale.len();
+        let is_stale = |i: u32| !stale.is_empty() && stale.binary_search(&i).is_ok();
+        // The first fresh member of a group, in name order.
+        let first_fresh = |g: &Group| g.members.values().copied().find(|&i| !is_stale(i));
+        struct Best {
+            group: usize,
+            rep: u32,
+            max: Ratio,
+            sum: Option<RatioSum>,
+            first: Option<u32>,
+        }
+        let mut best: Option<Best> = None;
+        for (gi, group) in self.groups.list.iter().enumerate() {
+            let Some(&rep) = group.members.values().next() else {
+                continue;
+            };
+            let fresh = if stale.is_empty() {
+                group.members.len()
+            } else {
+                let gone = stale
+                    .iter()
+                    .filter(|&&i| self.groups.of[i as usize] == gi as u32)
+                    .count();
+                group.members.len() - gone
+            };
+            if fresh == 0 {
+                continue;
+            }
+            if has_unknown {
+                counts.record_n(&Rejection::UnknownResource, fresh);
+                continue;
+            }
+            let r = rep as usize;
+            if let Err(rej) = self.fits(r, &laid) {
+                counts.record_n(&rej, fresh);
+                continue;
+            }
+            let max = self.max_ratio(r, &laid);
+            let better = match &mut best {
+                None => true,
+                Some(b) => match max.cmp(&b.max) {
+                    Ordering::Less => true,
+                    Ordering::Greater => false,
+                    Ordering::Equal => {
+                        let bs = b
+                            .sum
+                            .get_or_insert_with(|| self.sum(b.rep as usize, &laid))
+                            .clone();
+                        match self.sum(r, &laid).cmp(&bs) {
+                            Ordering::Less => true,
+                            Ordering::Greater => false,
+                            Ordering::Equal => {
+                                let bf = match b.first {
+                                    Some(f) => f,
+                                    None => {
+                                        let f = first_fresh(&self.groups.list[b.group])
+                                            .unwrap_or(b.rep);
+                                        b.first = Some(f);
+                                        f
+                                    }
+                                };
+                                let mine = first_fresh(group).unwrap_or(rep);
+                                self.cmp_names(mine as usize, bf as usize).is_lt()
+                            }
+                        }
+                    }
+                },
+            };
+            if better {
+                best = Some(Best {
+                    group: gi,
+                    rep,
+                    max,
+                    sum: None,
+                    first: None,
+                });
+            }
+        }
+        let pick = best.map(|b| {
+            b.first
+                .or_else(|| first_fresh(&self.groups.list[b.group]))
+                .unwrap_or(b.rep)
+        });
+        (pick, counts)
     }
 
     /// A dry run: feasible pods best first and rejected pods in name
@@ -438,14 +772,12 @@ impl Columns {
             total_pods: self.len(),
             ..RejectionCounts::default()
         };
-        let mut feasible: Vec<Key> = Vec::new();
+        // Scores computed once per feasible pod, not per comparison.
+        let mut feasible: Vec<(u32, Score)> = Vec::new();
         let mut rejected: Vec<(u32, Verdict)> = Vec::new();
         for i in 0..self.len() {
             match self.verdict(i, &laid, has_unknown, window) {
-                Verdict::Fits => feasible.push(Key {
-                    index: i as u32,
-                    max: self.max_ratio(i, &laid),
-                }),
+                Verdict::Fits => feasible.push((i as u32, self.score(i, &laid))),
                 Verdict::Base => {
                     counts.unavailable += 1;
                     rejected.push((i as u32, Verdict::Base));
@@ -456,7 +788,12 @@ impl Columns {
                 }
             }
         }
-        let cmp = |a: &Key, b: &Key| self.cmp_keys(a, b, &laid);
+        let cmp = |a: &(u32, Score), b: &(u32, Score)| {
+            a.1.max
+                .cmp(&b.1.max)
+                .then_with(|| a.1.sum.cmp(&b.1.sum))
+                .then_with(|| self.cmp_names(a.0 as usize, b.0 as usize))
+        };
         if limit > 0 && feasible.len() > limit {
             feasible.select_nth_unstable_by(limit - 1, cmp);
             feasible.truncate(limit);
@@ -471,8 +808,8 @@ impl Columns {
         rejected.sort_unstable_by(by_name);
         ColumnPlan {
             feasible: feasible
-                .iter()
-                .map(|k| (self.name(k.index), self.score(k.index as usize, &laid)))
+                .into_iter()
+                .map(|(i, score)| (self.name(i), score))
                 .collect(),
             rejected: rejected
                 .into_iter()

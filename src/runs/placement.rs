@@ -207,10 +207,15 @@ pub struct RejectionCounts {
 
 impl RejectionCounts {
     pub fn record(&mut self, r: &Rejection) {
+        self.record_n(r, 1);
+    }
+
+    /// Records `n` pods rejected for the same reason.
+    pub fn record_n(&mut self, r: &Rejection, n: usize) {
         match r.reason() {
-            PendingReason::InsufficientCapacity => self.insufficient += 1,
-            PendingReason::ResourceNotDeclared => self.not_declared += 1,
-            PendingReason::RuntimePodUnavailable => self.unavailable += 1,
+            PendingReason::InsufficientCapacity => self.insufficient += n,
+            PendingReason::ResourceNotDeclared => self.not_declared += n,
+            PendingReason::RuntimePodUnavailable => self.unavailable += n,
             PendingReason::NoRuntimePods => {}
         }
     }

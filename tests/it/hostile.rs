@@ -593,3 +593,95 @@ fn churn_of_unusual_resource_names_returns_the_cluster_index_to_its_baseline() {
     // Slack for the sweep's up to 64 unused names and their columns.
     assert!(grown < 64 * 1024, "the index grew by {grown} bytes");
 }
+
+/// Runtime Pods declaring resources of their own
+/// (`kruntimes.io/capacity.example.com-r-<i>`) under runtime label values
+/// of their own, with a Run counted on each, 20k of them and 100 alive at
+/// a time, do not leave interned names, runtime ids or per-resource
+/// columns behind: the Run cache's heap returns to its baseline.
+#[test]
+fn churn_of_unusual_resource_names_returns_the_run_cache_to_its_baseline() {
+    use kruntimes_scheduler::cache::{CacheConfig, RunCache};
+    use kruntimes_scheduler::metrics::Metrics;
+    use kruntimes_scheduler::runs::queue::WorkQueue;
+    use kruntimes_scheduler::testkit::{run, runtime_pod};
+    use std::sync::Arc;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let hb = now.to_string();
+    let hb = hb.as_str();
+    let cache = RunCache::new(
+        CacheConfig::default(),
+        Arc::new(WorkQueue::default()),
+        Arc::new(Metrics::default()),
+    );
+    // Ten ordinary pods that stay, so the sweep has live names to keep.
+    for i in 0..10 {
+        let p = runtime_pod(&format!("steady-{i}"), &[("runs", "4"), ("gpu", "2")], hb);
+        cache.apply_pod(&p.typed(), now);
+    }
+    let unusual = |i: usize| format!("example.com-r-{i}");
+    // Every other pod joins the steady pods' runtime, so its resource
+    // becomes a column there; the others bring runtime values of their own.
+    let runtime = |i: usize| {
+        if i % 2 == 0 {
+            format!("rt-{i}")
+        } else {
+            "py".to_owned()
+        }
+    };
+    let up = |i: usize| {
+        let r = unusual(i);
+        let pod = runtime_pod(&format!("u{i}"), &[("runs", "1"), (r.as_str(), "1")], hb)
+            .set(&["metadata", "labels", "runtime"], runtime(i));
+        cache.apply_pod(&pod.typed(), now);
+        let r = run(&format!("run-{i}"), &[(r.as_str(), "1")])
+            .set(&["spec", "runtime"], runtime(i))
+            .status("Running", Some(&format!("u{i}")));
+        cache.apply_run(&r.typed());
+    };
+    let down = |i: usize| {
+        cache.delete_run("ns", &format!("run-{i}"));
+        cache.delete_pod("ns", &format!("u{i}"));
+        // The scheduling loop would take the deleted Run's key.
+        while let Some(k) = cache.queue().try_next() {
+            cache.queue().done(&k);
+        }
+    };
+    let churn = |from: usize, to: usize| {
+        for i in from..to {
+            up(i);
+            if i >= from + 100 {
+                down(i - 100);
+            }
+        }
+        for i in to - 100..to {
+            down(i);
+        }
+    };
+    // Warm up to the working size (100 alive), so what is measured is what
+    // churn leaves, not the tables' capacity.
+    churn(0, 1_000);
+    let (names0, runtimes0, cols0) = cache.interned();
+    let before = counting::live();
+    churn(1_000, 20_000);
+    let grown = counting::live() - before;
+    let (names, runtimes, cols) = cache.interned();
+    assert!(
+        names <= names0 + 2 * 64 && runtimes <= runtimes0 + 2 * 64 && cols <= cols0 + 64,
+        "interned names {names0} -> {names}, runtime ids {runtimes0} -> {runtimes}, columns {cols0} -> {cols}"
+    );
+    // Slack for the sweep's unused names and runtime ids.
+    assert!(grown < 64 * 1024, "the Run cache grew by {grown} bytes");
+    // What stays is still counted, and decided on, exactly.
+    cache.check_invariants().unwrap();
+    assert_eq!(cache.runtime_pods(None, None, now).len(), 10);
+    cache.apply_run(&run("after", &[("gpu", "2")]).typed());
+    let key = kruntimes_scheduler::runs::queue::RunKey::new("ns", "after");
+    match cache.schedule_one(&key, now) {
+        kruntimes_scheduler::cache::Decision::Reserved { pod, .. } => {
+            assert!(pod.starts_with("steady-"), "{pod}")
+        }
+        other => panic!("expected a reservation: {other:?}"),
+    }
+    cache.check_invariants().unwrap();
+}

@@ -842,6 +842,43 @@ mod differential {
         }
     }
 
+    /// The cut plans by rows and by groups agree, for a few cuts.
+    fn plans_agree(c: &RunCache, request: &Requests) -> Result<(), String> {
+        let st = c.state.read();
+        let (req, unknown) = request.resolve(&st.names);
+        let window = Freshness::new(now(), c.config.heartbeat_stale_after);
+        let Some(cols) = st
+            .namespaces
+            .get("ns")
+            .zip(st.runtime_ids.get("py"))
+            .and_then(|(nss, id)| nss.columns.get(id))
+        else {
+            return Ok(());
+        };
+        let shown = |p: &crate::runs::columns::ColumnPlan<'_>| {
+            (
+                p.feasible
+                    .iter()
+                    .map(|(n, s)| (n.to_string(), s.max.to_string(), s.sum.to_string()))
+                    .collect::<Vec<_>>(),
+                p.rejected
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone()))
+                    .collect::<Vec<_>>(),
+                p.counts.clone(),
+            )
+        };
+        for limit in [1usize, 2, 3, 5, 20] {
+            let unknown = !unknown.is_empty();
+            let rows = shown(&cols.plan_by_rows(&req, unknown, &window, limit));
+            let groups = shown(&cols.plan_by_groups(&req, unknown, &window, limit));
+            if rows != groups {
+                return Err(format!("limit {limit}: rows {rows:?} != groups {groups:?}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Pods, Runs placed on them, and requests to decide.
     type Case = (Vec<PodSpec>, Vec<RunSpecT>, Vec<([u64; 3], bool)>);
 
@@ -935,6 +972,7 @@ mod differential {
                 prop_assert_eq!(&plan.counts, &counts);
                 prop_assert_eq!(plan.selected().map(str::to_owned), best.clone());
                 prop_assert_eq!(decided(&c, &request), (best.clone(), counts.clone()));
+                prop_assert_eq!(plans_agree(&c, &request), Ok(()));
                 prop_assert_eq!(
                     plan.feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>(),
                     feasible.iter().map(|(n, s)| (n.clone(), s.max.to_string(), s.sum.to_string())).collect::<Vec<_>>()

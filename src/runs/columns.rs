@@ -645,21 +645,9 @@ impl Columns {
         (best.map(|(i, _)| i as u32), counts)
     }
 
-    /// [`best`](Self::best) by the groups of equal numbers.
-    pub(crate) fn best_by_groups(
-        &self,
-        request: &ResourceVec,
-        has_unknown: bool,
-        window: &Freshness,
-    ) -> (Option<u32>, RejectionCounts) {
-        let laid = self.lay_out(request);
-        let available: usize = self.beats.len();
-        let mut counts = RejectionCounts {
-            total_pods: self.len(),
-            unavailable: self.len() - available,
-            ..RejectionCounts::default()
-        };
-        // Available pods outside the heartbeat window, by position.
+    /// Available pods outside the heartbeat window, sorted by position:
+    /// two range reads of the heartbeat order.
+    fn stale(&self, window: &Freshness) -> SmallVec<[u32; 16]> {
         let (oldest, newest) = window.bounds();
         let mut stale: SmallVec<[u32; 16]> = self
             .beats
@@ -671,7 +659,38 @@ impl Columns {
             .map(|&(_, i)| i)
             .collect();
         stale.sort_unstable();
-        counts.unavailable += stale.len();
+        stale
+    }
+
+    /// Counts with every pod failing the clock-free rules, and every
+    /// `stale` one, counted unavailable.
+    fn unavailable_counts(&self, stale: &[u32]) -> RejectionCounts {
+        RejectionCounts {
+            total_pods: self.len(),
+            unavailable: self.len() - self.beats.len() + stale.len(),
+            ..RejectionCounts::default()
+        }
+    }
+
+    /// How many members of group `gi` are not `stale`.
+    fn fresh_in(&self, gi: usize, group: &Group, stale: &[u32]) -> usize {
+        let gone = stale
+            .iter()
+            .filter(|&&i| self.groups.of[i as usize] == gi as u32)
+            .count();
+        group.members.len() - gone
+    }
+
+    /// [`best`](Self::best) by the groups of equal numbers.
+    pub(crate) fn best_by_groups(
+        &self,
+        request: &ResourceVec,
+        has_unknown: bool,
+        window: &Freshness,
+    ) -> (Option<u32>, RejectionCounts) {
+        let laid = self.lay_out(request);
+        let stale = self.stale(window);
+        let mut counts = self.unavailable_counts(&stale);
         let is_stale = |i: u32| !stale.is_empty() && stale.binary_search(&i).is_ok();
         // The first fresh member of a group, in name order.
         let first_fresh = |g: &Group| g.members.values().copied().find(|&i| !is_stale(i));
@@ -687,15 +706,7 @@ impl Columns {
             let Some(&rep) = group.members.values().next() else {
                 continue;
             };
-            let fresh = if stale.is_empty() {
-                group.members.len()
-            } else {
-                let gone = stale
-                    .iter()
-                    .filter(|&&i| self.groups.of[i as usize] == gi as u32)
-                    .count();
-                group.members.len() - gone
-            };
+            let fresh = self.fresh_in(gi, group, &stale);
             if fresh == 0 {
                 continue;
             }
@@ -761,6 +772,127 @@ impl Columns {
     /// order, each list cut to `limit` (0: no limit), and counts over all.
     /// `Verdict::Base` rejections come back as-is for the caller to fill in.
     pub fn plan(
+        &self,
+        request: &ResourceVec,
+        has_unknown: bool,
+        window: &Freshness,
+        limit: usize,
+    ) -> ColumnPlan<'_> {
+        if limit > 0 && self.groups.by_key.len() * 3 <= self.beats.len() {
+            self.plan_by_groups(request, has_unknown, window, limit)
+        } else {
+            self.plan_by_rows(request, has_unknown, window, limit)
+        }
+    }
+
+    /// [`plan`](Self::plan) with a cut (`limit` > 0) by the groups: each
+    /// group is filtered and scored once, and only the members a list
+    /// shows are read (in name order), plus the pods failing the
+    /// clock-free rules, which are in no group.
+    pub(crate) fn plan_by_groups(
+        &self,
+        request: &ResourceVec,
+        has_unknown: bool,
+        window: &Freshness,
+        limit: usize,
+    ) -> ColumnPlan<'_> {
+        let limit = limit.max(1);
+        let laid = self.lay_out(request);
+        let stale = self.stale(window);
+        let mut counts = self.unavailable_counts(&stale);
+        // Up to `limit` members of a group that are not stale, by name.
+        fn fresh_members<'g>(
+            g: &'g Group,
+            stale: &'g [u32],
+            limit: usize,
+        ) -> impl Iterator<Item = u32> + 'g {
+            g.members
+                .values()
+                .copied()
+                .filter(move |i| stale.binary_search(i).is_err())
+                .take(limit)
+        }
+        let mut feasible_groups: Vec<(Score, usize)> = Vec::new();
+        let mut rejected: Vec<(u32, Verdict)> = Vec::new();
+        for (gi, group) in self.groups.list.iter().enumerate() {
+            let Some(&rep) = group.members.values().next() else {
+                continue;
+            };
+            let fresh = self.fresh_in(gi, group, &stale);
+            if fresh == 0 {
+                continue;
+            }
+            let verdict = if has_unknown {
+                Err(Rejection::UnknownResource)
+            } else {
+                self.fits(rep as usize, &laid)
+            };
+            match verdict {
+                Ok(()) => feasible_groups.push((self.score(rep as usize, &laid), gi)),
+                Err(r) => {
+                    counts.record_n(&r, fresh);
+                    rejected.extend(
+                        fresh_members(group, &stale, limit)
+                            .map(|i| (i, Verdict::Rejected(r.clone()))),
+                    );
+                }
+            }
+        }
+        for &i in &stale {
+            if let Err(u) = window.check(self.heartbeat[i as usize]) {
+                rejected.push((i, Verdict::Rejected(Rejection::Unavailable(u))));
+            }
+        }
+        if self.beats.len() < self.len() {
+            rejected.extend(
+                (0..self.len() as u32)
+                    .filter(|&i| !self.base_ok[i as usize])
+                    .map(|i| (i, Verdict::Base)),
+            );
+        }
+        let by_name =
+            |a: &(u32, Verdict), b: &(u32, Verdict)| self.cmp_names(a.0 as usize, b.0 as usize);
+        if rejected.len() > limit {
+            rejected.select_nth_unstable_by(limit - 1, by_name);
+            rejected.truncate(limit);
+        }
+        rejected.sort_unstable_by(by_name);
+        // Groups best first; groups of equal scores share their places
+        // by member name.
+        let by_score = |a: &Score, b: &Score| a.max.cmp(&b.max).then_with(|| a.sum.cmp(&b.sum));
+        feasible_groups.sort_by(|a, b| by_score(&a.0, &b.0));
+        let mut feasible: Vec<(u32, Score)> = Vec::new();
+        let mut rest = &feasible_groups[..];
+        while feasible.len() < limit && !rest.is_empty() {
+            let tied = rest
+                .iter()
+                .take_while(|(s, _)| by_score(s, &rest[0].0).is_eq())
+                .count();
+            let want = limit - feasible.len();
+            let mut members: Vec<u32> = rest[..tied]
+                .iter()
+                .flat_map(|(_, gi)| fresh_members(&self.groups.list[*gi], &stale, want))
+                .collect();
+            members.sort_unstable_by(|a, b| self.cmp_names(*a as usize, *b as usize));
+            let score = &rest[0].0;
+            feasible.extend(members.into_iter().take(want).map(|i| (i, score.clone())));
+            rest = &rest[tied..];
+        }
+        ColumnPlan {
+            feasible: feasible
+                .into_iter()
+                .map(|(i, score)| (self.name(i), score))
+                .collect(),
+            rejected: rejected
+                .into_iter()
+                .map(|(i, v)| (self.name(i), v))
+                .collect(),
+            counts,
+        }
+    }
+
+    /// [`plan`](Self::plan) by a scan of every position.
+    pub(crate) fn plan_by_rows(
         &self,
         request: &ResourceVec,
         has_unknown: bool,

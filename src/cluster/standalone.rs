@@ -285,6 +285,22 @@ impl StandaloneStore {
         Ok(out)
     }
 
+    /// Stores one object as part of filling a new store (`--state` at
+    /// startup), as [`upsert`](Self::upsert) of the whole list onto the
+    /// empty store would, one object at a time so the list is never held:
+    /// the same checks and errors (`index` is the object's position in the
+    /// list), the same stored object, in the same order. Unlike `upsert` it
+    /// neither checks resourceVersion preconditions (an empty store has no
+    /// object to check them against) nor undoes earlier objects when one
+    /// is refused: a refused `--state` ends the process.
+    pub fn preload(&self, object: Value, index: usize) -> Result<(), StoreError> {
+        let p = prepare(object, index)?;
+        let _writes = self.writes.lock();
+        let mut inner = self.inner.lock();
+        self.write_one(&mut inner, p, Timestamp::now());
+        Ok(())
+    }
+
     /// Stores one checked object and feeds it to the caches.
     fn write_one(&self, inner: &mut Inner, mut p: Prepared, now: Timestamp) -> Value {
         let key = (p.kind, p.namespace, p.name);

@@ -210,11 +210,21 @@ impl Server {
     }
 
     fn rss_mib(&self) -> f64 {
+        self.status_mib("VmRSS:")
+    }
+
+    /// The peak resident set so far (`VmHWM`).
+    fn peak_mib(&self) -> f64 {
+        self.status_mib("VmHWM:")
+    }
+
+    /// A `/proc/PID/status` figure in MiB (0 when unreadable).
+    fn status_mib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
             .unwrap_or(0.0)
             / 1024.0
@@ -445,10 +455,11 @@ fn load() {
         let server = Server::start(&["--state", path.to_str().unwrap()]);
         let took = server.wait_ready(start);
         println!(
-            "  {nodes:>5} nodes ({:>4} pods per node): ready after {}, RSS {:.0} MiB",
+            "  {nodes:>5} nodes ({:>4} pods per node): ready after {}, RSS {:.0} MiB (peak {:.0} MiB)",
             50_000 / nodes,
             ms(took),
-            server.rss_mib()
+            server.rss_mib(),
+            server.peak_mib()
         );
         drop(server);
         let _ = std::fs::remove_file(path);
@@ -465,9 +476,10 @@ fn rss_standalone() {
     let took = server.wait_ready(start);
     std::thread::sleep(Duration::from_millis(500));
     println!(
-        "standalone, 15,000 Nodes + 150,000 Pods: ready after {}, RSS {:.0} MiB",
+        "standalone, 15,000 Nodes + 150,000 Pods: ready after {}, RSS {:.0} MiB (peak {:.0} MiB)",
         ms(took),
-        server.rss_mib()
+        server.rss_mib(),
+        server.peak_mib()
     );
     let _ = std::fs::remove_file(path);
 }

@@ -5,7 +5,7 @@ use crate::cache::{CacheConfig, RunCache};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
 use crate::cluster::leader::{self, LeaderConfig};
-use crate::cluster::load::load_path;
+use crate::cluster::load::{self, load_path};
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
 use crate::extender::bind::device_gate::{BindingConfig, BindingGate};
@@ -366,6 +366,63 @@ pub fn standalone(
     config: CacheConfig,
     objects: Vec<serde_json::Value>,
 ) -> anyhow::Result<Standalone> {
+    assemble(config, |store| {
+        store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(())
+    })
+}
+
+/// Builds the standalone service from a `--state` file or directory, as
+/// [`standalone`] of [`load_state`]'s objects would, reading and storing
+/// one object at a time: the snapshot is never held whole, as text of
+/// more than one file or as trees ([`load::for_each_in_path`],
+/// [`StandaloneStore::preload`]). Returns the objects stored and what was
+/// left out.
+pub fn standalone_from_state(
+    config: CacheConfig,
+    path: &std::path::Path,
+) -> anyhow::Result<(Standalone, usize, load::Skipped)> {
+    /// Why the state did not load: reading it, or an object refused.
+    enum Failed {
+        Read(load::LoadError),
+        Store(crate::cluster::standalone::StoreError),
+    }
+    impl From<load::LoadError> for Failed {
+        fn from(e: load::LoadError) -> Self {
+            Failed::Read(e)
+        }
+    }
+    let mut count = 0;
+    let mut skipped = load::Skipped::default();
+    let app = assemble(config, |store| {
+        let stored = load::for_each_in_path(path, &mut |object| {
+            if skipped.admit(&object) {
+                store.preload(object, count).map_err(Failed::Store)?;
+                count += 1;
+            }
+            Ok(())
+        });
+        match stored {
+            Ok(()) => Ok(()),
+            Err(Failed::Read(e)) => {
+                Err(anyhow::Error::new(e).context(format!("reading --state {}", path.display())))
+            }
+            Err(Failed::Store(e)) => {
+                Err(anyhow::anyhow!("{e}").context(format!("loading --state {}", path.display())))
+            }
+        }
+    })?;
+    if !skipped.is_empty() {
+        tracing::info!(path = %path.display(), skipped = skipped.total(), "--state: skipped {skipped}");
+    }
+    Ok((app, count, skipped))
+}
+
+/// The standalone service around a store that `fill` fills.
+fn assemble(
+    config: CacheConfig,
+    fill: impl FnOnce(&StandaloneStore) -> anyhow::Result<()>,
+) -> anyhow::Result<Standalone> {
     let metrics = Arc::new(Metrics::default());
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(RunCache::new(config, queue, Arc::clone(&metrics)));
@@ -374,7 +431,7 @@ pub fn standalone(
         Arc::clone(&cache),
         Arc::clone(&nodes),
     ));
-    store.upsert(objects).map_err(|e| anyhow::anyhow!("{e}"))?;
+    fill(&store)?;
     // The store holds the whole cluster: every index is complete now.
     cache.set_synced(true);
     nodes.set_priority_classes_synced(true);
@@ -477,10 +534,7 @@ pub fn load_state(
 async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<()> {
     let components = args.components()?;
     let binding = args.binding_config()?;
-    let (objects, skipped) = load_state(path)?;
-    let count = objects.len();
-    let mut app = standalone(args.cache_config(), objects)
-        .with_context(|| format!("loading --state {}", path.display()))?;
+    let (mut app, count, skipped) = standalone_from_state(args.cache_config(), path)?;
     app.state.binding = Arc::new(BindingGate::new(binding));
     app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
     app.state.nodes.set_semantics(args.semantics());

@@ -29,8 +29,9 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use kube::Client;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
+use kube::{Client, Resource as _};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -85,6 +86,25 @@ macro_rules! kinds {
             $($(#[$doc])* $kind,)*
         }
 
+        /// An object decoded as its kind's type ([`Kind::decode`]), to
+        /// apply to the kind's index.
+        pub enum Decoded {
+            $($kind(Box<$kind>),)*
+        }
+
+        impl Decoded {
+            /// Replaces the object's metadata with `meta` and applies it to
+            /// the kind's index.
+            pub fn apply_with_meta(self, ix: &Indexes, meta: ObjectMeta) {
+                match self {
+                    $(Decoded::$kind(mut o) => {
+                        *o.meta_mut() = meta;
+                        Index::<$kind>::apply(&*ix.$index, *o);
+                    })*
+                }
+            }
+        }
+
         impl Kind {
             /// Every kind, in table order.
             pub const ALL: [Kind; [$(stringify!($kind)),*].len()] = [$(Kind::$kind),*];
@@ -114,6 +134,15 @@ macro_rules! kinds {
             pub fn check(self, v: &Value) -> Result<(), DecodeError> {
                 match self {
                     $(Kind::$kind => check::<$kind>(v),)*
+                }
+            }
+
+            /// [`Kind::check`], keeping what was decoded: the object's one
+            /// decode when it is stored and indexed at once.
+            pub fn decode(self, v: &Value) -> Result<Decoded, DecodeError> {
+                match self {
+                    $(Kind::$kind => serde_path_to_error::deserialize::<_, $kind>(v)
+                        .map(|o| Decoded::$kind(Box::new(o))),)*
                 }
             }
 
@@ -372,6 +401,48 @@ mod tests {
             bad["apiVersion"] = json!("example.com/v9");
             let e = store.upsert(vec![bad]).unwrap_err().to_string();
             assert!(e.contains("apiVersion"), "{kind:?}: {e}");
+        }
+    }
+
+    /// The stored object without what each store makes up (uid, creation).
+    fn made_up_removed(mut v: Value) -> Value {
+        let meta = v["metadata"].as_object_mut().expect("metadata");
+        assert!(meta.remove("uid").is_some_and(|u| u.is_string()));
+        assert!(meta.remove("creationTimestamp").is_some());
+        v
+    }
+
+    #[test]
+    fn every_kind_preloads_as_upsert_stores_it() {
+        for kind in Kind::ALL {
+            let (upserted, preloaded) = (store(), store());
+            let stored = upserted.upsert(vec![sample(kind)]).expect("valid");
+            preloaded
+                .preload(sample(kind), 0)
+                .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            let listed = preloaded.list(kind, Some("ns"), Some("x1"));
+            assert_eq!(
+                listed.into_iter().map(made_up_removed).collect::<Vec<_>>(),
+                stored.into_iter().map(made_up_removed).collect::<Vec<_>>(),
+                "{kind:?}"
+            );
+            assert_ne!(
+                indexed(kind, &preloaded),
+                Some(false),
+                "{kind:?} not indexed"
+            );
+            // The same refusals, in the same words.
+            let mut wrong_type = sample(kind);
+            wrong_type["metadata"]["labels"] = json!({"a": 5});
+            let mut uid_number = sample(kind);
+            uid_number["metadata"]["uid"] = json!(7);
+            let mut unknown = sample(kind);
+            unknown["kind"] = json!(kind.as_str().to_lowercase());
+            for bad in [wrong_type, uid_number, unknown, json!([])] {
+                let e = store().upsert(vec![sample(kind), bad.clone()]).unwrap_err();
+                assert!(e.to_string().starts_with("object 1"), "{kind:?}: {e}");
+                assert_eq!(store().preload(bad, 1).unwrap_err(), e, "{kind:?}");
+            }
         }
     }
 

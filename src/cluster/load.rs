@@ -2,6 +2,8 @@
 //! from a file, a directory, or a request body.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A document that could not be read, with where it came from.
@@ -21,34 +23,131 @@ pub enum LoadError {
 pub fn flatten(docs: Vec<Value>, origin: &str) -> Result<Vec<Value>, LoadError> {
     let mut out = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
-        match doc {
-            Value::Null => {}
-            Value::Object(ref m)
-                if m.get("kind")
-                    .and_then(Value::as_str)
-                    .is_some_and(|k| k.ends_with("List")) =>
-            {
-                match m.get("items") {
-                    Some(Value::Array(items)) => out.extend(items.iter().cloned()),
-                    Some(Value::Null) | None => {}
-                    Some(_) => {
-                        return Err(LoadError::Parse {
-                            origin: origin.to_owned(),
-                            message: format!("document {i}: items: must be a list"),
-                        });
-                    }
-                }
-            }
-            Value::Object(_) => out.push(doc),
-            _ => {
-                return Err(LoadError::Parse {
-                    origin: origin.to_owned(),
-                    message: format!("document {i}: must be an object"),
-                });
-            }
-        }
+        objects_of(doc, i, origin, &mut |o| {
+            out.push(o);
+            Ok::<_, LoadError>(())
+        })?;
     }
     Ok(out)
+}
+
+/// Whether an object is a `List` document: its kind ends in `List`.
+fn is_list(kind: Option<&str>) -> bool {
+    kind.is_some_and(|k| k.ends_with("List"))
+}
+
+fn not_an_object(origin: &str, i: usize) -> LoadError {
+    LoadError::Parse {
+        origin: origin.to_owned(),
+        message: format!("document {i}: must be an object"),
+    }
+}
+
+fn items_not_a_list(origin: &str, i: usize) -> LoadError {
+    LoadError::Parse {
+        origin: origin.to_owned(),
+        message: format!("document {i}: items: must be a list"),
+    }
+}
+
+fn invalid_json(origin: &str, e: &serde_json::Error) -> LoadError {
+    LoadError::Parse {
+        origin: origin.to_owned(),
+        message: format!("invalid JSON: {e}"),
+    }
+}
+
+/// Hands document `i`'s objects to `f`, moving a `List`'s items out.
+fn objects_of<E: From<LoadError>>(
+    doc: Value,
+    i: usize,
+    origin: &str,
+    f: &mut impl FnMut(Value) -> Result<(), E>,
+) -> Result<(), E> {
+    match doc {
+        Value::Null => Ok(()),
+        Value::Object(mut m) if is_list(m.get("kind").and_then(Value::as_str)) => {
+            match m.remove("items") {
+                Some(Value::Array(items)) => items.into_iter().try_for_each(f),
+                Some(Value::Null) | None => Ok(()),
+                Some(_) => Err(items_not_a_list(origin, i).into()),
+            }
+        }
+        doc @ Value::Object(_) => f(doc),
+        _ => Err(not_an_object(origin, i).into()),
+    }
+}
+
+/// Hands every object of a text to `f`, in the order [`parse_documents`]
+/// returns them, without holding them all: JSON is split into documents
+/// and `List` items as raw text first, and one object's tree is built at a
+/// time. (YAML is read whole, then handed out object by object.)
+pub fn for_each_object<E: From<LoadError>>(
+    text: &str,
+    origin: &str,
+    f: &mut impl FnMut(Value) -> Result<(), E>,
+) -> Result<(), E> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        let docs: Vec<&RawValue> =
+            serde_json::from_str(text).map_err(|e| invalid_json(origin, &e))?;
+        for (i, doc) in docs.into_iter().enumerate() {
+            raw_objects_of(doc.get(), i, origin, f)?;
+        }
+        Ok(())
+    } else if trimmed.starts_with('{') {
+        raw_objects_of(text, 0, origin, f)
+    } else {
+        let docs = parse_yaml(text, origin)?;
+        for (i, doc) in docs.into_iter().enumerate() {
+            objects_of(doc, i, origin, f)?;
+        }
+        Ok(())
+    }
+}
+
+/// [`objects_of`] for one JSON document given as text: a `List`'s items
+/// are parsed one by one.
+fn raw_objects_of<E: From<LoadError>>(
+    text: &str,
+    i: usize,
+    origin: &str,
+    f: &mut impl FnMut(Value) -> Result<(), E>,
+) -> Result<(), E> {
+    let parse = |t: &str| serde_json::from_str::<Value>(t).map_err(|e| invalid_json(origin, &e));
+    if !text.trim_start().starts_with('{') {
+        return objects_of(parse(text)?, i, origin, f);
+    }
+    // The top-level fields, their values unparsed (the last of a repeated
+    // field wins, as in a tree).
+    let fields: BTreeMap<String, &RawValue> =
+        serde_json::from_str(text).map_err(|e| invalid_json(origin, &e))?;
+    let kind = match fields.get("kind") {
+        Some(k) => parse(k.get())?,
+        None => Value::Null,
+    };
+    if !is_list(kind.as_str()) {
+        return f(parse(text)?);
+    }
+    let Some(items) = fields.get("items").map(|v| v.get()) else {
+        return Ok(());
+    };
+    if items == "null" {
+        return Ok(());
+    }
+    if !items.starts_with('[') {
+        return Err(items_not_a_list(origin, i).into());
+    }
+    let items: Vec<&RawValue> =
+        serde_json::from_str(items).map_err(|e| invalid_json(origin, &e))?;
+    items.into_iter().try_for_each(|item| f(parse(item.get())?))
+}
+
+fn parse_yaml(text: &str, origin: &str) -> Result<Vec<Value>, LoadError> {
+    serde_saphyr::from_multiple::<Value>(text).map_err(|e| LoadError::Parse {
+        origin: origin.to_owned(),
+        message: format!("invalid YAML: {e}"),
+    })
 }
 
 /// Parses text as JSON (one value) when it looks like JSON, else as
@@ -65,10 +164,7 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, LoadError
             v => vec![v],
         }
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| LoadError::Parse {
-            origin: origin.to_owned(),
-            message: format!("invalid YAML: {e}"),
-        })?
+        parse_yaml(text, origin)?
     };
     flatten(docs, origin)
 }
@@ -76,6 +172,21 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, LoadError
 /// Reads a file, or every `.yaml`/`.yml`/`.json` file under a directory
 /// (recursively, in path order). An empty directory is an empty cluster.
 pub fn load_path(path: &Path) -> Result<Vec<Value>, LoadError> {
+    let mut out = Vec::new();
+    for_each_in_path(path, &mut |o| {
+        out.push(o);
+        Ok::<_, LoadError>(())
+    })?;
+    Ok(out)
+}
+
+/// Hands the objects [`load_path`] would return to `f`, one at a time
+/// ([`for_each_object`]), reading one file at a time: a big `--state`
+/// snapshot is never held as one tree.
+pub fn for_each_in_path<E: From<LoadError>>(
+    path: &Path,
+    f: &mut impl FnMut(Value) -> Result<(), E>,
+) -> Result<(), E> {
     let meta = std::fs::metadata(path).map_err(|source| LoadError::Io {
         path: path.to_owned(),
         source,
@@ -87,15 +198,14 @@ pub fn load_path(path: &Path) -> Result<Vec<Value>, LoadError> {
     } else {
         files.push(path.to_owned());
     }
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|source| LoadError::Io {
-            path: f.clone(),
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|source| LoadError::Io {
+            path: file.clone(),
             source,
         })?;
-        out.extend(parse_documents(&text, &f.display().to_string())?);
+        for_each_object(&text, &file.display().to_string(), f)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
@@ -171,32 +281,35 @@ fn group_of(api_version: &str) -> &str {
 /// has no kind or apiVersion to judge by (the store then says what is
 /// missing). `POST /v1/objects` does not call this: it stays strict.
 pub fn skip_unmodelled(objects: Vec<Value>) -> (Vec<Value>, Skipped) {
-    use super::kinds::Kind;
     let mut skipped = Skipped::default();
-    let kept = objects
-        .into_iter()
-        .filter(|o| {
-            let Some(kind) = o.get("kind").and_then(Value::as_str) else {
-                return true;
-            };
-            let api_version = o.get("apiVersion").and_then(Value::as_str);
-            let modelled = Kind::ALL.iter().find(|k| k.as_str() == kind);
-            let keep = match (modelled, api_version) {
-                (None, _) => false,
-                (Some(_), None) => true,
-                (Some(k), Some(v)) => group_of(v) == group_of(k.api_version()),
-            };
-            if !keep {
-                let label = match (modelled, api_version) {
-                    (Some(_), Some(v)) => format!("{kind}.{}", group_of(v)),
-                    _ => kind.to_owned(),
-                };
-                *skipped.0.entry(label).or_default() += 1;
-            }
-            keep
-        })
-        .collect();
+    let kept = objects.into_iter().filter(|o| skipped.admit(o)).collect();
     (kept, skipped)
+}
+
+impl Skipped {
+    /// [`skip_unmodelled`] for one object: true to keep it; false (and
+    /// counted) to leave it out.
+    pub fn admit(&mut self, o: &Value) -> bool {
+        use super::kinds::Kind;
+        let Some(kind) = o.get("kind").and_then(Value::as_str) else {
+            return true;
+        };
+        let api_version = o.get("apiVersion").and_then(Value::as_str);
+        let modelled = Kind::ALL.iter().find(|k| k.as_str() == kind);
+        let keep = match (modelled, api_version) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(k), Some(v)) => group_of(v) == group_of(k.api_version()),
+        };
+        if !keep {
+            let label = match (modelled, api_version) {
+                (Some(_), Some(v)) => format!("{kind}.{}", group_of(v)),
+                _ => kind.to_owned(),
+            };
+            *self.0.entry(label).or_default() += 1;
+        }
+        keep
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +376,70 @@ mod tests {
         assert_eq!(
             skipped.to_string(),
             "4 objects of kinds the scheduler does not model: Deployment 1, Node.example.com 1, Service 2"
+        );
+    }
+
+    /// What `for_each_object` hands out, in order.
+    fn streamed(text: &str) -> Result<Vec<Value>, LoadError> {
+        let mut out = Vec::new();
+        for_each_object(text, "t", &mut |o| {
+            out.push(o);
+            Ok::<_, LoadError>(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn streaming_hands_out_what_parse_documents_returns() {
+        for text in [
+            // `items` before `kind`, as a sorted serializer writes a List.
+            r#"{"apiVersion":"v1","items":[{"kind":"Pod","metadata":{"name":"a"}},{"kind":"Run"}],"kind":"List"}"#,
+            r#"  {"kind":"PodList","items":null}"#,
+            r#"{"kind":"List"}"#,
+            r#"{"kind":"Pod","items":[1,2],"metadata":{"name":"not a list"}}"#,
+            r#"{"kind":7,"items":[{"kind":"Pod"}]}"#,
+            r#"{"kind":"List","items":[{"kind":"Pod"}]}"#,
+            r#"{"kind":"Pod","kind":"List","items":[{"kind":"Run"}]}"#,
+            r#"[null,{"kind":"Pod"},{"kind":"NodeList","items":[{"kind":"Node"}]},{"kind":"List","items":[]}]"#,
+            "[]",
+            "kind: Pod\nmetadata: {name: a}\n---\nkind: List\nitems:\n- kind: Run\n---\n",
+        ] {
+            assert_eq!(
+                streamed(text).unwrap(),
+                parse_documents(text, "t").unwrap(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn streaming_refuses_what_parse_documents_refuses() {
+        for text in [
+            "{not json",
+            r#"{"kind":"List","items":[{"kind":"Pod"},]}"#,
+            r#"{"kind":"List","items":{"kind":"Pod"}}"#,
+            r#"[{"kind":"Pod"},3]"#,
+            r#"{"kind":"Pod"} trailing"#,
+            "- 1\n- 2\n",
+        ] {
+            let want = parse_documents(text, "t").unwrap_err().to_string();
+            let got = streamed(text).unwrap_err().to_string();
+            assert_eq!(
+                got.split(':').take(2).collect::<Vec<_>>(),
+                want.split(':').take(2).collect::<Vec<_>>(),
+                "{text}: {got} / {want}"
+            );
+        }
+        // Items before a refusal are handed out; none after it.
+        let mut seen = 0;
+        let e = for_each_object(r#"[{"kind":"Pod"},3,{"kind":"Run"}]"#, "t", &mut |_| {
+            seen += 1;
+            Ok::<_, LoadError>(())
+        })
+        .unwrap_err();
+        assert_eq!(
+            (seen, e.to_string().as_str()),
+            (1, "t: document 1: must be an object")
         );
     }
 

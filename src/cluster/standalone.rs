@@ -23,9 +23,10 @@ use crate::crd::RunStatus;
 use crate::model::refs::GroupRef;
 use crate::model::runtime_pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -111,7 +112,34 @@ struct Prepared {
     value: Value,
 }
 
-fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
+fn prepare(v: Value, index: usize) -> Result<Prepared, StoreError> {
+    let p = prepare_unchecked(v, index)?;
+    // Check the whole object against its Kubernetes type.
+    p.kind
+        .check(&p.value)
+        .map_err(|e| invalid_as_type(&p, index, &e))?;
+    Ok(p)
+}
+
+/// Why an object is not valid as its kind's type, saying which object.
+fn invalid_as_type(p: &Prepared, index: usize, e: &super::kinds::DecodeError) -> StoreError {
+    let (kind, namespace, name) = (p.kind.as_str(), &p.namespace, &p.name);
+    let what = if p.kind.cluster_scoped() {
+        format!("object {index} ({kind} {name})")
+    } else {
+        format!("object {index} ({kind} {namespace}/{name})")
+    };
+    let path = e.path().to_string();
+    let path = if path == "." {
+        String::new()
+    } else {
+        format!("{path}: ")
+    };
+    StoreError::Invalid(format!("{what}: {path}{}", e.inner()))
+}
+
+/// [`prepare`] up to the check against the kind's type.
+fn prepare_unchecked(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
     let at = |msg: String| StoreError::Invalid(format!("object {index}: {msg}"));
     let Some(obj) = v.as_object_mut() else {
         return Err(at("must be an object".into()));
@@ -120,8 +148,11 @@ fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
         .get("kind")
         .and_then(Value::as_str)
         .ok_or_else(|| at("kind: Required value".into()))?;
-    let kind = Kind::parse(kind_str)
-        .filter(|k| k.as_str() == kind_str)
+    // Only the kind's own name is accepted (not `Kind::parse`'s lower-case
+    // or plural forms).
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == kind_str)
         .ok_or_else(|| {
             at(format!(
                 "kind: Unsupported value: {kind_str:?}: supported values: {}",
@@ -166,21 +197,6 @@ fn prepare(mut v: Value, index: usize) -> Result<Prepared, StoreError> {
     if !kind.cluster_scoped() {
         meta.insert("namespace".into(), json!(namespace));
     }
-    let what = if kind.cluster_scoped() {
-        format!("object {index} ({} {name})", kind.as_str())
-    } else {
-        format!("object {index} ({} {namespace}/{name})", kind.as_str())
-    };
-    // Check the whole object against its Kubernetes type.
-    kind.check(&v).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." {
-            String::new()
-        } else {
-            format!("{path}: ")
-        };
-        StoreError::Invalid(format!("{what}: {path}{}", e.inner()))
-    })?;
     Ok(Prepared {
         kind,
         namespace,
@@ -285,8 +301,48 @@ impl StandaloneStore {
         Ok(out)
     }
 
+    /// Stores one object as part of filling a new store (`--state` at
+    /// startup), as [`upsert`](Self::upsert) of the whole list onto the
+    /// empty store would, one object at a time so the list is never held:
+    /// the same checks and errors (`index` is the object's position in the
+    /// list), the same stored object, in the same order. Unlike `upsert` it
+    /// neither checks resourceVersion preconditions (an empty store has no
+    /// object to check them against) nor undoes earlier objects when one
+    /// is refused: a refused `--state` ends the process.
+    pub fn preload(&self, object: Value, index: usize) -> Result<(), StoreError> {
+        let p = prepare_unchecked(object, index)?;
+        // The check's decode is the one the index gets: only the metadata
+        // the store writes is decoded again.
+        let decoded = p
+            .kind
+            .decode(&p.value)
+            .map_err(|e| invalid_as_type(&p, index, &e))?;
+        let _writes = self.writes.lock();
+        let mut inner = self.inner.lock();
+        self.write_one_with(&mut inner, p, Timestamp::now(), |kind, v| {
+            match ObjectMeta::deserialize(&v["metadata"]) {
+                Ok(meta) => decoded.apply_with_meta(&self.ix, meta),
+                Err(e) => {
+                    tracing::error!(kind = kind.as_str(), error = %e, "stored object no longer parses")
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Stores one checked object and feeds it to the caches.
-    fn write_one(&self, inner: &mut Inner, mut p: Prepared, now: Timestamp) -> Value {
+    fn write_one(&self, inner: &mut Inner, p: Prepared, now: Timestamp) -> Value {
+        self.write_one_with(inner, p, now, |kind, v| self.observe(kind, v))
+    }
+
+    /// [`write_one`](Self::write_one), feeding the caches with `observe`.
+    fn write_one_with(
+        &self,
+        inner: &mut Inner,
+        mut p: Prepared,
+        now: Timestamp,
+        observe: impl FnOnce(Kind, &Value),
+    ) -> Value {
         let key = (p.kind, p.namespace, p.name);
         inner.resource_version += 1;
         let rv = inner.resource_version.to_string();
@@ -328,7 +384,7 @@ impl StandaloneStore {
         if p.kind != Kind::Pod && !meta.contains_key("generation") {
             meta.insert("generation".into(), json!(1));
         }
-        self.observe(key.0, &p.value);
+        observe(key.0, &p.value);
         inner.held.remove(&key);
         inner.objects.insert(key, Stored::new(&p.value));
         p.value

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::cluster::load::load_path;
 use kruntimes_scheduler::http::router;
-use kruntimes_scheduler::serve::{Standalone, load_state, standalone};
+use kruntimes_scheduler::serve::{Standalone, load_state, standalone, standalone_from_state};
 use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -107,4 +107,84 @@ async fn the_object_api_stays_strict_about_unknown_kinds() {
         "{}",
         r.text
     );
+}
+
+/// The object without what a store makes up when it is missing (uid,
+/// creation time).
+fn made_up_removed(mut o: Value) -> Value {
+    if let Some(meta) = o["metadata"].as_object_mut() {
+        meta.remove("uid");
+        meta.remove("creationTimestamp");
+    }
+    o
+}
+
+#[test]
+fn the_snapshot_read_object_by_object_is_the_snapshot_read_whole() {
+    use kruntimes_scheduler::cluster::standalone::Kind;
+    let (objects, skipped) = load_state(&fixture()).expect("the snapshot loads");
+    let count = objects.len();
+    let whole = standalone(CacheConfig::default(), objects).expect("valid");
+    let (streamed, streamed_count, streamed_skipped) =
+        standalone_from_state(CacheConfig::default(), &fixture()).expect("valid");
+    assert_eq!((streamed_count, &streamed_skipped), (count, &skipped));
+    for kind in Kind::ALL {
+        let list = |app: &Standalone| -> Vec<Value> {
+            app.store
+                .list(kind, None, None)
+                .into_iter()
+                .map(made_up_removed)
+                .collect()
+        };
+        assert_eq!(list(&streamed), list(&whole), "{kind:?}");
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let pods = |app: &Standalone| app.state.cache.runtime_pods(None, None, now);
+    assert_eq!(pods(&streamed), pods(&whole));
+    let stored_pods = whole.store.list(Kind::Pod, None, None);
+    assert!(stored_pods.len() >= 5);
+    for pod in stored_pods {
+        let (ns, name) = (
+            pod["metadata"]["namespace"].as_str().unwrap(),
+            pod["metadata"]["name"].as_str().unwrap(),
+        );
+        let entry = |app: &Standalone| {
+            let mut e = app.state.nodes.read().pod(ns, name).cloned();
+            if let Some(e) = &mut e {
+                e.uid.clear();
+            }
+            e
+        };
+        assert!(entry(&whole).is_some(), "{ns}/{name}");
+        assert_eq!(entry(&streamed), entry(&whole), "{ns}/{name}");
+    }
+    assert_eq!(
+        streamed.state.nodes.read().node_names(),
+        whole.state.nodes.read().node_names()
+    );
+    // A refused object stops the load, saying which one, as it does whole.
+    let dir = std::env::temp_dir().join(format!("krs-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("state.json");
+    std::fs::write(
+        &bad,
+        r#"{"kind":"List","items":[{"kind":"Node","metadata":{"name":"n"}},{"kind":"Pod","metadata":{"name":"p","labels":7}}]}"#,
+    )
+    .unwrap();
+    let streamed = standalone_from_state(CacheConfig::default(), &bad)
+        .err()
+        .unwrap();
+    let (objects, _) = load_state(&bad).unwrap();
+    let whole = standalone(CacheConfig::default(), objects).err().unwrap();
+    assert_eq!(
+        format!("{:#}", streamed),
+        format!("loading --state {}: {whole}", bad.display())
+    );
+    std::fs::write(&bad, "{\"kind\":").unwrap();
+    let streamed = standalone_from_state(CacheConfig::default(), &bad)
+        .err()
+        .unwrap();
+    let whole = load_state(&bad).err().unwrap();
+    assert_eq!(format!("{streamed:#}"), format!("{whole:#}"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,6 +4,7 @@
 //! cargo bench --bench scale -- decide     # decision p50/p99 at 100 / 1k / 10k / 50k Runtime Pods
 //! cargo bench --bench scale -- plan       # POST /v1/runs/plan at 10k pods (default limit and limit=0)
 //! cargo bench --bench scale -- bulk       # 20,000 Runs in one POST /v1/objects List onto 10,000 pods
+//!                                         #   (KRS_SCALE_BULK_PODS=100: onto 100 bigger pods)
 //! cargo bench --bench scale -- load       # standalone --state with 50,000 Pods at 50 and 1,000 pods per node
 //! cargo bench --bench scale -- rss        # standalone RSS, 15,000 Nodes + 150,000 Pods
 //! cargo bench --bench scale -- rss-cluster  # cluster-mode RSS, same state, test API server
@@ -259,12 +260,24 @@ fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Res
 /// A Runtime Pod as the state file and the test API server hold it: with
 /// its runtimed container and, if given, its node.
 fn runtime_pod_json(name: &str, ns: &str, node: Option<&str>, stamp: &str) -> Value {
+    runtime_pod_json_scaled(name, ns, node, stamp, 1)
+}
+
+/// [`runtime_pod_json`] with every capacity multiplied by `scale`.
+fn runtime_pod_json_scaled(
+    name: &str,
+    ns: &str,
+    node: Option<&str>,
+    stamp: &str,
+    scale: u64,
+) -> Value {
     let caps = [
-        ("runs", "8"),
-        ("gpu", "4"),
-        ("mem", "64Gi"),
-        ("slots", "16"),
+        ("runs", (8 * scale).to_string()),
+        ("gpu", (4 * scale).to_string()),
+        ("mem", format!("{}Gi", 64 * scale)),
+        ("slots", (16 * scale).to_string()),
     ];
+    let caps: Vec<(&str, &str)> = caps.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let pod = testkit::runtime_pod(name, &caps, stamp)
         .namespace(ns)
         .unset(&["metadata", "uid"])
@@ -364,12 +377,23 @@ fn scheduled(port: u16) -> u64 {
         .unwrap_or(0.0) as u64
 }
 
+/// `KRS_SCALE_BULK_PODS` sets the Runtime Pod count (default 10,000). With
+/// few pods the decision costs little, which leaves the rest of the cycle
+/// (queue, status write, event, metrics) to measure; each pod then gets
+/// enough capacity that all Runs still fit (at least 4 per pod, as at
+/// 10,000 pods: 8 `runs` and 4 `gpu` each).
 fn bulk() {
-    const PODS: usize = 10_000;
     const RUNS: usize = 20_000;
+    let pods: usize = std::env::var("KRS_SCALE_BULK_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(10_000);
+    // A `gpu` each Run; 4 per pod unscaled.
+    let scale = (RUNS.div_ceil(pods) as u64).div_ceil(4).max(1);
     let stamp = kube_time(Timestamp::now());
-    let items: Vec<Value> = (0..PODS)
-        .map(|i| runtime_pod_json(&format!("rp-{i:05}"), "bench", None, &stamp))
+    let items: Vec<Value> = (0..pods)
+        .map(|i| runtime_pod_json_scaled(&format!("rp-{i:05}"), "bench", None, &stamp, scale))
         .collect();
     let path = std::env::temp_dir().join(format!("krs-scale-bulk-{}.json", std::process::id()));
     std::fs::write(
@@ -426,7 +450,7 @@ fn bulk() {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let t = probe.join().unwrap();
     println!(
-        "bulk apply: {RUNS} Runs in one POST /v1/objects List, {PODS} Runtime Pods × 4 resources"
+        "bulk apply: {RUNS} Runs in one POST /v1/objects List, {pods} Runtime Pods × 4 resources"
     );
     println!(
         "  POST answered after {}, all Runs Scheduled after {} ({:.0} Runs/s)",

@@ -16,10 +16,8 @@ use super::{
 };
 use crate::cache::RunCache;
 use crate::cache::cluster_index::ClusterIndex;
-#[cfg(doc)]
-use crate::cache::index::Index;
-use crate::cache::index::Indexes;
-use crate::crd::RunStatus;
+use crate::cache::index::{Index, Indexes};
+use crate::crd::{Run, RunStatus};
 use crate::model::refs::GroupRef;
 use crate::model::runtime_pod::RUNTIMED_READY;
 use futures::future::BoxFuture;
@@ -27,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use serde::Deserialize as _;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -53,6 +52,16 @@ struct Stored(Box<str>);
 impl Stored {
     fn new(v: &Value) -> Stored {
         Stored(v.to_string().into_boxed_str())
+    }
+
+    /// An object already serialized (compact JSON text).
+    fn from_text(text: String) -> Stored {
+        Stored(text.into_boxed_str())
+    }
+
+    /// The object's JSON text.
+    fn text(&self) -> &str {
+        &self.0
     }
 
     /// The object as a tree, to read or change it.
@@ -203,6 +212,34 @@ fn prepare_unchecked(mut v: Value, index: usize) -> Result<Prepared, StoreError>
         name,
         value: v,
     })
+}
+
+/// A stored Run's JSON text with `status` replaced and
+/// `metadata.resourceVersion` set to `rv`; a conflict if `want_rv` is given
+/// and is not the current resourceVersion. Only the top level and
+/// `metadata` are parsed: everything else is copied verbatim.
+fn with_status(
+    stored: &str,
+    want_rv: Option<&str>,
+    status: &RawValue,
+    rv: u64,
+) -> Result<String, WriteError> {
+    let other = |e: serde_json::Error| WriteError::Other(e.to_string());
+    let mut top: BTreeMap<String, &RawValue> = serde_json::from_str(stored).map_err(other)?;
+    let mut meta: serde_json::Map<String, Value> = match top.get("metadata") {
+        Some(m) => serde_json::from_str(m.get()).map_err(other)?,
+        None => serde_json::Map::new(),
+    };
+    if let Some(want) = want_rv
+        && meta.get("resourceVersion").and_then(Value::as_str) != Some(want)
+    {
+        return Err(WriteError::Conflict);
+    }
+    meta.insert("resourceVersion".into(), json!(rv.to_string()));
+    let meta = serde_json::value::to_raw_value(&meta).map_err(other)?;
+    top.insert("metadata".into(), &meta);
+    top.insert("status".into(), status);
+    serde_json::to_string(&top).map_err(other)
 }
 
 /// A timestamp as the API server writes it.
@@ -592,6 +629,9 @@ impl ClusterWriter for StandaloneStore {
         })
     }
 
+    /// Splices the new status and resourceVersion into the stored text
+    /// (the rest of the Run is copied as it is, never parsed into a tree),
+    /// then feeds the cache the Run decoded once from the new text.
     fn write_run_status<'a>(
         &'a self,
         namespace: &'a str,
@@ -600,30 +640,28 @@ impl ClusterWriter for StandaloneStore {
         status: &'a RunStatus,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
         Box::pin(async move {
+            let other = |e: serde_json::Error| WriteError::Other(e.to_string());
+            // Serialized before the lock is taken.
+            let status = serde_json::value::to_raw_value(status).map_err(other)?;
             let mut inner = self.inner.lock();
             let key = (Kind::Run, namespace.to_owned(), name.to_owned());
             if inner.held.contains(&key) {
                 return Err(WriteError::Conflict);
             }
-            let Some(mut obj) = inner.objects.get(&key).map(Stored::value) else {
+            let Some(stored) = inner.objects.get(&key) else {
                 return Err(WriteError::NotFound);
             };
-            if let Some(want) = resource_version
-                && obj
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    != Some(want)
-            {
-                return Err(WriteError::Conflict);
+            let rv = inner.resource_version + 1;
+            let text = with_status(stored.text(), resource_version, &status, rv)?;
+            inner.resource_version = rv;
+            let run = serde_json::from_str::<Run>(&text);
+            inner.objects.insert(key, Stored::from_text(text));
+            match run {
+                Ok(run) => Index::<Run>::apply(&**self.cache(), run),
+                Err(e) => {
+                    tracing::error!(kind = Kind::Run.as_str(), error = %e, "stored object no longer parses");
+                }
             }
-            let status =
-                serde_json::to_value(status).map_err(|e| WriteError::Other(e.to_string()))?;
-            inner.resource_version += 1;
-            let rv = inner.resource_version.to_string();
-            obj["status"] = status;
-            obj["metadata"]["resourceVersion"] = json!(rv);
-            inner.objects.insert(key, Stored::new(&obj));
-            self.observe(Kind::Run, &obj);
             Ok(())
         })
     }
@@ -766,5 +804,35 @@ impl ClusterWriter for StandaloneStore {
             self.observe(Kind::Pod, &obj);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_write_replaces_status_and_resource_version_and_keeps_the_rest() {
+        let stored = json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "ns", "resourceVersion": "7", "x-extra": [1, {"b": "é\""}]},
+            "spec": {"runtime": "py", "unknown": {"kept": true}},
+            "status": {"phase": "Pending", "message": "old"}});
+        let status = RunStatus {
+            phase: Some("Scheduled".into()),
+            assigned_pod: Some("rp-1".into()),
+            ..RunStatus::default()
+        };
+        let raw = serde_json::value::to_raw_value(&status).unwrap();
+        let text = with_status(&stored.to_string(), Some("7"), &raw, 8).unwrap();
+        let mut want = stored.clone();
+        want["metadata"]["resourceVersion"] = json!("8");
+        want["status"] = serde_json::to_value(&status).unwrap();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), want);
+        // Without a precondition; and a stale one is a conflict.
+        assert!(with_status(&stored.to_string(), None, &raw, 8).is_ok());
+        assert_eq!(
+            with_status(&stored.to_string(), Some("6"), &raw, 8),
+            Err(WriteError::Conflict)
+        );
     }
 }

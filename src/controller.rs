@@ -86,23 +86,44 @@ impl Drop for Unsettled<'_> {
     }
 }
 
-/// Marks a worker's key done however its cycle ends (returned, dropped or
-/// panicked), so the key is never left "processing" for good; after a
-/// panic the Run is retried with the write-failure backoff.
+/// Keys a worker takes from the queue at once: one queue lock round trip
+/// per batch instead of two per key.
+const WORKER_BATCH: usize = 64;
+
+/// How long a worker cycles before it yields its runtime thread.
+const WORKER_SLICE: Duration = Duration::from_millis(1);
+
+/// Marks a worker's batch of keys done however its cycles end (returned,
+/// dropped or panicked), so no key is left "processing" for good. After a
+/// panic the Run whose cycle panicked is retried with the write-failure
+/// backoff; keys of the batch whose cycle never started are queued again.
 struct Done<'a> {
     controller: &'a RunController,
     queue: &'a Arc<WorkQueue<RunKey>>,
-    key: &'a RunKey,
+    keys: &'a [RunKey],
+    /// Keys whose cycle has returned (a prefix of `keys`).
+    finished: usize,
+    /// Whether the cycle of `keys[finished]` has started.
+    running: bool,
 }
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let delay = backoff(&self.controller.failures, self.key, RETRY_BASE, RETRY_MAX);
-            tracing::error!(run = %self.key, retry_in = ?delay, "a scheduling cycle panicked");
-            self.queue.add_after(self.key.clone(), delay);
+        let mut unstarted = self.finished;
+        if self.running
+            && let Some(key) = self.keys.get(self.finished)
+        {
+            unstarted += 1;
+            if std::thread::panicking() {
+                let delay = backoff(&self.controller.failures, key, RETRY_BASE, RETRY_MAX);
+                tracing::error!(run = %key, retry_in = ?delay, "a scheduling cycle panicked");
+                self.queue.add_after(key.clone(), delay);
+            }
         }
-        self.queue.done(self.key);
+        for key in self.keys.get(unstarted..).unwrap_or_default() {
+            self.queue.add(key.clone());
+        }
+        self.queue.done_all(self.keys);
     }
 }
 
@@ -388,28 +409,46 @@ impl RunController {
         }
     }
 
-    /// One worker: cycles keys from the queue until `stop` turns true or
-    /// the queue shuts down. A key is marked done however its cycle ends.
+    /// One worker: takes keys from the queue in batches and cycles them
+    /// until `stop` turns true or the queue shuts down. Every key is marked
+    /// done however its cycle ends; keys of a batch left unstarted when
+    /// `stop` turns true are queued again.
     async fn work(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let queue = Arc::clone(self.cache.queue());
+        let mut slice = Instant::now();
         loop {
-            let key = tokio::select! {
+            let keys = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
-                k = queue.next() => match k { Some(k) => k, None => break },
+                k = queue.next_batch(WORKER_BATCH) => match k { Some(k) => k, None => break },
             };
-            let _done = Done {
+            let mut done = Done {
                 controller: &self,
                 queue: &queue,
-                key: &key,
+                keys: &keys,
+                finished: 0,
+                running: false,
             };
-            self.cycle(&key).await;
-            // A cycle whose writes complete at once (the in-memory store)
-            // and a queue that always has a next key never return
-            // `Pending`: without this, the workers would keep the
-            // runtime's threads to themselves while a big backlog drains,
-            // and HTTP requests would wait for the whole backlog.
-            tokio::task::yield_now().await;
+            for key in &keys {
+                if *stop.borrow() {
+                    break;
+                }
+                done.running = true;
+                self.cycle(key).await;
+                done.running = false;
+                done.finished += 1;
+                // A cycle whose writes complete at once (the in-memory
+                // store) and a queue that always has a next key never
+                // return `Pending`: without this, the workers would keep
+                // the runtime's threads to themselves while a big backlog
+                // drains, and HTTP requests would wait for the whole
+                // backlog.
+                if slice.elapsed() >= WORKER_SLICE {
+                    tokio::task::yield_now().await;
+                    slice = Instant::now();
+                }
+            }
+            drop(done);
         }
     }
 
@@ -471,6 +510,32 @@ mod tests {
         assert_eq!(controller.drain().await, 1000);
         assert_eq!(controller.backoff_entries(), 0);
         assert_eq!(store.cache().queue().delayed_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_batch_left_part_way_marks_its_keys_done_and_queues_the_unstarted_again() {
+        let store = store();
+        let controller = RunController::new(Arc::clone(store.cache()), store.clone());
+        let queue = Arc::clone(store.cache().queue());
+        for name in ["a", "b", "c", "d"] {
+            queue.add(RunKey::new("ns", name));
+        }
+        let keys = queue.next_batch(WORKER_BATCH).await.unwrap();
+        assert_eq!(keys.len(), 4);
+        // "a" finished, "b" was dropped mid-cycle (as on shutdown), "c"
+        // and "d" never started.
+        drop(Done {
+            controller: &controller,
+            queue: &queue,
+            keys: &keys,
+            finished: 1,
+            running: true,
+        });
+        assert_eq!(queue.try_next(), Some(RunKey::new("ns", "c")));
+        assert_eq!(queue.try_next(), Some(RunKey::new("ns", "d")));
+        assert_eq!(queue.try_next(), None);
+        assert_eq!(queue.outstanding(), 2);
+        assert_eq!(controller.backoff_entries(), 0);
     }
 
     /// Delegates to the store, but its first `n` Run status writes panic.

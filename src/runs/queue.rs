@@ -241,6 +241,42 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         }
     }
 
+    /// Waits for the next key, then takes up to `max` keys (at least one)
+    /// in one hold of the lock; `None` after shutdown. Each key taken is
+    /// processing until [`done`](Self::done) (or
+    /// [`done_all`](Self::done_all)) is called for it.
+    pub async fn next_batch(&self, max: usize) -> Option<Vec<K>> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut g = self.inner.lock();
+                if g.shutdown {
+                    return None;
+                }
+                if !g.queue.is_empty() {
+                    let n = g.queue.len().min(max.max(1));
+                    let mut keys = Vec::with_capacity(n);
+                    let Inner {
+                        queue,
+                        dirty,
+                        processing,
+                        ..
+                    } = &mut *g;
+                    for k in queue.drain(..n) {
+                        dirty.remove(&k);
+                        processing.insert(k.clone());
+                        keys.push(k);
+                    }
+                    if !g.queue.is_empty() {
+                        self.notify.notify_one();
+                    }
+                    return Some(keys);
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// Non-blocking variant of [`next`](Self::next).
     pub fn try_next(&self) -> Option<K> {
         let mut g = self.inner.lock();
@@ -257,6 +293,25 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         if g.dirty.contains(key) {
             g.queue.push_back(key.clone());
             drop(g);
+            self.notify.notify_one();
+        }
+    }
+
+    /// [`done`](Self::done) for each of `keys`, in one hold of the lock.
+    pub fn done_all(&self, keys: &[K]) {
+        let mut g = self.inner.lock();
+        let mut requeued = false;
+        for key in keys {
+            g.processing.remove(key);
+            if g.dirty.contains(key) {
+                g.queue.push_back(key.clone());
+                requeued = true;
+            }
+        }
+        drop(g);
+        // One wakeup is enough: a worker that takes keys and leaves some
+        // behind wakes the next one.
+        if requeued {
             self.notify.notify_one();
         }
     }
@@ -308,6 +363,27 @@ mod tests {
         q.done(&1);
         q.done(&2);
         assert_eq!(q.outstanding(), 0);
+    }
+
+    #[tokio::test]
+    async fn batches_take_up_to_max_and_requeue_keys_added_meanwhile() {
+        let q: WorkQueue<u32> = WorkQueue::default();
+        for i in 0..5 {
+            q.add(i);
+        }
+        assert_eq!(q.next_batch(3).await, Some(vec![0, 1, 2]));
+        // Taken keys are processing: added again, they wait for done_all.
+        assert!(q.add(1));
+        assert_eq!(q.next_batch(0).await, Some(vec![3]));
+        assert_eq!(q.next_batch(10).await, Some(vec![4]));
+        assert!(q.is_empty());
+        q.done_all(&[0, 1, 2]);
+        assert_eq!(q.try_next(), Some(1));
+        q.done(&1);
+        q.done_all(&[3, 4]);
+        assert_eq!(q.outstanding(), 0);
+        q.shutdown();
+        assert_eq!(q.next_batch(3).await, None);
     }
 
     #[tokio::test]

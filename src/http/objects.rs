@@ -30,10 +30,11 @@ fn kind(params: &Params) -> Result<Kind, ApiError> {
 }
 
 /// Upserts one object, a `List`, or multi-document YAML. All or nothing.
+/// Answers `{"items": [...]}`, the stored objects.
 pub(super) async fn upsert(
     State(s): State<RunApiState>,
     Body(body): Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let store = store(&s)?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
@@ -42,21 +43,31 @@ pub(super) async fn upsert(
             "request body is empty; expected an object, a List or YAML documents",
         ));
     }
-    // Parsing and applying a big List takes a while: off the async
-    // workers, so the rest of the API keeps answering meanwhile.
+    // Parsing and applying a big List takes a while, and so do rendering
+    // and dropping its answer: all off the async workers, so the rest of
+    // the API keeps answering meanwhile.
     let store = Arc::clone(store);
-    let items = tokio::task::spawn_blocking(move || {
+    let answer = tokio::task::spawn_blocking(move || {
         let text = std::str::from_utf8(&body).unwrap_or_default();
         let objects =
             parse_documents(text, "body").map_err(|e| ApiError::bad_request(e.to_string()))?;
-        store.upsert(objects).map_err(|e| match e {
+        let items = store.upsert(objects).map_err(|e| match e {
             StoreError::Invalid(m) => ApiError::unprocessable(m),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
-        })
+        })?;
+        serde_json::to_vec(&json!({ "items": items }))
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
-    Ok(Json(json!({ "items": items })))
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        answer,
+    )
+        .into_response())
 }
 
 /// `GET /v1/objects?kind=K[&namespace=NS][&name=N]`.

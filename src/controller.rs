@@ -91,7 +91,7 @@ impl Drop for Unsettled<'_> {
 const WORKER_BATCH: usize = 64;
 
 /// How long a worker cycles before it yields its runtime thread.
-const WORKER_SLICE: Duration = Duration::from_millis(1);
+const WORKER_SLICE: Duration = Duration::from_micros(250);
 
 /// Marks a worker's batch of keys done however its cycles end (returned,
 /// dropped or panicked), so no key is left "processing" for good. After a

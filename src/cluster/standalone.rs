@@ -284,6 +284,24 @@ impl StandaloneStore {
     /// batches of [`UPSERT_BATCH`]; between batches the lock is free, and
     /// the keys still to be written refuse other writers with a conflict.
     pub fn upsert(&self, objects: Vec<Value>) -> Result<Vec<Value>, StoreError> {
+        self.upsert_as(objects, |v, _| v)
+    }
+
+    /// [`upsert`](Self::upsert), returning each stored object as its JSON
+    /// text (what the store keeps, so nothing is serialized twice).
+    pub fn upsert_json(&self, objects: Vec<Value>) -> Result<Vec<String>, StoreError> {
+        let out = self.upsert_as(objects, |v, stored| (stored.text().to_owned(), v))?;
+        // The trees are dropped here, without the store lock.
+        Ok(out.into_iter().map(|(text, _)| text).collect())
+    }
+
+    /// [`upsert`](Self::upsert), answering `answer(object, stored)` for
+    /// each object written.
+    fn upsert_as<T>(
+        &self,
+        objects: Vec<Value>,
+        answer: impl Fn(Value, &Stored) -> T,
+    ) -> Result<Vec<T>, StoreError> {
         let prepared = objects
             .into_iter()
             .enumerate()
@@ -324,7 +342,7 @@ impl StandaloneStore {
         while prepared.peek().is_some() {
             let now = Timestamp::now();
             for p in prepared.by_ref().take(UPSERT_BATCH) {
-                out.push(self.write_one(&mut inner, p, now));
+                out.push(self.write_one(&mut inner, p, now, &answer));
             }
             if prepared.peek().is_some() {
                 drop(inner);
@@ -363,23 +381,30 @@ impl StandaloneStore {
                     tracing::error!(kind = kind.as_str(), error = %e, "stored object no longer parses")
                 }
             }
-        });
+        }, |_, _| ());
         Ok(())
     }
 
     /// Stores one checked object and feeds it to the caches.
-    fn write_one(&self, inner: &mut Inner, p: Prepared, now: Timestamp) -> Value {
-        self.write_one_with(inner, p, now, |kind, v| self.observe(kind, v))
+    fn write_one<T>(
+        &self,
+        inner: &mut Inner,
+        p: Prepared,
+        now: Timestamp,
+        answer: impl Fn(Value, &Stored) -> T,
+    ) -> T {
+        self.write_one_with(inner, p, now, |kind, v| self.observe(kind, v), answer)
     }
 
     /// [`write_one`](Self::write_one), feeding the caches with `observe`.
-    fn write_one_with(
+    fn write_one_with<T>(
         &self,
         inner: &mut Inner,
         mut p: Prepared,
         now: Timestamp,
         observe: impl FnOnce(Kind, &Value),
-    ) -> Value {
+        answer: impl Fn(Value, &Stored) -> T,
+    ) -> T {
         let key = (p.kind, p.namespace, p.name);
         inner.resource_version += 1;
         let rv = inner.resource_version.to_string();
@@ -423,8 +448,10 @@ impl StandaloneStore {
         }
         observe(key.0, &p.value);
         inner.held.remove(&key);
-        inner.objects.insert(key, Stored::new(&p.value));
-        p.value
+        let stored = Stored::new(&p.value);
+        let out = answer(p.value, &stored);
+        inner.objects.insert(key, stored);
+        out
     }
 
     /// Objects of a kind, optionally one namespace and name.

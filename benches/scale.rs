@@ -98,8 +98,8 @@ fn decide() {
     // Two shapes: a warm pool (half the pods idle, half running the same
     // Run: two distinct states), and the worst case for grouping, where
     // every pod's usage differs (a Run of its own size on each).
-    let shapes: [(&str, fn(usize, Timestamp) -> RunCache); 2] =
-        [("pool", runtime_pods), ("distinct", runtime_pods_distinct)];
+    type Build = fn(usize, Timestamp) -> RunCache;
+    let shapes: [(&str, Build); 2] = [("pool", runtime_pods), ("distinct", runtime_pods_distinct)];
     for (shape, build) in shapes {
         println!("  {shape}:");
         for &n in &sizes {

@@ -623,7 +623,7 @@ fn churn_of_unusual_resource_names_returns_the_run_cache_to_its_baseline() {
     // Every other pod joins the steady pods' runtime, so its resource
     // becomes a column there; the others bring runtime values of their own.
     let runtime = |i: usize| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             format!("rt-{i}")
         } else {
             "py".to_owned()

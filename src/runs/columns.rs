@@ -55,7 +55,16 @@ pub struct Columns {
     groups: Groups,
     /// `(heartbeat, position)` of every pod passing the clock-free rules,
     /// in time order: a decision finds the stale ones by two range reads.
-    beats: BTreeSet<(Option<Timestamp>, u32)>,
+    beats: BTreeSet<u128>,
+}
+
+/// `(heartbeat, position)` as one integer ordered as the pair is: the
+/// heartbeat's nanoseconds since the epoch, offset to be positive (jiff's
+/// range is within ±2^69 ns), above the 32 position bits; no heartbeat is
+/// 0, below every heartbeat. Half the size of the pair in the tree.
+fn beat(heartbeat: Option<Timestamp>, position: u32) -> u128 {
+    let t = heartbeat.map_or(0, |t| (t.as_nanosecond() + (1i128 << 94)) as u128);
+    (t << 32) | u128::from(position)
 }
 
 /// Position not in any group (`base_ok` false).
@@ -78,8 +87,8 @@ struct Groups {
 struct Group {
     /// `(capacity, used)` per column, in column order.
     key: Box<[u64]>,
-    /// Members in name order (prefix, then name), with their positions.
-    members: BTreeMap<(u128, Arc<str>), u32>,
+    /// Members in name order, with their positions.
+    members: BTreeMap<Arc<str>, u32>,
 }
 
 /// Why a pod is rejected, without the pod's cold facts: `Base` means the
@@ -175,9 +184,9 @@ impl Columns {
         };
         self.groups.list[g as usize]
             .members
-            .insert((self.prefix[i], Arc::clone(&self.names[i])), i as u32);
+            .insert(Arc::clone(&self.names[i]), i as u32);
         self.groups.of[i] = g;
-        self.beats.insert((self.heartbeat[i], i as u32));
+        self.beats.insert(beat(self.heartbeat[i], i as u32));
     }
 
     /// Takes position `i` out of its group (before its numbers, heartbeat
@@ -187,11 +196,9 @@ impl Columns {
         if g == NO_GROUP {
             return;
         }
-        self.beats.remove(&(self.heartbeat[i], i as u32));
+        self.beats.remove(&beat(self.heartbeat[i], i as u32));
         let group = &mut self.groups.list[g as usize];
-        group
-            .members
-            .remove(&(self.prefix[i], Arc::clone(&self.names[i])));
+        group.members.remove(&*self.names[i]);
         if group.members.is_empty() {
             let key = std::mem::take(&mut group.key);
             self.groups.by_key.remove(&key);
@@ -275,9 +282,9 @@ impl Columns {
         }
         if base_ok && self.base_ok[i] {
             // Same group; only the heartbeat order changes.
-            self.beats.remove(&(self.heartbeat[i], at));
+            self.beats.remove(&beat(self.heartbeat[i], at));
             self.heartbeat[i] = heartbeat;
-            self.beats.insert((heartbeat, at));
+            self.beats.insert(beat(heartbeat, at));
             return;
         }
         self.leave(i);
@@ -371,14 +378,10 @@ impl Columns {
             if *group.key != *self.row_key(i) {
                 return Err(format!("{name}: group key differs from its numbers"));
             }
-            if group
-                .members
-                .get(&(self.prefix[i], Arc::clone(&self.names[i])))
-                != Some(&(i as u32))
-            {
+            if group.members.get(&*self.names[i]) != Some(&(i as u32)) {
                 return Err(format!("{name}: not a member of its group at {i}"));
             }
-            if !self.beats.contains(&(heartbeat, i as u32)) {
+            if !self.beats.contains(&beat(heartbeat, i as u32)) {
                 return Err(format!("{name}: heartbeat not in the heartbeat order"));
             }
         } else if g != NO_GROUP {
@@ -651,12 +654,12 @@ impl Columns {
         let (oldest, newest) = window.bounds();
         let mut stale: SmallVec<[u32; 16]> = self
             .beats
-            .range(..(Some(oldest), 0))
-            .chain(
-                self.beats
-                    .range((Bound::Excluded((Some(newest), u32::MAX)), Bound::Unbounded)),
-            )
-            .map(|&(_, i)| i)
+            .range(..beat(Some(oldest), 0))
+            .chain(self.beats.range((
+                Bound::Excluded(beat(Some(newest), u32::MAX)),
+                Bound::Unbounded,
+            )))
+            .map(|&k| k as u32)
             .collect();
         stale.sort_unstable();
         stale
@@ -971,10 +974,28 @@ pub struct ColumnPlan<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::name_prefix;
+    use super::{beat, name_prefix};
     use proptest::prelude::*;
 
     proptest! {
+        /// The packed `(heartbeat, position)` orders as the pair does,
+        /// over jiff's whole range and without a heartbeat.
+        #[test]
+        fn packed_beats_order_as_pairs(
+            a in proptest::option::of(-377_705_116_800i64..253_402_207_200),
+            an in 0i32..1_000_000_000,
+            ai in any::<u32>(),
+            b in proptest::option::of(-377_705_116_800i64..253_402_207_200),
+            bn in 0i32..1_000_000_000,
+            bi in any::<u32>(),
+        ) {
+            let ts = |s: Option<i64>, n: i32| {
+                s.and_then(|s| k8s_openapi::jiff::Timestamp::new(s, n).ok())
+            };
+            let (ta, tb) = (ts(a, an), ts(b, bn));
+            prop_assert_eq!(beat(ta, ai).cmp(&beat(tb, bi)), (ta, ai).cmp(&(tb, bi)));
+        }
+
         /// Prefix order, then name order on equal prefixes, is name order,
         /// for names shorter and longer than the 16-byte prefix.
         #[test]

@@ -148,7 +148,7 @@ impl Columns {
     }
 
     /// `(capacity, used)` per column of position `i`: its group's key.
-    fn row_key(&self, i: usize) -> Box<[u64]> {
+    fn row_key(&self, i: usize) -> SmallVec<[u64; 8]> {
         self.cols
             .iter()
             .flat_map(|c| [c.cap[i], c.used[i]])
@@ -156,14 +156,16 @@ impl Columns {
     }
 
     /// Puts position `i` in its group, if it passes the clock-free rules.
+    /// Allocates only for a group that did not exist.
     fn enter(&mut self, i: usize) {
         if !self.base_ok[i] {
             return;
         }
         let key = self.row_key(i);
-        let g = match self.groups.by_key.get(&key) {
+        let g = match self.groups.by_key.get(&key[..]) {
             Some(g) => *g,
             None => {
+                let key: Box<[u64]> = key.into_iter().collect();
                 let group = Group {
                     key: key.clone(),
                     members: BTreeMap::new(),
@@ -375,7 +377,7 @@ impl Columns {
                 .list
                 .get(g as usize)
                 .ok_or_else(|| format!("{name}: available but in no group"))?;
-            if *group.key != *self.row_key(i) {
+            if *group.key != self.row_key(i)[..] {
                 return Err(format!("{name}: group key differs from its numbers"));
             }
             if group.members.get(&*self.names[i]) != Some(&(i as u32)) {
@@ -586,14 +588,18 @@ impl Columns {
         has_unknown: bool,
         window: &Freshness,
     ) -> (Option<u32>, RejectionCounts) {
-        // Grouping pays while groups hold several pods each; when most
-        // pods' numbers differ (fewer than 3 pods per group), a scan of
-        // the rows reads less (sequential columns, no group to chase).
-        if self.groups.by_key.len() * 3 > self.beats.len() {
-            self.best_by_rows(request, has_unknown, window)
-        } else {
+        if self.grouping_pays() {
             self.best_by_groups(request, has_unknown, window)
+        } else {
+            self.best_by_rows(request, has_unknown, window)
         }
+    }
+
+    /// Grouping pays while groups hold several pods each; when most pods'
+    /// numbers differ (fewer than 3 pods per group), a scan of the rows
+    /// reads less (sequential columns, no group to chase).
+    fn grouping_pays(&self) -> bool {
+        self.groups.by_key.len() * 3 <= self.beats.len()
     }
 
     /// [`best`](Self::best) by a scan of every position.
@@ -608,44 +614,15 @@ impl Columns {
             total_pods: self.len(),
             ..RejectionCounts::default()
         };
-        // The best position, its max, and its sum once a tie needed it.
-        let mut best: Option<(usize, Ratio)> = None;
-        let mut best_sum: Option<RatioSum> = None;
+        let mut best: Option<Leader> = None;
         for i in 0..self.len() {
             match self.verdict(i, &laid, has_unknown, window) {
-                Verdict::Fits => {}
-                Verdict::Base => {
-                    counts.unavailable += 1;
-                    continue;
-                }
-                Verdict::Rejected(r) => {
-                    counts.record(&r);
-                    continue;
-                }
-            }
-            let max = self.max_ratio(i, &laid);
-            let Some((b, bmax)) = best else {
-                best = Some((i, max));
-                continue;
-            };
-            let better = match max.cmp(&bmax) {
-                Ordering::Less => true,
-                Ordering::Greater => false,
-                Ordering::Equal => {
-                    let bs = best_sum.get_or_insert_with(|| self.sum(b, &laid));
-                    match self.sum(i, &laid).cmp(bs) {
-                        Ordering::Less => true,
-                        Ordering::Greater => false,
-                        Ordering::Equal => self.cmp_names(i, b).is_lt(),
-                    }
-                }
-            };
-            if better {
-                best = Some((i, max));
-                best_sum = None;
+                Verdict::Fits => Leader::offer(&mut best, self, &laid, i as u32),
+                Verdict::Base => counts.unavailable += 1,
+                Verdict::Rejected(r) => counts.record(&r),
             }
         }
-        (best.map(|(i, _)| i as u32), counts)
+        (best.map(|b| b.pod), counts)
     }
 
     /// Available pods outside the heartbeat window, sorted by position:
@@ -694,81 +671,28 @@ impl Columns {
         let laid = self.lay_out(request);
         let stale = self.stale(window);
         let mut counts = self.unavailable_counts(&stale);
-        let is_stale = |i: u32| !stale.is_empty() && stale.binary_search(&i).is_ok();
-        // The first fresh member of a group, in name order.
-        let first_fresh = |g: &Group| g.members.values().copied().find(|&i| !is_stale(i));
-        struct Best {
-            group: usize,
-            rep: u32,
-            max: Ratio,
-            sum: Option<RatioSum>,
-            first: Option<u32>,
-        }
-        let mut best: Option<Best> = None;
+        let mut best: Option<Leader> = None;
         for (gi, group) in self.groups.list.iter().enumerate() {
-            let Some(&rep) = group.members.values().next() else {
+            // Members share their numbers; the first fresh one by name
+            // stands for the group and is the one a tie would pick.
+            let Some(first) = fresh_members(group, &stale, 1).next() else {
                 continue;
             };
-            let fresh = self.fresh_in(gi, group, &stale);
-            if fresh == 0 {
-                continue;
-            }
-            if has_unknown {
-                counts.record_n(&Rejection::UnknownResource, fresh);
-                continue;
-            }
-            let r = rep as usize;
-            if let Err(rej) = self.fits(r, &laid) {
-                counts.record_n(&rej, fresh);
-                continue;
-            }
-            let max = self.max_ratio(r, &laid);
-            let better = match &mut best {
-                None => true,
-                Some(b) => match max.cmp(&b.max) {
-                    Ordering::Less => true,
-                    Ordering::Greater => false,
-                    Ordering::Equal => {
-                        let bs = b
-                            .sum
-                            .get_or_insert_with(|| self.sum(b.rep as usize, &laid))
-                            .clone();
-                        match self.sum(r, &laid).cmp(&bs) {
-                            Ordering::Less => true,
-                            Ordering::Greater => false,
-                            Ordering::Equal => {
-                                let bf = match b.first {
-                                    Some(f) => f,
-                                    None => {
-                                        let f = first_fresh(&self.groups.list[b.group])
-                                            .unwrap_or(b.rep);
-                                        b.first = Some(f);
-                                        f
-                                    }
-                                };
-                                let mine = first_fresh(group).unwrap_or(rep);
-                                self.cmp_names(mine as usize, bf as usize).is_lt()
-                            }
-                        }
-                    }
-                },
-            };
-            if better {
-                best = Some(Best {
-                    group: gi,
-                    rep,
-                    max,
-                    sum: None,
-                    first: None,
-                });
+            match self.group_fits(first, &laid, has_unknown) {
+                Ok(()) => Leader::offer(&mut best, self, &laid, first),
+                Err(r) => counts.record_n(&r, self.fresh_in(gi, group, &stale)),
             }
         }
-        let pick = best.map(|b| {
-            b.first
-                .or_else(|| first_fresh(&self.groups.list[b.group]))
-                .unwrap_or(b.rep)
-        });
-        (pick, counts)
+        (best.map(|b| b.pod), counts)
+    }
+
+    /// The filter for a group, through one fresh member: the clock-free
+    /// rules and the heartbeat hold for it, so only the resources remain.
+    fn group_fits(&self, member: u32, laid: &Laid, has_unknown: bool) -> Result<(), Rejection> {
+        if has_unknown {
+            return Err(Rejection::UnknownResource);
+        }
+        self.fits(member as usize, laid)
     }
 
     /// A dry run: feasible pods best first and rejected pods in name
@@ -781,7 +705,7 @@ impl Columns {
         window: &Freshness,
         limit: usize,
     ) -> ColumnPlan<'_> {
-        if limit > 0 && self.groups.by_key.len() * 3 <= self.beats.len() {
+        if limit > 0 && self.grouping_pays() {
             self.plan_by_groups(request, has_unknown, window, limit)
         } else {
             self.plan_by_rows(request, has_unknown, window, limit)
@@ -803,37 +727,16 @@ impl Columns {
         let laid = self.lay_out(request);
         let stale = self.stale(window);
         let mut counts = self.unavailable_counts(&stale);
-        // Up to `limit` members of a group that are not stale, by name.
-        fn fresh_members<'g>(
-            g: &'g Group,
-            stale: &'g [u32],
-            limit: usize,
-        ) -> impl Iterator<Item = u32> + 'g {
-            g.members
-                .values()
-                .copied()
-                .filter(move |i| stale.binary_search(i).is_err())
-                .take(limit)
-        }
         let mut feasible_groups: Vec<(Score, usize)> = Vec::new();
         let mut rejected: Vec<(u32, Verdict)> = Vec::new();
         for (gi, group) in self.groups.list.iter().enumerate() {
-            let Some(&rep) = group.members.values().next() else {
+            let Some(first) = fresh_members(group, &stale, 1).next() else {
                 continue;
             };
-            let fresh = self.fresh_in(gi, group, &stale);
-            if fresh == 0 {
-                continue;
-            }
-            let verdict = if has_unknown {
-                Err(Rejection::UnknownResource)
-            } else {
-                self.fits(rep as usize, &laid)
-            };
-            match verdict {
-                Ok(()) => feasible_groups.push((self.score(rep as usize, &laid), gi)),
+            match self.group_fits(first, &laid, has_unknown) {
+                Ok(()) => feasible_groups.push((self.score(first as usize, &laid), gi)),
                 Err(r) => {
-                    counts.record_n(&r, fresh);
+                    counts.record_n(&r, self.fresh_in(gi, group, &stale));
                     rejected.extend(
                         fresh_members(group, &stale, limit)
                             .map(|i| (i, Verdict::Rejected(r.clone()))),
@@ -853,13 +756,6 @@ impl Columns {
                     .map(|i| (i, Verdict::Base)),
             );
         }
-        let by_name =
-            |a: &(u32, Verdict), b: &(u32, Verdict)| self.cmp_names(a.0 as usize, b.0 as usize);
-        if rejected.len() > limit {
-            rejected.select_nth_unstable_by(limit - 1, by_name);
-            rejected.truncate(limit);
-        }
-        rejected.sort_unstable_by(by_name);
         // Groups best first; groups of equal scores share their places
         // by member name.
         let by_score = |a: &Score, b: &Score| a.max.cmp(&b.max).then_with(|| a.sum.cmp(&b.sum));
@@ -881,17 +777,7 @@ impl Columns {
             feasible.extend(members.into_iter().take(want).map(|i| (i, score.clone())));
             rest = &rest[tied..];
         }
-        ColumnPlan {
-            feasible: feasible
-                .into_iter()
-                .map(|(i, score)| (self.name(i), score))
-                .collect(),
-            rejected: rejected
-                .into_iter()
-                .map(|(i, v)| (self.name(i), v))
-                .collect(),
-            counts,
-        }
+        self.column_plan(feasible, rejected, counts, limit)
     }
 
     /// [`plan`](Self::plan) by a scan of every position.
@@ -923,24 +809,27 @@ impl Columns {
                 }
             }
         }
-        let cmp = |a: &(u32, Score), b: &(u32, Score)| {
+        cut(&mut feasible, limit, |a, b| {
             a.1.max
                 .cmp(&b.1.max)
                 .then_with(|| a.1.sum.cmp(&b.1.sum))
                 .then_with(|| self.cmp_names(a.0 as usize, b.0 as usize))
-        };
-        if limit > 0 && feasible.len() > limit {
-            feasible.select_nth_unstable_by(limit - 1, cmp);
-            feasible.truncate(limit);
-        }
-        feasible.sort_unstable_by(cmp);
-        let by_name =
-            |a: &(u32, Verdict), b: &(u32, Verdict)| self.cmp_names(a.0 as usize, b.0 as usize);
-        if limit > 0 && rejected.len() > limit {
-            rejected.select_nth_unstable_by(limit - 1, by_name);
-            rejected.truncate(limit);
-        }
-        rejected.sort_unstable_by(by_name);
+        });
+        self.column_plan(feasible, rejected, counts, limit)
+    }
+
+    /// The answer of a plan: `feasible` in its order, `rejected` cut to
+    /// `limit` in name order, by name.
+    fn column_plan(
+        &self,
+        feasible: Vec<(u32, Score)>,
+        mut rejected: Vec<(u32, Verdict)>,
+        counts: RejectionCounts,
+        limit: usize,
+    ) -> ColumnPlan<'_> {
+        cut(&mut rejected, limit, |a, b| {
+            self.cmp_names(a.0 as usize, b.0 as usize)
+        });
         ColumnPlan {
             feasible: feasible
                 .into_iter()
@@ -953,6 +842,64 @@ impl Columns {
             counts,
         }
     }
+}
+
+/// The feasible pod a decision keeps so far: its max, and its sum once a
+/// tie needed it.
+struct Leader {
+    pod: u32,
+    max: Ratio,
+    sum: Option<RatioSum>,
+}
+
+impl Leader {
+    /// Keeps `pod` (feasible) if it is better than the leader: lower max,
+    /// then lower sum (computed only on a max tie), then name.
+    #[inline]
+    fn offer(best: &mut Option<Leader>, cols: &Columns, laid: &Laid, pod: u32) {
+        let max = cols.max_ratio(pod as usize, laid);
+        let better = match best {
+            None => true,
+            Some(b) => max
+                .cmp(&b.max)
+                .then_with(|| {
+                    let bs = b.sum.get_or_insert_with(|| cols.sum(b.pod as usize, laid));
+                    cols.sum(pod as usize, laid).cmp(bs)
+                })
+                .then_with(|| cols.cmp_names(pod as usize, b.pod as usize))
+                .is_lt(),
+        };
+        if better {
+            *best = Some(Leader {
+                pod,
+                max,
+                sum: None,
+            });
+        }
+    }
+}
+
+/// Up to `limit` members of a group that are not `stale`, by name.
+fn fresh_members<'g>(
+    g: &'g Group,
+    stale: &'g [u32],
+    limit: usize,
+) -> impl Iterator<Item = u32> + 'g {
+    g.members
+        .values()
+        .copied()
+        .filter(move |i| stale.binary_search(i).is_err())
+        .take(limit)
+}
+
+/// Sorts `v` by `cmp` keeping the first `limit` (0: all), selecting them
+/// first so a cut costs linear time.
+fn cut<T>(v: &mut Vec<T>, limit: usize, mut cmp: impl FnMut(&T, &T) -> Ordering) {
+    if limit > 0 && v.len() > limit {
+        v.select_nth_unstable_by(limit - 1, &mut cmp);
+        v.truncate(limit);
+    }
+    v.sort_unstable_by(cmp);
 }
 
 /// The first 16 bytes of a name as a big-endian integer, zero-padded:

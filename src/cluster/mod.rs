@@ -241,6 +241,11 @@ impl From<crate::runs::placement::PendingReason> for EventReason {
     }
 }
 
+/// Logs an Event the way every writer that does not post it does.
+pub fn log_event(object: &ObjectRef, kind: EventKind, reason: EventReason, note: &str) {
+    tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");
+}
+
 /// Writes the scheduler makes.
 pub trait ClusterWriter: Send + Sync + 'static {
     /// Records a Kubernetes Event about an object (best effort: failures
@@ -253,7 +258,7 @@ pub trait ClusterWriter: Send + Sync + 'static {
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");
+            log_event(object, kind, reason, note);
         })
     }
 

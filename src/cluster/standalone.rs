@@ -585,7 +585,7 @@ impl ClusterWriter for StandaloneStore {
         note: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");
+            super::log_event(object, kind, reason, note);
             let mut events = self.events.lock();
             if events.len() >= MAX_EVENTS {
                 events.pop_front();

@@ -784,28 +784,18 @@ impl ClusterState {
         if self.names_freed + self.names.len().saturating_sub(self.names_kept) < NAMES_SWEEP {
             return;
         }
-        let mut live = vec![false; self.names.len()];
-        let mut mark = |id: ResId| {
-            if let Some(l) = live.get_mut(id as usize) {
-                *l = true;
-            }
-        };
-        for id in [
-            crate::model::resources::RUNS_ID,
-            self.pods_id,
-            self.cpu_id,
-            self.memory_id,
-        ] {
-            mark(id);
-        }
-        for slot in &self.nodes.slots {
-            if let Some(info) = &slot.node {
-                info.alloc.iter().for_each(|(id, _)| mark(id));
-            }
-            slot.used.iter().for_each(|(id, _)| mark(id));
-            slot.plain.0.iter().for_each(|(id, _)| mark(*id));
-        }
-        let map = self.names.compact(|id| live[id as usize]);
+        let slots = self.nodes.slots.iter().flat_map(|slot| {
+            let alloc = slot.node.iter().flat_map(|info| info.alloc.iter());
+            alloc
+                .chain(slot.used.iter())
+                .map(|(id, _)| id)
+                .chain(slot.plain.0.iter().map(|(id, _)| *id))
+        });
+        let map = self.names.compact(
+            [self.pods_id, self.cpu_id, self.memory_id]
+                .into_iter()
+                .chain(slots),
+        );
         let new = |id: ResId| map.get(id as usize).copied().flatten();
         for slot in &mut self.nodes.slots {
             if let Some(info) = &mut slot.node {

@@ -23,9 +23,7 @@ pub mod views;
 
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
-use crate::model::resources::{
-    PodResources, RequestError, Requests, ResId, ResourceNames, ResourceVec,
-};
+use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
 use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
@@ -124,27 +122,23 @@ impl State {
     /// A name is live while a pod's ledger (capacity, actual, assumed), a
     /// counted Run or a reservation holds it; `runs` always is.
     fn sweep_names(&mut self) {
-        let mut live = vec![false; self.names.len()];
-        let mut mark = |id: ResId| {
-            if let Some(l) = live.get_mut(id as usize) {
-                *l = true;
-            }
-        };
-        mark(crate::model::resources::RUNS_ID);
-        for nss in self.namespaces.values() {
-            for slot in nss.pods.values() {
-                slot.res.as_slice().iter().for_each(|l| mark(l.id));
-            }
-            for run in nss.runs.values() {
-                if let Some((_, amounts)) = &run.counted {
-                    amounts.iter().for_each(|(id, _)| mark(id));
-                }
-            }
-            for a in nss.assumed.values() {
-                a.amounts.iter().for_each(|(id, _)| mark(id));
-            }
-        }
-        let map = self.names.compact(|id| live[id as usize]);
+        let held = self.namespaces.values().flat_map(|nss| {
+            let ledgers = nss
+                .pods
+                .values()
+                .flat_map(|slot| slot.res.as_slice().iter().map(|l| l.id));
+            let counted = nss
+                .runs
+                .values()
+                .filter_map(|run| run.counted.as_ref())
+                .flat_map(|(_, amounts)| amounts.iter().map(|(id, _)| id));
+            let assumed = nss
+                .assumed
+                .values()
+                .flat_map(|a| a.amounts.iter().map(|(id, _)| id));
+            ledgers.chain(counted).chain(assumed)
+        });
+        let map = self.names.compact(held);
         for nss in self.namespaces.values_mut() {
             for slot in nss.pods.values_mut() {
                 slot.res.remap(&map);

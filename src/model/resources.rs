@@ -62,12 +62,19 @@ impl ResourceNames {
         self.names.is_empty()
     }
 
-    /// Keeps the names `keep` accepts, renumbered densely in their old
-    /// order, and frees the others; returns each old id's new id (`None`:
-    /// freed). Every id held elsewhere must be renumbered through it
-    /// ([`ResourceVec::remap`]); the order of ids is kept, so sorted
-    /// vectors stay sorted.
-    pub fn compact(&mut self, keep: impl Fn(ResId) -> bool) -> Vec<Option<ResId>> {
+    /// Keeps the names whose ids `held` yields (and `runs`), renumbered
+    /// densely in their old order, and frees the others; returns each old
+    /// id's new id (`None`: freed). Every id held elsewhere must be
+    /// renumbered through it ([`ResourceVec::remap`]); the order of ids is
+    /// kept, so sorted vectors stay sorted.
+    pub fn compact(&mut self, held: impl IntoIterator<Item = ResId>) -> Vec<Option<ResId>> {
+        let mut live = vec![false; self.names.len()];
+        for id in std::iter::once(RUNS_ID).chain(held) {
+            if let Some(l) = live.get_mut(id as usize) {
+                *l = true;
+            }
+        }
+        let keep = |id: ResId| live[id as usize];
         let old = std::mem::take(&mut self.names);
         let mut map = Vec::with_capacity(old.len());
         let mut names = Vec::new();

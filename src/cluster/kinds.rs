@@ -10,7 +10,7 @@
 //!   `POST|GET|DELETE /v1/objects`, and `--state` loading accept exactly
 //!   these kinds);
 //! - decoding and checking a JSON object as the kind's type
-//!   ([`Kind::check`]), and applying or deleting it in its index
+//!   ([`Kind::decode`]), and applying or deleting it in its index
 //!   ([`Kind::apply`], [`Kind::delete`]): the standalone store's dispatch;
 //! - the cluster-mode watch wiring ([`Kind::plan_watch`], run by
 //!   [`super::watch::spawn`] through the one generic watcher).
@@ -33,16 +33,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Client, Resource as _};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Why a JSON object is not a valid object of its kind (with the path of
 /// the offending field).
 pub type DecodeError = serde_path_to_error::Error<serde_json::Error>;
-
-fn check<K: DeserializeOwned>(v: &Value) -> Result<(), DecodeError> {
-    serde_path_to_error::deserialize::<_, K>(v).map(drop)
-}
 
 /// Drops what no index reads and every object carries.
 fn strip_managed<K: kube::Resource>(o: &mut K) {
@@ -130,15 +125,9 @@ macro_rules! kinds {
                 }
             }
 
-            /// Checks a JSON object against the kind's Kubernetes type.
-            pub fn check(self, v: &Value) -> Result<(), DecodeError> {
-                match self {
-                    $(Kind::$kind => check::<$kind>(v),)*
-                }
-            }
-
-            /// [`Kind::check`], keeping what was decoded: the object's one
-            /// decode when it is stored and indexed at once.
+            /// Checks a JSON object against the kind's Kubernetes type,
+            /// keeping what was decoded: the object's one decode when it is
+            /// stored and indexed at once.
             pub fn decode(self, v: &Value) -> Result<Decoded, DecodeError> {
                 match self {
                     $(Kind::$kind => serde_path_to_error::deserialize::<_, $kind>(v)

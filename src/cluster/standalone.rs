@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use super::kinds::Decoded;
 /// Kinds the standalone store accepts: the kind table's.
 pub use super::kinds::Kind;
 
@@ -121,13 +122,21 @@ struct Prepared {
     value: Value,
 }
 
-fn prepare(v: Value, index: usize) -> Result<Prepared, StoreError> {
+/// An object checked against its Kubernetes type, with what the check
+/// decoded: the index gets that decode, not another one.
+struct Checked {
+    p: Prepared,
+    decoded: Decoded,
+}
+
+fn prepare(v: Value, index: usize) -> Result<Checked, StoreError> {
     let p = prepare_unchecked(v, index)?;
     // Check the whole object against its Kubernetes type.
-    p.kind
-        .check(&p.value)
+    let decoded = p
+        .kind
+        .decode(&p.value)
         .map_err(|e| invalid_as_type(&p, index, &e))?;
-    Ok(p)
+    Ok(Checked { p, decoded })
 }
 
 /// Why an object is not valid as its kind's type, saying which object.
@@ -310,7 +319,7 @@ impl StandaloneStore {
         let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
         // Preconditions first, so a conflict changes nothing.
-        for p in &prepared {
+        for Checked { p, .. } in &prepared {
             let key = (p.kind, p.namespace.clone(), p.name.clone());
             if let (Some(cur), Some(want)) = (
                 inner.objects.get(&key).map(Stored::value),
@@ -334,15 +343,15 @@ impl StandaloneStore {
         if batched {
             inner.held = prepared
                 .iter()
-                .map(|p| (p.kind, p.namespace.clone(), p.name.clone()))
+                .map(|Checked { p, .. }| (p.kind, p.namespace.clone(), p.name.clone()))
                 .collect();
         }
         let mut out = Vec::with_capacity(prepared.len());
         let mut prepared = prepared.into_iter().peekable();
         while prepared.peek().is_some() {
             let now = Timestamp::now();
-            for p in prepared.by_ref().take(UPSERT_BATCH) {
-                out.push(self.write_one(&mut inner, p, now, &answer));
+            for c in prepared.by_ref().take(UPSERT_BATCH) {
+                out.push(self.write_one(&mut inner, c, now, &answer));
             }
             if prepared.peek().is_some() {
                 drop(inner);
@@ -365,44 +374,20 @@ impl StandaloneStore {
     /// object to check them against) nor undoes earlier objects when one
     /// is refused: a refused `--state` ends the process.
     pub fn preload(&self, object: Value, index: usize) -> Result<(), StoreError> {
-        let p = prepare_unchecked(object, index)?;
-        // The check's decode is the one the index gets: only the metadata
-        // the store writes is decoded again.
-        let decoded = p
-            .kind
-            .decode(&p.value)
-            .map_err(|e| invalid_as_type(&p, index, &e))?;
+        let checked = prepare(object, index)?;
         let _writes = self.writes.lock();
         let mut inner = self.inner.lock();
-        self.write_one_with(&mut inner, p, Timestamp::now(), |kind, v| {
-            match ObjectMeta::deserialize(&v["metadata"]) {
-                Ok(meta) => decoded.apply_with_meta(&self.ix, meta),
-                Err(e) => {
-                    tracing::error!(kind = kind.as_str(), error = %e, "stored object no longer parses")
-                }
-            }
-        }, |_, _| ());
+        self.write_one(&mut inner, checked, Timestamp::now(), |_, _| ());
         Ok(())
     }
 
-    /// Stores one checked object and feeds it to the caches.
+    /// Stores one checked object and feeds its index the check's decode,
+    /// with only the metadata the store writes decoded again.
     fn write_one<T>(
         &self,
         inner: &mut Inner,
-        p: Prepared,
+        Checked { mut p, decoded }: Checked,
         now: Timestamp,
-        answer: impl Fn(Value, &Stored) -> T,
-    ) -> T {
-        self.write_one_with(inner, p, now, |kind, v| self.observe(kind, v), answer)
-    }
-
-    /// [`write_one`](Self::write_one), feeding the caches with `observe`.
-    fn write_one_with<T>(
-        &self,
-        inner: &mut Inner,
-        mut p: Prepared,
-        now: Timestamp,
-        observe: impl FnOnce(Kind, &Value),
         answer: impl Fn(Value, &Stored) -> T,
     ) -> T {
         let key = (p.kind, p.namespace, p.name);
@@ -446,7 +431,12 @@ impl StandaloneStore {
         if p.kind != Kind::Pod && !meta.contains_key("generation") {
             meta.insert("generation".into(), json!(1));
         }
-        observe(key.0, &p.value);
+        match ObjectMeta::deserialize(&p.value["metadata"]) {
+            Ok(meta) => decoded.apply_with_meta(&self.ix, meta),
+            Err(e) => {
+                tracing::error!(kind = key.0.as_str(), error = %e, "stored object no longer parses")
+            }
+        }
         inner.held.remove(&key);
         let stored = Stored::new(&p.value);
         let out = answer(p.value, &stored);

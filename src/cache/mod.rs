@@ -23,7 +23,9 @@ pub mod views;
 
 use crate::crd::{RunStatus, Runtime, phase};
 use crate::metrics::{Metrics, WakeCause};
-use crate::model::resources::{PodResources, RequestError, Requests, ResourceNames, ResourceVec};
+use crate::model::resources::{
+    Interner, PodResources, RequestError, Requests, ResourceNames, ResourceVec,
+};
 use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
@@ -85,10 +87,8 @@ pub struct State {
     namespaces: HashMap<String, NsState>,
     /// Runtimes by (namespace, name).
     runtimes: BTreeMap<(String, String), Runtime>,
-    /// Interned runtime label values: id and the shared name.
-    runtime_ids: HashMap<String, u32>,
-    /// Runtime label values by id.
-    runtime_names: Vec<Arc<str>>,
+    /// Interned runtime label values.
+    runtime_values: Interner,
     /// Interned resource names the last sweep kept (see [`State::sweep`]).
     names_kept: usize,
     /// Interned runtime label values the last sweep kept.
@@ -114,7 +114,7 @@ impl State {
         if due(self.names.len(), self.names_kept) {
             self.sweep_names();
         }
-        if due(self.runtime_names.len(), self.runtimes_kept) {
+        if due(self.runtime_values.len(), self.runtimes_kept) {
             self.sweep_runtimes();
         }
     }
@@ -161,27 +161,11 @@ impl State {
     /// A runtime id is live while a namespace has columns for it (a
     /// runtime's columns go when its last pod does).
     fn sweep_runtimes(&mut self) {
-        let mut live = vec![false; self.runtime_names.len()];
-        for nss in self.namespaces.values() {
-            for id in nss.columns.keys() {
-                if let Some(l) = live.get_mut(*id as usize) {
-                    *l = true;
-                }
-            }
-        }
-        let old = std::mem::take(&mut self.runtime_names);
-        let mut map: Vec<Option<u32>> = Vec::with_capacity(old.len());
-        self.runtime_ids = HashMap::new();
-        for (id, name) in old.into_iter().enumerate() {
-            if live[id] {
-                let new = self.runtime_names.len() as u32;
-                self.runtime_ids.insert(name.to_string(), new);
-                self.runtime_names.push(name);
-                map.push(Some(new));
-            } else {
-                map.push(None);
-            }
-        }
+        let map = self.runtime_values.compact(
+            self.namespaces
+                .values()
+                .flat_map(|n| n.columns.keys().copied()),
+        );
         let new = |id: u32| map.get(id as usize).copied().flatten();
         for nss in self.namespaces.values_mut() {
             nss.columns = std::mem::take(&mut nss.columns)
@@ -196,7 +180,7 @@ impl State {
                 }
             }
         }
-        self.runtimes_kept = self.runtime_names.len();
+        self.runtimes_kept = self.runtime_values.len();
     }
 }
 
@@ -395,8 +379,7 @@ impl RunCache {
         let State {
             names,
             namespaces,
-            runtime_ids,
-            runtime_names,
+            runtime_values,
             ..
         } = &mut *st;
         let nss = namespaces.entry(ns.to_owned()).or_default();
@@ -405,15 +388,7 @@ impl RunCache {
         let old_capacity = old_slot.map(|s| s.res.capacity()).unwrap_or_default();
         let window = Freshness::new(now, self.config.heartbeat_stale_after);
         let new = facts.runtime.as_deref().map(|rt| {
-            let runtime_id = match runtime_ids.get(rt) {
-                Some(id) => *id,
-                None => {
-                    let id = runtime_names.len() as u32;
-                    runtime_ids.insert(rt.to_owned(), id);
-                    runtime_names.push(Arc::from(rt));
-                    id
-                }
-            };
+            let runtime_id = runtime_values.intern(rt);
             let capacity =
                 ResourceVec::from_pairs(facts.capacity.iter().map(|(n, a)| (names.intern(n), *a)));
             let base = facts.static_availability();
@@ -424,7 +399,9 @@ impl RunCache {
                 heartbeat: facts.heartbeat,
                 cold: Box::new(ColdPod {
                     uid: facts.uid.as_str().into(),
-                    runtime: Arc::clone(&runtime_names[runtime_id as usize]),
+                    runtime: runtime_values
+                        .shared(runtime_id)
+                        .map_or_else(|| Arc::from(rt), Arc::clone),
                     base,
                 }),
             };
@@ -513,7 +490,7 @@ impl RunCache {
             .flat_map(|n| n.columns.values())
             .map(Columns::columns)
             .sum();
-        (st.names.len(), st.runtime_names.len(), columns)
+        (st.names.len(), st.runtime_values.len(), columns)
     }
 
     /// Applies a Pod deletion.

@@ -329,7 +329,7 @@ impl RunCache {
         let State {
             names,
             namespaces,
-            runtime_ids,
+            runtime_values,
             ..
         } = &mut *st;
         let Some(nss) = namespaces.get_mut(&key.namespace) else {
@@ -358,7 +358,10 @@ impl RunCache {
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
         let window = Freshness::new(now, stale);
-        let (best, counts) = match runtime_ids.get(&runtime).and_then(|id| nss.columns.get(id)) {
+        let (best, counts) = match runtime_values
+            .lookup(&runtime)
+            .and_then(|id| nss.columns.get(&id))
+        {
             Some(cols) => {
                 let (best, counts) = cols.best(&request, !unknown.is_empty(), &window);
                 (best.map(|i| Arc::clone(cols.name(i))), counts)
@@ -541,9 +544,9 @@ impl RunCache {
         };
         if let Some(nss) = st.namespaces.get(namespace)
             && let Some(cols) = st
-                .runtime_ids
-                .get(runtime)
-                .and_then(|id| nss.columns.get(id))
+                .runtime_values
+                .lookup(runtime)
+                .and_then(|id| nss.columns.get(&id))
         {
             let has_unknown = !outcome.unknown.is_empty();
             let window = Freshness::new(now, stale);
@@ -638,8 +641,8 @@ impl RunCache {
             for (name, slot) in &nss.pods {
                 let Some(p) = &slot.pod else { continue };
                 members += 1;
-                if st.runtime_names.get(p.runtime_id as usize).map(|n| &**n) != Some(p.runtime())
-                    || st.runtime_ids.get(p.runtime()) != Some(&p.runtime_id)
+                if st.runtime_values.name(p.runtime_id) != p.runtime()
+                    || st.runtime_values.lookup(p.runtime()) != Some(p.runtime_id)
                 {
                     return Err(format!(
                         "{ns}/{name}: runtime id {} does not name {:?}",
@@ -824,8 +827,8 @@ mod differential {
         let cols = st
             .namespaces
             .get("ns")
-            .zip(st.runtime_ids.get("py"))
-            .and_then(|(nss, id)| nss.columns.get(id));
+            .zip(st.runtime_values.lookup("py"))
+            .and_then(|(nss, id)| nss.columns.get(&id));
         match cols {
             Some(cols) => {
                 let unknown = !unknown.is_empty();
@@ -850,8 +853,8 @@ mod differential {
         let Some(cols) = st
             .namespaces
             .get("ns")
-            .zip(st.runtime_ids.get("py"))
-            .and_then(|(nss, id)| nss.columns.get(id))
+            .zip(st.runtime_values.lookup("py"))
+            .and_then(|(nss, id)| nss.columns.get(&id))
         else {
             return Ok(());
         };
@@ -894,7 +897,7 @@ mod differential {
         let Some(nss) = st.namespaces.get("ns") else {
             return (None, counts, feasible, rejected);
         };
-        let runtime_id = st.runtime_ids.get("py").copied();
+        let runtime_id = st.runtime_values.lookup("py");
         for (name, slot) in &nss.pods {
             let Some(p) = &slot.pod else { continue };
             if Some(p.runtime_id) != runtime_id {

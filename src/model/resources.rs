@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 /// The built-in resource every Run requests (at least 1) and every Runtime Pod has.
 pub const RUNS: &str = "runs";
@@ -18,38 +19,28 @@ pub type ResId = u32;
 /// The id of [`RUNS`] in every [`ResourceNames`].
 pub const RUNS_ID: ResId = 0;
 
-/// Interns resource names so the hot path compares integers, not strings.
-/// Ids are stable until [`ResourceNames::compact`] renumbers them (an
-/// owner whose names churn frees the ones nothing uses any more).
-#[derive(Debug, Clone)]
-pub struct ResourceNames {
-    by_name: HashMap<String, ResId>,
-    names: Vec<String>,
+/// Interns names as dense ids, each name kept once and shared. Ids are
+/// stable until [`Interner::compact`] renumbers them (an owner whose names
+/// churn frees the ones nothing uses any more).
+#[derive(Debug, Clone, Default)]
+pub struct Interner {
+    by_name: HashMap<Arc<str>, u32>,
+    names: Vec<Arc<str>>,
 }
 
-impl Default for ResourceNames {
-    fn default() -> Self {
-        let mut n = Self {
-            by_name: HashMap::new(),
-            names: Vec::new(),
-        };
-        n.intern(RUNS);
-        n
-    }
-}
-
-impl ResourceNames {
-    pub fn intern(&mut self, name: &str) -> ResId {
+impl Interner {
+    pub fn intern(&mut self, name: &str) -> u32 {
         if let Some(id) = self.by_name.get(name) {
             return *id;
         }
-        let id = self.names.len() as ResId;
-        self.names.push(name.to_owned());
-        self.by_name.insert(name.to_owned(), id);
+        let id = self.names.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.names.push(Arc::clone(&name));
+        self.by_name.insert(name, id);
         id
     }
 
-    pub fn lookup(&self, name: &str) -> Option<ResId> {
+    pub fn lookup(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 
@@ -62,43 +53,83 @@ impl ResourceNames {
         self.names.is_empty()
     }
 
-    /// Keeps the names whose ids `held` yields (and `runs`), renumbered
-    /// densely in their old order, and frees the others; returns each old
-    /// id's new id (`None`: freed). Every id held elsewhere must be
-    /// renumbered through it ([`ResourceVec::remap`]); the order of ids is
-    /// kept, so sorted vectors stay sorted.
-    pub fn compact(&mut self, held: impl IntoIterator<Item = ResId>) -> Vec<Option<ResId>> {
+    /// Keeps the names whose ids `held` yields, renumbered densely in their
+    /// old order, and frees the others; returns each old id's new id
+    /// (`None`: freed). Every id held elsewhere must be renumbered through
+    /// it ([`ResourceVec::remap`]); the order of ids is kept, so sorted
+    /// vectors stay sorted.
+    pub fn compact(&mut self, held: impl IntoIterator<Item = u32>) -> Vec<Option<u32>> {
         let mut live = vec![false; self.names.len()];
-        for id in std::iter::once(RUNS_ID).chain(held) {
+        for id in held {
             if let Some(l) = live.get_mut(id as usize) {
                 *l = true;
             }
         }
-        let keep = |id: ResId| live[id as usize];
         let old = std::mem::take(&mut self.names);
+        self.by_name = HashMap::new();
         let mut map = Vec::with_capacity(old.len());
-        let mut names = Vec::new();
-        let mut by_name = HashMap::new();
-        for (id, name) in old.into_iter().enumerate() {
-            if keep(id as ResId) {
-                let new = names.len() as ResId;
-                by_name.insert(name.clone(), new);
-                names.push(name);
+        for (name, live) in old.into_iter().zip(live) {
+            if live {
+                let new = self.names.len() as u32;
+                self.by_name.insert(Arc::clone(&name), new);
+                self.names.push(name);
                 map.push(Some(new));
             } else {
                 map.push(None);
             }
         }
-        self.names = names;
-        self.by_name = by_name;
         map
     }
 
+    /// The name of `id` (`"?"` for an id never interned).
+    pub fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("?", |n| &**n)
+    }
+
+    /// The shared name of `id`.
+    pub fn shared(&self, id: u32) -> Option<&Arc<str>> {
+        self.names.get(id as usize)
+    }
+}
+
+/// Interns resource names so the hot path compares integers, not strings;
+/// [`RUNS`] is always [`RUNS_ID`].
+#[derive(Debug, Clone)]
+pub struct ResourceNames(Interner);
+
+impl Default for ResourceNames {
+    fn default() -> Self {
+        let mut n = Self(Interner::default());
+        n.intern(RUNS);
+        n
+    }
+}
+
+impl ResourceNames {
+    pub fn intern(&mut self, name: &str) -> ResId {
+        self.0.intern(name)
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<ResId> {
+        self.0.lookup(name)
+    }
+
+    /// Names interned.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// [`Interner::compact`], always keeping `runs`.
+    pub fn compact(&mut self, held: impl IntoIterator<Item = ResId>) -> Vec<Option<ResId>> {
+        self.0.compact(std::iter::once(RUNS_ID).chain(held))
+    }
+
     pub fn name(&self, id: ResId) -> &str {
-        self.names
-            .get(id as usize)
-            .map(String::as_str)
-            .unwrap_or("?")
+        self.0.name(id)
     }
 }
 

@@ -8,7 +8,7 @@ use kruntimes_scheduler::workload::cli::WorkloadCommand;
 use std::process::ExitCode;
 
 /// Built with `--features mimalloc`: the allocator experiment of the scale
-/// figures (README, Figures). The default build uses the system allocator.
+/// figures (docs/benchmarks.md). The default build uses the system allocator.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,7 +1,7 @@
 //! The monitoring component (`manifests/components/monitoring/`): every
 //! PromQL expression of its PrometheusRule and Grafana dashboard parses
 //! (`promql-parser`) and names only series a real scrape exports; every
-//! alert has a summary and a runbook paragraph in the README; and the
+//! alert has a summary and a runbook paragraph in `docs/runbooks.md`; and the
 //! component, rendered with `kubectl kustomize` over the install, has the
 //! shape the Prometheus Operator and Grafana's sidecar need (ServiceMonitor
 //! and PrometheusRule are CRD kinds no schema validator checks).
@@ -126,7 +126,7 @@ fn a_misspelled_series_is_caught() {
 
 #[test]
 fn the_alerts_have_summaries_and_runbooks() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let runbooks = std::fs::read_to_string(root().join("docs/runbooks.md")).unwrap();
     let mut alerts = Vec::new();
     for g in rule()["spec"]["groups"].as_array().unwrap() {
         for r in g["rules"].as_array().unwrap() {
@@ -139,12 +139,12 @@ fn the_alerts_have_summaries_and_runbooks() {
             );
             let runbook = r["annotations"]["runbook"].as_str().unwrap_or_default();
             assert!(runbook.ends_with(name), "{name}: runbook {runbook:?}");
-            // The README has a runbook paragraph under a heading naming it.
-            let heading = format!("#### {name}\n");
-            let at = readme
+            // docs/runbooks.md has a runbook paragraph under a heading naming it.
+            let heading = format!("\n## {name}\n");
+            let at = runbooks
                 .find(&heading)
-                .unwrap_or_else(|| panic!("README has no runbook heading for {name}"));
-            let body = &readme[at + heading.len()..];
+                .unwrap_or_else(|| panic!("docs/runbooks.md has no runbook heading for {name}"));
+            let body = &runbooks[at + heading.len()..];
             let para = body.split("\n#").next().unwrap_or_default();
             assert!(
                 para.trim().len() > 200,

@@ -39,6 +39,7 @@ mod binding;
 mod cluster;
 mod deploy;
 mod disruption;
+mod docs;
 mod dra;
 mod explain;
 mod extender;

@@ -139,6 +139,10 @@ fn the_alerts_have_summaries_and_runbooks() {
             );
             let runbook = r["annotations"]["runbook"].as_str().unwrap_or_default();
             assert!(runbook.ends_with(name), "{name}: runbook {runbook:?}");
+            assert!(
+                runbook.starts_with("docs/runbooks.md"),
+                "{name}: runbook {runbook:?} names the page below"
+            );
             // docs/runbooks.md has a runbook paragraph under a heading naming it.
             let heading = format!("\n## {name}\n");
             let at = runbooks

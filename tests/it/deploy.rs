@@ -773,9 +773,10 @@ fn the_install_has_the_promised_shape() {
         !objs.iter().any(|o| o["kind"] == "CustomResourceDefinition"),
         "{kinds:?}"
     );
-    // No webhook configuration with an empty caBundle: the service
-    // registers its own once it can answer.
-    let webhooks: Vec<&str> = objs
+    // The webhook configurations ship, each webhook Ignore and without a
+    // caBundle until the service patches in its CA (no window in which a
+    // write fails because the CA is not there yet).
+    let shipped: Vec<&Value> = objs
         .iter()
         .filter(|o| {
             matches!(
@@ -783,12 +784,46 @@ fn the_install_has_the_promised_shape() {
                 Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration")
             )
         })
-        .map(name_of)
         .collect();
-    assert!(
-        webhooks.is_empty(),
-        "the default install must not ship webhook configurations: {webhooks:?}"
-    );
+    assert_eq!(shipped.len(), 2, "{kinds:?}");
+    for cfg in &shipped {
+        for w in cfg["webhooks"].as_array().unwrap() {
+            assert_eq!(w["failurePolicy"], "Ignore", "{}", w["name"]);
+            assert!(w["clientConfig"].get("caBundle").is_none(), "{}", w["name"]);
+        }
+    }
+    // No role of the install may create webhook configurations, nor
+    // anything else that registers admission (a mutating webhook owns the
+    // cluster); the service's grants on them name them.
+    for role in objs
+        .iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")))
+    {
+        for r in role["rules"].as_array().into_iter().flatten() {
+            let on_webhooks = strings(&r["resources"]).iter().any(|res| {
+                res == "*"
+                    || res == "validatingwebhookconfigurations"
+                    || res == "mutatingwebhookconfigurations"
+            }) && strings(&r["apiGroups"])
+                .iter()
+                .any(|g| g == "*" || g == "admissionregistration.k8s.io");
+            if !on_webhooks {
+                continue;
+            }
+            let verbs = strings(&r["verbs"]);
+            assert!(
+                !verbs.iter().any(|v| v == "create" || v == "*"),
+                "{}: may create webhook configurations",
+                name_of(role)
+            );
+            assert_eq!(
+                strings(&r["resourceNames"]),
+                ["kruntimes-scheduler"],
+                "{}: grants on webhook configurations name them",
+                name_of(role)
+            );
+        }
+    }
     // The second scheduler: two replicas, each with its own extender,
     // spread, protected, system-critical, and rolled by config changes.
     let sched = kind_is(objs, "Deployment")
@@ -989,14 +1024,6 @@ fn container_of<'a>(objs: &'a [Value], deployment: &str, container: &str) -> (&'
 
 /// Grants no scenario exercises, each with why it is granted.
 const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
-    (
-        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/validatingwebhookconfigurations create",
-        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
-    ),
-    (
-        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/mutatingwebhookconfigurations create",
-        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
-    ),
     (
         "Role/kruntimes-scheduler-webhook-certs /secrets update",
         "renewal before expiry (tests/it/webhook_certs.rs renews on short-lived certificates)",
@@ -1307,12 +1334,20 @@ async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only
     let (container, sa) = container_of(objs, "kruntimes-scheduler", "scheduler");
     let _ports = PORTS.lock().await;
     let api = FakeApi::start().await;
-    // The install's ClusterRole owns the webhook configurations.
-    let owner = kind_is(objs, "ClusterRole")
-        .find(|r| name_of(r) == "kruntimes-scheduler")
-        .expect("owner ClusterRole")
-        .clone();
-    api.put_cluster(Res::ClusterRoles, owner);
+    // `kubectl apply -k` created the shipped webhook configurations.
+    for cfg in objs.iter().filter(|o| {
+        matches!(
+            o["kind"].as_str(),
+            Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration")
+        )
+    }) {
+        let res = if cfg["kind"] == "ValidatingWebhookConfiguration" {
+            Res::ValidatingWebhookConfigurations
+        } else {
+            Res::MutatingWebhookConfigurations
+        };
+        api.put_cluster(res, cfg.clone());
+    }
     // A Runtime Pod with room for one Run, and two Runs: one is scheduled,
     // the other stays Pending (status and an Event are written).
     let now =
@@ -1343,24 +1378,25 @@ async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only
     );
     wait_ok(&health_url(container), &proc, Duration::from_secs(30)).await;
 
-    // (b) Both configurations are registered with a CA bundle; every
-    // webhook answers over TLS through its Service with that CA.
+    // (b) Both configurations are patched with a CA bundle; every webhook
+    // answers over TLS through its Service with that CA.
     let mut configs = Vec::new();
     for res in [
         Res::ValidatingWebhookConfigurations,
         Res::MutatingWebhookConfigurations,
     ] {
         wait_until("webhook configurations", &proc, || {
-            api.get_cluster(res, "kruntimes-scheduler").is_some()
+            api.get_cluster(res, "kruntimes-scheduler")
+                .is_some_and(|c| c["webhooks"][0]["clientConfig"].get("caBundle").is_some())
         })
         .await;
         configs.push(api.get_cluster(res, "kruntimes-scheduler").unwrap());
     }
     let mut called = 0;
     for cfg in &configs {
-        assert_eq!(
-            cfg["metadata"]["ownerReferences"][0]["name"], "kruntimes-scheduler",
-            "owned by the install for uninstall"
+        assert!(
+            cfg["metadata"].get("ownerReferences").is_none(),
+            "the kustomization owns them; no garbage-collector owner"
         );
         for wh in cfg["webhooks"].as_array().unwrap() {
             let cc = &wh["clientConfig"];

@@ -295,7 +295,13 @@ async fn readyz(State(s): State<RunApiState>) -> Response {
         causes.push("caches not synced".to_owned());
     }
     if causes.is_empty() {
-        "ok".into_response()
+        // Ready; a missing optional API is detail, never a cause.
+        let missing = s.health.missing_apis();
+        if missing.is_empty() {
+            "ok".into_response()
+        } else {
+            format!("ok\n{}\n", missing.join("\n")).into_response()
+        }
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

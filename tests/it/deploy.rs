@@ -1226,6 +1226,27 @@ fn the_install_has_the_promised_shape() {
         "the image's entrypoint is the binary"
     );
     assert!(dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"));
+    // The image build: a dependency layer before the sources, the revision
+    // argument after it (a new revision does not rebuild dependencies),
+    // and the release profile with LTO and stripped symbols.
+    let at = |needle: &str| {
+        dockerfile
+            .find(needle)
+            .unwrap_or_else(|| panic!("Dockerfile has no {needle:?}"))
+    };
+    assert!(at("COPY Cargo.toml Cargo.lock") < at("COPY src ./src"));
+    assert!(at("COPY src ./src") < at("ARG KRUNTIMES_REVISION"));
+    let cargo =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let release = cargo
+        .split("[profile.release]")
+        .nth(1)
+        .and_then(|r| r.split("\n[").next())
+        .expect("[profile.release]");
+    assert!(
+        release.contains("lto = \"fat\"") && release.contains("strip = true"),
+        "{release}"
+    );
     assert_eq!(spec["securityContext"]["runAsUser"], 65532);
     // The webhook Deployment: every replica serves the webhooks.
     let web = kind_is(objs, "Deployment")

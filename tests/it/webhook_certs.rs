@@ -851,7 +851,8 @@ async fn updates_the_run_condition_skips_are_allowed_by_the_webhook() {
     let base = json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
         "metadata": {"name": "r", "namespace": "ns", "uid": "u", "finalizers": ["kruntimes.io/cleanup"]},
         "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1.5"}}}});
-    let edits: [(&str, fn(&mut Value)); 4] = [
+    type Edit = (&'static str, fn(&mut Value));
+    let edits: [Edit; 4] = [
         ("finalizer removed", |v| {
             v["metadata"]["finalizers"] = json!([]);
         }),

@@ -17,7 +17,7 @@
 //! and watches of chosen resources failing (500), and the Lease API failing.
 #![allow(dead_code)]
 
-mod paging;
+pub mod paging;
 
 use axum::Router;
 use axum::body::{Body, Bytes};

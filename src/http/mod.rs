@@ -100,6 +100,10 @@ impl FromRef<AppState> for ExtenderState {
             metrics: Arc::clone(&s.metrics),
             limits: s.extender_limits,
             evictions: Arc::clone(&s.evictions),
+            synced: {
+                let cache = Arc::clone(&s.cache);
+                Arc::new(move || cache.is_synced())
+            },
         }
     }
 }

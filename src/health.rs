@@ -54,6 +54,9 @@ pub struct Health {
     metrics: Arc<Metrics>,
     /// By kind-table name.
     watches: Mutex<BTreeMap<&'static str, WatchState>>,
+    /// Kinds whose API the cluster does not serve, with what to enable
+    /// (detail only: they never make the process unready).
+    missing_apis: Mutex<BTreeMap<&'static str, String>>,
 }
 
 // === impl Health ===
@@ -64,6 +67,7 @@ impl Health {
             grace,
             metrics,
             watches: Mutex::new(BTreeMap::new()),
+            missing_apis: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -74,6 +78,32 @@ impl Health {
     /// `--watch-failure-grace`.
     pub fn grace(&self) -> Duration {
         self.grace
+    }
+
+    /// The API of a kind this process reads is not served (found at
+    /// start): `kruntimes_api_served{kind} 0` and a line of the readiness
+    /// detail ([`Health::missing_apis`]). Readiness is not affected: the
+    /// features that need the API are off, the rest works.
+    pub fn api_missing(&self, kind: &'static str, detail: &str) {
+        self.metrics.api_served(kind, false);
+        self.missing_apis
+            .lock()
+            .insert(kind, detail.chars().take(MAX_ERROR_CHARS).collect());
+    }
+
+    /// The API of a kind this process reads is served.
+    pub fn api_served(&self, kind: &'static str) {
+        self.metrics.api_served(kind, true);
+        self.missing_apis.lock().remove(kind);
+    }
+
+    /// One line per kind whose API is not served, naming what to enable.
+    pub fn missing_apis(&self) -> Vec<String> {
+        self.missing_apis
+            .lock()
+            .values()
+            .map(|d| format!("optional API missing: {d}"))
+            .collect()
     }
 
     /// A kind about to be watched: not ready until it has listed.

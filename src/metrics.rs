@@ -435,6 +435,9 @@ pub struct Metrics {
     /// Errors watches met (failed lists and watches, objects whose
     /// handling panicked), by kind.
     pub watch_errors: Family<KindLabels, Counter>,
+    /// 1 when the cluster serves the API a read kind needs, 0 when it does
+    /// not (a feature gate or `--runtime-config` is off), by kind.
+    pub api_served: Family<KindLabels, Gauge>,
     /// Background tasks restarted after a panic, by task.
     pub task_restarts: Family<TaskLabels, Counter>,
     /// Evictions of members of `All` groups preempted across nodes, by result.
@@ -579,6 +582,12 @@ impl Default for Metrics {
             "Errors met by watches (failed lists or watches, objects whose handling panicked), by kind",
             watch_errors.clone(),
         );
+        let api_served = Family::default();
+        registry.register(
+            "api_served",
+            "1 when the cluster serves the API a kind this process reads needs, 0 when it does not (a feature gate or --runtime-config is off), by kind",
+            api_served.clone(),
+        );
         let task_restarts = Family::default();
         registry.register(
             "task_restarts",
@@ -617,6 +626,7 @@ impl Default for Metrics {
             gang_groups_waiting,
             watch_restarts,
             watch_errors,
+            api_served,
             task_restarts,
             disruption_evictions,
             leader,
@@ -839,6 +849,13 @@ impl Metrics {
     pub fn watch_started(&self, kind: &'static str) {
         let _ = self.watch_restarts.get_or_create(&KindLabels { kind });
         let _ = self.watch_errors.get_or_create(&KindLabels { kind });
+    }
+
+    /// Whether the API a read kind needs is served.
+    pub fn api_served(&self, kind: &'static str, served: bool) {
+        self.api_served
+            .get_or_create(&KindLabels { kind })
+            .set(i64::from(served));
     }
 
     /// Counts an error a watch met.

@@ -333,6 +333,9 @@ impl ServeArgs {
                 let c = scheduler_config::parse(&text)
                     .map_err(|e| anyhow::anyhow!("--scheduler-config {}: {e}", path.display()))?;
                 c.check_waits(self.binding_wait, self.gang_wait)
+                    .and_then(|()| {
+                        c.check_namespace(std::env::var("POD_NAMESPACE").ok().as_deref())
+                    })
                     .map_err(|e| anyhow::anyhow!("--scheduler-config {}: {e}", path.display()))?;
                 if let Some(flag) = self.binding_timeout
                     && flag != c.binding_timeout

@@ -162,6 +162,7 @@ macro_rules! kinds {
                 client: &Client,
                 ix: &Indexes,
                 watches: &Watches,
+                health: &crate::health::Health,
             ) -> Option<watch::Planned> {
                 match self {
                     $(Kind::$kind => {
@@ -175,6 +176,7 @@ macro_rules! kinds {
                             on(watches),
                             config(watches, ix),
                             $strip,
+                            health,
                         )
                         .await
                     })*

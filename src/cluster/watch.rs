@@ -411,10 +411,35 @@ pub type Planned = (
     Box<dyn FnOnce(Arc<SyncTracker>, Arc<Health>) -> tokio::task::JoinHandle<()> + Send>,
 );
 
+/// What a cluster must enable to serve an API this service reads (see
+/// docs/prerequisites.md), by apiVersion; `None` for APIs always served.
+pub fn prerequisite(api_version: &str) -> Option<&'static str> {
+    Some(match api_version {
+        "scheduling.k8s.io/v1beta1" => {
+            "the GenericWorkload feature gate (API server, controller-manager, kube-scheduler) \
+             and --runtime-config=scheduling.k8s.io/v1beta1=true on the API server"
+        }
+        "scheduling.k8s.io/v1alpha3" => {
+            "the GenericWorkload and CompositePodGroup feature gates (API server, controller-manager, \
+             kube-scheduler) and --runtime-config=scheduling.k8s.io/v1alpha3=true on the API server"
+        }
+        "resource.k8s.io/v1" => {
+            "the DynamicResourceAllocation feature gate (on by default since 1.34) and resource.k8s.io/v1 served"
+        }
+        "kruntimes.io/v1alpha1" => {
+            "the kruntimes Run and Runtime CRDs (installed by kruntimes, or components/crds)"
+        }
+        _ => return None,
+    })
+}
+
 /// Plans one kind's watch: none when the process does not read the kind
-/// (`on` false) or the cluster does not serve it (logged once, naming the
-/// `feature` disabled); either way the index is reset to empty, which is
-/// what the process sees of the kind, so nothing waits on it.
+/// (`on` false) or the cluster does not serve it; either way the index is
+/// reset to empty, which is what the process sees of the kind, so nothing
+/// waits on it. An API not served is an error log naming the `feature`
+/// disabled and the gate to enable, `kruntimes_api_served{kind} 0`, and a
+/// line of `/readyz` (which stays ready: [`Health::api_missing`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn plan<K, I>(
     client: &Client,
     index: &Arc<I>,
@@ -423,6 +448,7 @@ pub async fn plan<K, I>(
     on: bool,
     config: watcher::Config,
     strip: fn(&mut K),
+    health: &Health,
 ) -> Option<Planned>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -436,10 +462,17 @@ where
     let api: Api<K> = Api::all(client.clone());
     if !served(&api).await {
         let gv = K::api_version(&K::DynamicType::default()).into_owned();
-        tracing::warn!(kind, api_version = %gv, "{gv} {kind} is not served by this cluster: {feature} disabled");
+        let enable = prerequisite(&gv).unwrap_or("the API group served by the API server");
+        tracing::error!(kind, api_version = %gv, enable,
+            "{gv} {kind} is not served by this cluster: {feature} disabled; enable {enable}");
+        health.api_missing(
+            kind,
+            &format!("{gv} {kind} not served: {feature} disabled; enable {enable}"),
+        );
         index.reset(Vec::new());
         return None;
     }
+    health.api_served(kind);
     let index = Arc::clone(index);
     Some((
         kind,
@@ -476,7 +509,7 @@ pub async fn spawn(
     let ix = Indexes::new(Arc::clone(&cache), nodes);
     let mut planned = Vec::new();
     for kind in Kind::ALL {
-        planned.extend(kind.plan_watch(&client, &ix, &watches).await);
+        planned.extend(kind.plan_watch(&client, &ix, &watches, &health).await);
     }
     // Every watched kind is pending before any watcher starts, so the
     // first to list cannot declare the caches synced alone.

@@ -467,7 +467,22 @@ pub fn preempt_plan_bytes(
     Ok((bytes, intents))
 }
 
+/// Refuses every verb until the caches have synced (at start, and after a
+/// restart of the extender): `503`, which kube-scheduler takes as an
+/// extender error and retries the pod; never a node marked failed on a
+/// cache that does not know it yet.
+fn warm(s: &ExtenderState) -> Result<(), ApiError> {
+    if (s.synced)() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "the extender's caches have not synced yet (starting or restarting); retry",
+    ))
+}
+
 async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+    warm(&s)?;
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let (bytes, error) = filter_answer(&s.nodes, s.gangs.planner(), &body)?;
     s.gangs.publish(&s.nodes, &s.writer);
@@ -478,12 +493,14 @@ async fn prioritize(
     State(s): State<ExtenderState>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
+    warm(&s)?;
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
     let bytes = prioritize_bytes(&s.nodes, s.gangs.planner(), &body)?;
     Ok(json_bytes(bytes))
 }
 
 async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+    warm(&s)?;
     limits::check(&s.limits, limits::Verb::Preempt, &body)?;
     let (bytes, intents) = preempt_plan_bytes(&s.nodes, &body)?;
     s.evictions.expect(intents);
@@ -494,6 +511,7 @@ async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Res
 /// assume, device binding conditions, the gang's quorum, binding; on
 /// failure the assumption is dropped and the reason returned in `Error`.
 async fn bind(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+    warm(&s)?;
     limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;
     let req = bind::BindRequest {

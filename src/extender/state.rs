@@ -29,4 +29,8 @@ pub struct ExtenderState {
     /// Follow-up evictions of `All` groups preempted across nodes
     /// ([`crate::extender::evict`]).
     pub evictions: Arc<crate::extender::evict::Evictions>,
+    /// Whether the caches the verbs decide over have synced (every watched
+    /// kind listed). Until then every verb is an error kube-scheduler
+    /// retries, never a failed node.
+    pub synced: Arc<dyn Fn() -> bool + Send + Sync>,
 }

@@ -100,6 +100,10 @@ impl FromRef<AppState> for ExtenderState {
             metrics: Arc::clone(&s.metrics),
             limits: s.extender_limits,
             evictions: Arc::clone(&s.evictions),
+            synced: {
+                let cache = Arc::clone(&s.cache);
+                Arc::new(move || cache.is_synced())
+            },
         }
     }
 }
@@ -295,7 +299,13 @@ async fn readyz(State(s): State<RunApiState>) -> Response {
         causes.push("caches not synced".to_owned());
     }
     if causes.is_empty() {
-        "ok".into_response()
+        // Ready; a missing optional API is detail, never a cause.
+        let missing = s.health.missing_apis();
+        if missing.is_empty() {
+            "ok".into_response()
+        } else {
+            format!("ok\n{}\n", missing.join("\n")).into_response()
+        }
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

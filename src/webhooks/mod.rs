@@ -1,17 +1,28 @@
-//! Self-managed webhook certificates and registration (cluster mode,
-//! `--manage-webhooks`).
+//! Self-managed webhook certificates, and the CA bundle and policy of the
+//! shipped webhook configurations (cluster mode, `--manage-webhooks`).
 //!
 //! ```text
 //!  start(client, cfg, metrics)            ManagedTls::register()        ManagedTls::run(shutdown)
-//!  ─ GET owner (ClusterRole) → uid        ─ SSA Validating- and         ─ every --cert-check-interval:
-//!  ─ ensure the Secret:                     MutatingWebhookConfiguration   ensure the Secret again,
-//!      GET; 404 → POST (409: read back)     with the Secret's ca.crt       re-apply the configurations
-//!      invalid/near expiry → PUT with       (field manager                 (when registered), then swap
-//!      resourceVersion (409: read back)     kruntimes-scheduler, force)    the served certificate
-//!  ─ TlsConfigHandle over the pair        ─ call after the listener
-//!    (for crate::tls::serve)                is bound
+//!  ─ ensure the Secret:                   ─ GET both configurations     ─ every --cert-check-interval:
+//!      GET; 404 → POST (409: read back)     by name (absent: an error,     ensure the Secret again,
+//!      invalid/near expiry → PUT with       never a create)                re-patch the configurations
+//!      resourceVersion (409: read back)   ─ owner (if any) resolved        (when registered), then swap
+//!  ─ TlsConfigHandle over the pair          again → its uid                the served certificate
+//!    (for crate::tls::serve)              ─ SSA patch: caBundle and the
+//!                                           promised policy (field manager
+//!                                           kruntimes-scheduler, force)
 //! ```
 //!
+//! - **The configurations ship in the kustomization**
+//!   (`manifests/run-scheduler/webhooks.yaml`) with every webhook
+//!   `Ignore` and no `caBundle`, so right after `kubectl apply -k` no
+//!   write fails because the CA is not there yet. The service never
+//!   creates them (no role of the install may: a registered mutating
+//!   webhook owns the cluster); it gets and patches them by name
+//!   (`resourceNames`), filling in its CA bundle and promoting Run
+//!   validation to `Fail` once its TLS listener answers. An absent
+//!   configuration is an error of that pass, retried: re-apply the
+//!   kustomization.
 //! - **Race-free creation.** Replicas never generate over each other: a
 //!   Secret is created with POST only when absent, and a replica that loses
 //!   the race (`409 AlreadyExists`) reads back and serves what the winner
@@ -34,21 +45,23 @@
 //!   pass after the one that first read it: by then every replica's passes
 //!   apply a bundle holding both CAs, so no late apply of the old bundle
 //!   can leave the API server without the new CA.
-//! - **Registration** is server-side apply under the field manager
-//!   `kruntimes-scheduler` with `force`, so a re-applied kustomization or a
-//!   hand edit cannot leave a blank `caBundle`: the next interval puts it
-//!   back. It happens only in [`ManagedTls::register`], which the caller
-//!   runs once its TLS listener is bound: a `Fail` webhook never exists
-//!   before a server can answer it.
-//! - **Uninstall.** Both configurations carry an ownerReference to a
-//!   cluster-scoped object of the install (`--webhook-owner`, default the
-//!   ClusterRole `kruntimes-scheduler`), so when `kubectl delete -k` removes
-//!   it, the garbage collector removes them. `blockOwnerDeletion` is not
-//!   set: it would need `update` on the owner's `finalizers` subresource and
-//!   only matters for foreground deletion. An ownerReference was chosen over
-//!   removal on shutdown because a rolling update or a crash would then
-//!   leave a window with no webhook, or a deleted webhook behind a live
-//!   replica.
+//! - **Kept correct.** The patch is a server-side apply under the field
+//!   manager `kruntimes-scheduler` with `force`, of the whole webhook list,
+//!   so a re-applied kustomization (which sets every policy back to
+//!   `Ignore`; the `caBundle` it does not carry stays) or a hand edit of a
+//!   policy, selector or bundle is put back by the next pass. It happens
+//!   only from [`ManagedTls::register`] on, which the caller runs once its
+//!   TLS listener is bound: Run validation is never `Fail` before a server
+//!   can answer it.
+//! - **Owner (optional).** With `--webhook-owner KIND/NAME` both
+//!   configurations also carry an ownerReference to that cluster-scoped
+//!   object; its uid is resolved again on every pass, so a recreated owner
+//!   is followed. Off by default: the configurations belong to the
+//!   kustomization (`kubectl delete -k` removes them), and an owner
+//!   recreated under a new uid would let the garbage collector delete them
+//!   before the next pass, with no role allowed to create them again.
+//!   `blockOwnerDeletion` is never set (it would need `update` on the
+//!   owner's `finalizers`).
 //! - **Metric:** `kruntimes_certificate_expiry_timestamp_seconds{certificate="Serving"|"Ca"}`.
 //!
 //! Wiring, in `serve` (cluster mode):
@@ -58,19 +71,20 @@
 //!     let managed = webhooks::start(client.clone(), cfg, metrics.clone()).await?;
 //!     let listener = TcpListener::bind(webhook_addr).await?;          // bound first
 //!     let server = tokio::spawn(tls::serve(listener, router, Some(managed.tls()), shutdown()));
-//!     managed.register().await?;                                      // then registered
-//!     tokio::spawn(managed.clone().run(shutdown()));                  // renewal + re-apply
+//!     managed.register().await?;                                      // then patched
+//!     tokio::spawn(managed.clone().run(shutdown()));                  // renewal + re-patch
 //! }
 //! ```
 //!
-//! A failed `start` or `register` should fail startup (the pod restarts and
-//! tries again); failures of later passes are logged and retried.
+//! A failed `start` should fail startup (the pod restarts and tries
+//! again); a failed `register` is retried with backoff; failures of later
+//! passes are logged and retried.
 //!
 //! API calls (for RBAC): `get`, `create`, `update` on the Secret
-//! (namespace of the Service); `get` on the owner; `patch` on
+//! (namespace of the Service); `get` and `patch` on
 //! `validatingwebhookconfigurations` and `mutatingwebhookconfigurations`
-//! named `--webhook-config-name`, and `create` on them (an apply that
-//! creates the object is authorized as `create` too).
+//! named `--webhook-config-name` (never `create`); `get` on the owner, when
+//! one is set.
 
 pub mod config;
 pub mod material;
@@ -153,12 +167,9 @@ pub struct ManageWebhookArgs {
     pub webhook_config_name: String,
     /// Cluster-scoped owner of the configurations, `ClusterRole/NAME` or
     /// `Namespace/NAME` (a bare NAME is a ClusterRole); deleting it deletes
-    /// them. Empty: no owner.
-    #[arg(
-        long,
-        env = "KRS_WEBHOOK_OWNER",
-        default_value = "ClusterRole/kruntimes-scheduler"
-    )]
+    /// them, and its uid is resolved again on every pass. Empty (the
+    /// default): no owner; the kustomization that ships them removes them.
+    #[arg(long, env = "KRS_WEBHOOK_OWNER", default_value = "")]
     pub webhook_owner: String,
     /// Further namespaces no webhook matches (comma-separated), besides
     /// `kube-system` and the Service's own namespace, which never are.
@@ -510,7 +521,6 @@ pub struct ManagedTls {
 struct Shared {
     client: kube::Client,
     cfg: ManageConfig,
-    owner: Option<OwnerReference>,
     tls: TlsConfigHandle,
     metrics: Arc<Metrics>,
     /// What is served now.
@@ -533,17 +543,13 @@ impl std::fmt::Debug for ManagedTls {
     }
 }
 
-/// Resolves the owner, makes sure the Secret holds valid material, and
-/// builds the TLS configuration serving it. Registers nothing yet.
+/// Makes sure the Secret holds valid material, and builds the TLS
+/// configuration serving it. Patches nothing yet.
 pub async fn start(
     client: kube::Client,
     cfg: ManageConfig,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<ManagedTls> {
-    let owner = match &cfg.owner {
-        Some(o) => Some(o.resolve(&client).await?),
-        None => None,
-    };
     let api = Api::<Secret>::namespaced(client.clone(), &cfg.target.namespace);
     let (m, exp, outcome) = ensure_secret(&api, &cfg, OffsetDateTime::now_utc).await?;
     tracing::info!(secret = %cfg.secret, ?outcome, serving_expires = %exp.serving, "webhook certificate ready");
@@ -555,7 +561,6 @@ pub async fn start(
         shared: Arc::new(Shared {
             client,
             cfg,
-            owner,
             tls,
             metrics,
             current: Mutex::new(m.clone()),
@@ -582,31 +587,56 @@ impl ManagedTls {
         self.shared.current.lock().tls_crt.clone()
     }
 
-    /// Applies both webhook configurations with the current CA bundle. Call
-    /// once the TLS listener is bound; from then on [`ManagedTls::run`]
-    /// re-applies them every interval.
+    /// Patches both shipped webhook configurations with the current CA
+    /// bundle and the promised policy. Call once the TLS listener is bound;
+    /// from then on [`ManagedTls::run`] patches them every interval.
     pub async fn register(&self) -> anyhow::Result<()> {
         let bundle = self.ca_bundle();
         self.apply(&bundle).await?;
         self.shared.registered.store(true, Ordering::Release);
-        tracing::info!(name = %self.shared.cfg.target.config_name, "webhook configurations registered");
+        tracing::info!(name = %self.shared.cfg.target.config_name, "webhook configurations patched with the CA bundle");
         Ok(())
     }
 
+    /// Gets each configuration by name (absent: an error, never a create),
+    /// resolves the owner again, then applies CA bundle and policy.
     async fn apply(&self, bundle: &str) -> anyhow::Result<()> {
         let s = &self.shared;
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
         let name = &s.cfg.target.config_name;
-        let v = s.cfg.target.validating(bundle.as_bytes(), s.owner.as_ref());
-        Api::<ValidatingWebhookConfiguration>::all(s.client.clone())
+        let validating = Api::<ValidatingWebhookConfiguration>::all(s.client.clone());
+        let mutating = Api::<MutatingWebhookConfiguration>::all(s.client.clone());
+        let absent = |kind: &str| {
+            anyhow::anyhow!(
+                "{kind} {name} does not exist: the install ships it (kubectl apply -k manifests/), \
+                 and this service may only patch it, never create it"
+            )
+        };
+        validating
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading ValidatingWebhookConfiguration {name}"))?
+            .ok_or_else(|| absent("ValidatingWebhookConfiguration"))?;
+        mutating
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading MutatingWebhookConfiguration {name}"))?
+            .ok_or_else(|| absent("MutatingWebhookConfiguration"))?;
+        // Every pass: an owner recreated under a new uid is followed.
+        let owner = match &s.cfg.owner {
+            Some(o) => Some(o.resolve(&s.client).await?),
+            None => None,
+        };
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let v = s.cfg.target.validating(bundle.as_bytes(), owner.as_ref());
+        validating
             .patch(name, &pp, &Patch::Apply(&v))
             .await
-            .with_context(|| format!("applying ValidatingWebhookConfiguration {name}"))?;
-        let m = s.cfg.target.mutating(bundle.as_bytes(), s.owner.as_ref());
-        Api::<MutatingWebhookConfiguration>::all(s.client.clone())
+            .with_context(|| format!("patching ValidatingWebhookConfiguration {name}"))?;
+        let m = s.cfg.target.mutating(bundle.as_bytes(), owner.as_ref());
+        mutating
             .patch(name, &pp, &Patch::Apply(&m))
             .await
-            .with_context(|| format!("applying MutatingWebhookConfiguration {name}"))?;
+            .with_context(|| format!("patching MutatingWebhookConfiguration {name}"))?;
         Ok(())
     }
 
@@ -706,13 +736,7 @@ mod tests {
             .expect("on");
         assert_eq!(cfg.target.namespace, "ns");
         assert_eq!(cfg.secret, "kruntimes-scheduler-tls");
-        assert_eq!(
-            cfg.owner,
-            Some(OwnerSpec {
-                kind: OwnerKind::ClusterRole,
-                name: "kruntimes-scheduler".into()
-            })
-        );
+        assert_eq!(cfg.owner, None, "the kustomization owns the configurations");
         assert_eq!(
             cfg.lifetimes.serving_validity,
             Duration::from_secs(365 * 86_400)

@@ -60,6 +60,65 @@ fn agent_sidecar_manifest_is_valid_kubernetes() {
         "{probe:?}"
     );
     assert!(spec.containers.iter().all(|c| c.name != "agent"));
+    // Pinned images, and the `restricted` Pod Security Standard.
+    let all: Vec<&k8s_openapi::api::core::v1::Container> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .collect();
+    for c in &all {
+        let image = c.image.as_deref().expect("image");
+        let tag = image.rsplit_once(':').map(|(_, t)| t);
+        assert!(
+            image.contains("@sha256:") || tag.is_some_and(|t| t != "latest" && !t.contains('/')),
+            "{}: pin the image ({image})",
+            c.name
+        );
+    }
+    let agent_image = agent.image.as_deref().unwrap_or_default();
+    let kustomization = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/kustomization.yaml"),
+    )
+    .expect("kustomization");
+    let release = kustomization
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("newTag: "))
+        .expect("the install's image tag");
+    assert_eq!(
+        agent_image,
+        format!("kruntimes/kruntimes-scheduler:{release}"),
+        "the agent runs the install's release"
+    );
+    let pod_sc = spec.security_context.as_ref().expect("pod securityContext");
+    assert_eq!(pod_sc.run_as_non_root, Some(true));
+    assert_eq!(
+        pod_sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    for c in &all {
+        let sc = c
+            .security_context
+            .as_ref()
+            .expect("container securityContext");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(
+            sc.capabilities.as_ref().and_then(|k| k.drop.clone()),
+            Some(vec!["ALL".to_owned()]),
+            "{}",
+            c.name
+        );
+        assert!(sc.privileged != Some(true) && sc.run_as_non_root != Some(false));
+        assert!(sc.run_as_user.is_some_and(|u| u != 0), "{}", c.name);
+    }
+    assert!(
+        spec.volumes
+            .iter()
+            .flatten()
+            .all(|v| v.empty_dir.is_some() || v.config_map.is_some() || v.secret.is_some()),
+        "restricted allows no hostPath"
+    );
+    assert!(spec.host_network != Some(true) && spec.host_pid != Some(true));
     let env = |c: &k8s_openapi::api::core::v1::Container, var: &str| {
         c.env
             .iter()

@@ -1128,6 +1128,58 @@ async fn agent_refuses_releases_and_requests_of_another_caller() {
     h.stop().await;
 }
 
+/// A copy of the binary in a fresh 0755 directory under the system temp
+/// directory, removed on drop.
+struct BinaryCopy {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl Drop for BinaryCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The binary as user `uid` can run it: copied out of the checkout (whose
+/// parents may be closed to other users) into a fresh 0755 directory, then
+/// checked by running `--version` as that user. Err: why not.
+fn binary_for(uid: u32, gid: u32) -> Result<BinaryCopy, String> {
+    use std::os::unix::process::CommandExt as _;
+    let dir = std::env::temp_dir().join(format!("krs-agent-bin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let copy = BinaryCopy {
+        file: dir.join("kruntimes-scheduler"),
+        dir,
+    };
+    std::fs::copy(env!("CARGO_BIN_EXE_kruntimes-scheduler"), &copy.file)
+        .map_err(|e| format!("copying the binary: {e}"))?;
+    for (p, mode) in [(&copy.dir, 0o755), (&copy.file, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {}: {e}", p.display()))?;
+    }
+    let out = std::process::Command::new(&copy.file)
+        .uid(uid)
+        .gid(gid)
+        .arg("--version")
+        .output()
+        .map_err(|e| {
+            format!(
+                "the second user cannot run {} ({e}); is {} closed to other users?",
+                copy.file.display(),
+                std::env::temp_dir().display()
+            )
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "the second user cannot run the copied binary: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(copy)
+}
+
 /// A second unix user for the peer-credential test: created when running
 /// as root (`useradd`), else `None`.
 fn second_user() -> Result<(u32, u32), String> {
@@ -1171,6 +1223,16 @@ async fn agent_peer_credentials_refuse_other_users() {
             return;
         }
     };
+    // The checkout may live where the second user cannot go (a 0700 home
+    // directory): it runs a copy of the binary from a fresh directory it
+    // can traverse, or the test says why it cannot and skips.
+    let bin = match binary_for(uid, gid) {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipping agent_peer_credentials_refuse_other_users: {why}");
+            return;
+        }
+    };
     let agent = Agent::new(config(4), Duration::from_secs(1));
     list(&agent, mk_pod(&[("runs", "2")]), &[]);
     // Owner-only policy. The file modes are opened up so that only the
@@ -1182,7 +1244,7 @@ async fn agent_peer_credentials_refuse_other_users() {
     // The runtime serving the agent is this test's: the probe must not
     // block it.
     let probe = |path: &Path| {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_kruntimes-scheduler"))
+        tokio::process::Command::new(&bin.file)
             .uid(uid)
             .gid(gid)
             .args([

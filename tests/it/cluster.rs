@@ -379,6 +379,105 @@ async fn unserved_api_groups_disable_features_without_blocking_readiness() {
     }
 }
 
+/// At start the service finds which APIs it reads are served: a missing
+/// one is named, with the gate to enable, in the readiness detail (still
+/// 200: the features that need it are off, the rest works) and in
+/// `kruntimes_api_served{kind} 0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_workload_api_is_named_in_readiness_and_a_metric() {
+    let api = FakeApi::start().await;
+    api.inner.lock().unserved = vec![Res::PodGroups, Res::CompositePodGroups];
+    let c = cluster(config(), api.client(), "test").await;
+    wait_for("ready without the Workload API", || {
+        c.state.cache.is_synced()
+    })
+    .await;
+    let health = kruntimes_scheduler::http::health_router(c.state.clone());
+    let r = testkit::get(health, "/readyz").await;
+    assert_eq!(r.status, axum::http::StatusCode::OK, "{}", r.text);
+    assert!(r.text.starts_with("ok\n"), "{}", r.text);
+    assert!(
+        r.text
+            .contains("scheduling.k8s.io/v1beta1 PodGroup not served")
+            && r.text.contains("GenericWorkload feature gate")
+            && r.text
+                .contains("--runtime-config=scheduling.k8s.io/v1beta1=true"),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text
+            .contains("scheduling.k8s.io/v1alpha3 CompositePodGroup not served")
+            && r.text.contains("CompositePodGroup feature gates"),
+        "{}",
+        r.text
+    );
+    let m = c.state.metrics.encode();
+    assert!(
+        m.contains("kruntimes_api_served{kind=\"PodGroup\"} 0"),
+        "{m}"
+    );
+    assert!(m.contains("kruntimes_api_served{kind=\"Node\"} 1"), "{m}");
+    for w in c.watchers {
+        w.abort();
+    }
+}
+
+/// Until its caches have synced (at start, and after a restart of the
+/// extender container) every verb is an error kube-scheduler retries (a
+/// non-200 answer), never a node marked failed on a cache that does not
+/// know the nodes yet; once synced the same calls answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_is_a_retryable_error_until_the_caches_sync() {
+    let api = FakeApi::start().await;
+    api.put(
+        Res::Nodes,
+        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+    );
+    api.fail_lists(Res::Nodes, true);
+    let c = cluster(config(), api.client(), "test").await;
+    let app = || kruntimes_scheduler::http::router(c.state.clone());
+    let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "p-uid"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let calls = [
+        (
+            "/scheduler/filter",
+            json!({"Pod": pod, "NodeNames": ["n1"]}),
+        ),
+        (
+            "/scheduler/prioritize",
+            json!({"Pod": pod, "NodeNames": ["n1"]}),
+        ),
+        (
+            "/scheduler/preempt",
+            json!({"Pod": pod, "NodeNameToMetaVictims": {}}),
+        ),
+        (
+            "/scheduler/bind",
+            json!({"PodName": "p", "PodNamespace": "ns", "PodUID": "p-uid", "Node": "n1"}),
+        ),
+    ];
+    assert!(!c.state.cache.is_synced());
+    for (path, body) in &calls {
+        let r = testkit::post(app(), path, &body.to_string()).await;
+        assert_eq!(
+            r.status,
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "{path}: {}",
+            r.text
+        );
+        assert!(r.text.contains("not synced yet"), "{path}: {}", r.text);
+    }
+    api.fail_lists(Res::Nodes, false);
+    wait_for("synced", || c.state.cache.is_synced()).await;
+    let (path, body) = &calls[0];
+    let r = testkit::post(app(), path, &body.to_string()).await;
+    assert_eq!(r.status, axum::http::StatusCode::OK, "{}", r.text);
+    for w in c.watchers {
+        w.abort();
+    }
+}
+
 #[tokio::test]
 async fn a_tls_client_builds_without_a_crypto_provider_panic() {
     // Only one rustls provider is compiled in, so rustls can pick it.

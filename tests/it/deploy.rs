@@ -101,6 +101,26 @@ fn workloads(objs: &[Value]) -> Vec<(&Value, u64, &Value)> {
         .collect()
 }
 
+/// The rendered KubeSchedulerConfiguration (the one ConfigMap holding one).
+fn scheduler_configuration(objs: &[Value]) -> Value {
+    kind_is(objs, "ConfigMap")
+        .filter_map(|cm| cm["data"]["scheduler-config.yaml"].as_str())
+        .map(|t| serde_saphyr::from_str::<Value>(t).expect("configuration parses"))
+        .next()
+        .expect("a KubeSchedulerConfiguration ConfigMap")
+}
+
+/// The containers that run for the pod's life: native sidecars (init
+/// containers with `restartPolicy: Always`), then the regular containers.
+fn running(spec: &Value) -> impl Iterator<Item = &Value> + '_ {
+    let sidecars = spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always");
+    sidecars.chain(spec["containers"].as_array().into_iter().flatten())
+}
+
 // === the extender's reachability (a, c) ===
 
 /// An extender as kube-scheduler's configuration declares it.
@@ -246,11 +266,7 @@ fn resolve_extender(objs: &[Value], config_map: &str, e: &Extender) -> Result<Ta
             })
             .ok_or_else(|| format!("no pod mounts the scheduler configuration {config_map}"))?;
         let mut found = Vec::new();
-        for c in template["spec"]["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
+        for c in running(&template["spec"]) {
             for (flag, addr) in listeners(c) {
                 if addr.port() == url.port {
                     found.push((c.clone(), flag, addr));
@@ -320,7 +336,7 @@ fn resolve_extender(objs: &[Value], config_map: &str, e: &Extender) -> Result<Ta
         ));
     }
     for (_, _, t) in backends {
-        for c in t["spec"]["containers"].as_array().into_iter().flatten() {
+        for c in running(&t["spec"]) {
             let port_no = c["ports"]
                 .as_array()
                 .into_iter()
@@ -375,6 +391,29 @@ fn check_extenders(objs: &[Value]) -> Result<Vec<(Extender, Target)>, Vec<String
     }
 }
 
+/// The entries on one URL as one extender: its filter (and the filter
+/// entry's `nodeCacheCapable`) from the entry that has it, its bind from
+/// the one that binds (the shipped configuration splits them, for their
+/// timeouts).
+fn merged(resolved: Vec<(Extender, Target)>) -> Vec<(Extender, Target)> {
+    let mut out: Vec<(Extender, Target)> = Vec::new();
+    for (e, t) in resolved {
+        match out.iter_mut().find(|(m, _)| m.url_prefix == e.url_prefix) {
+            Some((m, _)) => {
+                if m.filter.is_empty() && !e.filter.is_empty() {
+                    m.filter = e.filter.clone();
+                    m.node_cache_capable = e.node_cache_capable;
+                }
+                if m.bind.is_none() {
+                    m.bind = e.bind.clone();
+                }
+            }
+            None => out.push((e, t)),
+        }
+    }
+    out
+}
+
 // === running the binary ===
 
 /// The binary, killed when dropped; its stderr is kept for failures.
@@ -406,11 +445,10 @@ fn mounted_file(container: &Value, path: &str, dir: &Path) -> Option<PathBuf> {
         .as_array()?
         .iter()
         .find(|m| m["mountPath"].as_str().map(|p| p.trim_end_matches('/')) == Some(mount_dir))?;
-    let template = workloads(objs).into_iter().map(|(_, _, t)| t).find(|t| {
-        t["spec"]["containers"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c == container))
-    })?;
+    let template = workloads(objs)
+        .into_iter()
+        .map(|(_, _, t)| t)
+        .find(|t| running(&t["spec"]).any(|c| c == container))?;
     let volume = template["spec"]["volumes"]
         .as_array()?
         .iter()
@@ -635,7 +673,7 @@ async fn every_extender_resolves_to_a_loopback_listener_that_filters_and_binds()
     let Some(objs) = rendered() else { return };
     let resolved = check_extenders(objs).unwrap_or_else(|p| panic!("{}", p.join("\n")));
     let _ports = PORTS.lock().await;
-    for (e, target) in resolved {
+    for (e, target) in merged(resolved) {
         assert_eq!(target.flag, "--extender-listen");
         let url = parse_url(&e.url_prefix).unwrap();
         assert_eq!(
@@ -689,6 +727,300 @@ async fn every_extender_resolves_to_a_loopback_listener_that_filters_and_binds()
         .unwrap();
         assert_eq!(status, 404, "bind must not be served on --listen");
     }
+}
+
+// === kube-scheduler's node sampling ===
+
+/// kube-scheduler's `numFeasibleNodesToFind` (pkg/scheduler/schedule_one.go):
+/// below 100 nodes every node; else the profile's percentage, or unset
+/// `max(50 - nodes/125, 5)` percent; at least 100 nodes.
+fn num_feasible_nodes_to_find(percentage: Option<i64>, all: usize) -> usize {
+    let all = all as i64;
+    if all < 100 {
+        return all as usize;
+    }
+    let mut p = percentage.unwrap_or(0);
+    if p == 0 {
+        p = (50 - all / 125).max(5);
+    }
+    (all * p / 100).max(100) as usize
+}
+
+/// What kube-scheduler knows while it drives the extender: its node list,
+/// its own view of free cpu (its NodeResourcesFit), and the rotating start
+/// index of `findNodesThatPassFilters`.
+struct SamplingScheduler {
+    nodes: Vec<String>,
+    free: std::collections::HashMap<String, i64>,
+    next_start: usize,
+    percentage: Option<i64>,
+}
+
+impl SamplingScheduler {
+    /// The nodes one cycle sends to the extender: from `next_start`, the
+    /// first `numFeasibleNodesToFind` nodes its own filters pass; the start
+    /// index then moves past every node it processed.
+    fn sample(&mut self, cpu: i64) -> Vec<String> {
+        let n = self.nodes.len();
+        let want = num_feasible_nodes_to_find(self.percentage, n);
+        let mut out = Vec::new();
+        let mut processed = 0;
+        for i in 0..n {
+            let node = &self.nodes[(self.next_start + i) % n];
+            processed += 1;
+            if self.free[node] >= cpu {
+                out.push(node.clone());
+                if out.len() == want {
+                    break;
+                }
+            }
+        }
+        self.next_start = (self.next_start + processed) % n;
+        out
+    }
+}
+
+const SAMPLED_NODES: usize = 300;
+const RACK_SIZE: usize = 10;
+const GANGS: usize = 40;
+const GANG_SIZE: usize = 4;
+
+/// 300 nodes (cpu 4) in racks of 10, and 40 gangs of 4 one-cpu pods, each
+/// gang in one rack.
+fn sampling_state() -> Vec<Value> {
+    use kruntimes_scheduler::testkit::{node, pod, pod_group};
+    let mut out = Vec::new();
+    for i in 0..SAMPLED_NODES {
+        out.push(
+            node(&format!("n{i:03}"))
+                .label(
+                    "topology.kubernetes.io/rack",
+                    &format!("r{:02}", i / RACK_SIZE),
+                )
+                .value(),
+        );
+    }
+    for g in 0..GANGS {
+        out.push(
+            pod_group(&format!("g{g:02}"))
+                .gang(GANG_SIZE as u32)
+                .topology("topology.kubernetes.io/rack")
+                .value(),
+        );
+        for m in 0..GANG_SIZE {
+            out.push(
+                pod(&format!("g{g:02}-{m}"))
+                    .group(&format!("g{g:02}"))
+                    .scheduler("kruntimes-scheduler")
+                    .value(),
+            );
+        }
+    }
+    out
+}
+
+/// Drives the extender as kube-scheduler does: one pod per scheduling
+/// cycle from a FIFO queue, its node sample sent to filter, prioritize when
+/// more than one node passed, the best node assumed and bound in the
+/// background (the binding cycle); a pod no node passed for, or whose bind
+/// failed, goes back to the queue. Returns the scheduling cycles until
+/// every pod was bound, and where each pod went.
+async fn drive_with_sampling(
+    e: &Extender,
+    proc: &Proc,
+    percentage: Option<i64>,
+) -> (usize, std::collections::BTreeMap<String, String>) {
+    let mut ks = SamplingScheduler {
+        nodes: (0..SAMPLED_NODES).map(|i| format!("n{i:03}")).collect(),
+        free: (0..SAMPLED_NODES)
+            .map(|i| (format!("n{i:03}"), 4))
+            .collect(),
+        next_start: 0,
+        percentage,
+    };
+    let mut queue: std::collections::VecDeque<String> = (0..GANGS)
+        .flat_map(|g| (0..GANG_SIZE).map(move |m| format!("g{g:02}-{m}")))
+        .collect();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String, bool)>();
+    let bind_url = format!("{}/{}", e.url_prefix, e.bind.as_deref().expect("binds"));
+    let filter_url = format!("{}/{}", e.url_prefix, e.filter);
+    let prioritize_url = format!("{}/prioritize", e.url_prefix);
+    let mut bound = std::collections::BTreeMap::new();
+    let mut in_flight = 0usize;
+    let mut cycles = 0usize;
+    let total = GANGS * GANG_SIZE;
+    while bound.len() < total {
+        assert!(
+            cycles < 40 * total,
+            "no convergence after {cycles} cycles ({} bound); log:\n{}",
+            bound.len(),
+            proc.log()
+        );
+        while let Ok((pod, node, ok)) = rx.try_recv() {
+            in_flight -= 1;
+            if ok {
+                bound.insert(pod, node);
+            } else {
+                *ks.free.get_mut(&node).unwrap() += 1;
+                queue.push_back(pod);
+            }
+        }
+        let Some(name) = queue.pop_front() else {
+            if in_flight == 0 {
+                break;
+            }
+            let (pod, node, ok) = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+                .await
+                .expect("a bind answers")
+                .expect("binds report");
+            in_flight -= 1;
+            if ok {
+                bound.insert(pod, node);
+            } else {
+                *ks.free.get_mut(&node).unwrap() += 1;
+                queue.push_back(pod);
+            }
+            continue;
+        };
+        cycles += 1;
+        let sample = ks.sample(1);
+        let group = name.rsplit_once('-').unwrap().0.to_owned();
+        let pod = json!({"metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")},
+            "spec": {"schedulerName": "kruntimes-scheduler", "schedulingGroup": {"podGroupName": group},
+                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}});
+        let (status, body) = http(
+            "POST",
+            &filter_url,
+            &json!({"Pod": pod, "NodeNames": sample}).to_string(),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("filter: {err}; log:\n{}", proc.log()));
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let passed: Vec<String> =
+            serde_json::from_value(v["NodeNames"].clone()).unwrap_or_default();
+        if passed.is_empty() || !v["Error"].as_str().unwrap_or_default().is_empty() {
+            queue.push_back(name);
+            continue;
+        }
+        let node = if passed.len() == 1 {
+            passed[0].clone()
+        } else {
+            let (status, body) = http(
+                "POST",
+                &prioritize_url,
+                &json!({"Pod": pod, "NodeNames": passed}).to_string(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(status, 200, "{body}");
+            let scores: Vec<Value> = serde_json::from_str(&body).unwrap();
+            let best = scores
+                .iter()
+                .map(|s| s["Score"].as_i64().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            // Ties: the first of the sample (kube-scheduler picks one at random).
+            passed
+                .iter()
+                .find(|n| {
+                    scores
+                        .iter()
+                        .any(|s| s["Host"] == n.as_str() && s["Score"].as_i64() == Some(best))
+                })
+                .cloned()
+                .unwrap_or_else(|| passed[0].clone())
+        };
+        *ks.free.get_mut(&node).unwrap() -= 1;
+        in_flight += 1;
+        let (tx, url) = (tx.clone(), bind_url.clone());
+        tokio::spawn(async move {
+            let args = json!({"PodName": name, "PodNamespace": "ml",
+                "PodUID": format!("{name}-uid"), "Node": node});
+            let ok = match http("POST", &url, &args.to_string()).await {
+                Ok((200, body)) => serde_json::from_str::<Value>(&body)
+                    .is_ok_and(|v| v["Error"].as_str().unwrap_or_default().is_empty()),
+                _ => false,
+            };
+            let _ = tx.send((name, node, ok));
+        });
+    }
+    (cycles, bound)
+}
+
+/// Every gang was placed in one rack.
+fn assert_gangs_in_one_rack(bound: &std::collections::BTreeMap<String, String>) {
+    assert_eq!(bound.len(), GANGS * GANG_SIZE);
+    for g in 0..GANGS {
+        let racks: BTreeSet<usize> = (0..GANG_SIZE)
+            .map(|m| {
+                let node = &bound[&format!("g{g:02}-{m}")];
+                node[1..].parse::<usize>().unwrap() / RACK_SIZE
+            })
+            .collect();
+        assert_eq!(racks.len(), 1, "gang g{g:02} spans racks {racks:?}");
+    }
+}
+
+/// The shipped profile filters every node; an operator's profile that
+/// leaves `percentageOfNodesToScore` unset makes kube-scheduler send a
+/// rotating sample (at 300 nodes: 48 percent, 144 nodes). Driven both ways
+/// through the shipped extender container, 40 gangs of 4 converge in about
+/// as many scheduling cycles: a group with no member placed yet chooses its
+/// domain among the nodes it was offered.
+#[tokio::test]
+async fn gangs_converge_under_kube_schedulers_node_sampling() {
+    let Some(objs) = rendered() else { return };
+    assert_eq!(
+        num_feasible_nodes_to_find(None, SAMPLED_NODES),
+        144,
+        "kube-scheduler's sample at 300 nodes"
+    );
+    assert_eq!(num_feasible_nodes_to_find(None, 5000), 500);
+    assert_eq!(num_feasible_nodes_to_find(None, 150), 100);
+    assert_eq!(num_feasible_nodes_to_find(Some(100), 1000), 1000);
+    let shipped = scheduler_configuration(objs)["profiles"][0]["percentageOfNodesToScore"].as_i64();
+    assert_eq!(shipped, Some(100));
+    let resolved = check_extenders(objs).unwrap_or_else(|p| panic!("{}", p.join("\n")));
+    let (e, target) = merged(resolved).into_iter().next().expect("an extender");
+    let _ports = PORTS.lock().await;
+    let mut cycles = Vec::new();
+    for percentage in [shipped, None] {
+        let dir = scratch("sampling");
+        let state = dir.join("state.json");
+        std::fs::write(
+            &state,
+            json!({"apiVersion": "v1", "kind": "List", "items": sampling_state()}).to_string(),
+        )
+        .unwrap();
+        let proc = start(
+            &target.container,
+            &["--state".into(), state.display().to_string()],
+            &dir,
+        );
+        wait_ok(
+            &health_url(&target.container),
+            &proc,
+            Duration::from_secs(20),
+        )
+        .await;
+        let (n, bound) = drive_with_sampling(&e, &proc, percentage).await;
+        assert_gangs_in_one_rack(&bound);
+        cycles.push(n);
+    }
+    let (every, sampled) = (cycles[0], cycles[1]);
+    eprintln!(
+        "scheduling cycles for {GANGS} gangs of {GANG_SIZE} at {SAMPLED_NODES} nodes: every node {every}, sampled {sampled}"
+    );
+    // Every node: one cycle per pod. Sampled: a gang's first member
+    // chooses its rack among its sample; each later member passes when its
+    // own sample covers that rack (about half of them at 48 percent), so
+    // about 1.8 cycles per pod (285 here; 3,478 when a member outside its
+    // sample dropped the gang's plan).
+    assert!(
+        sampled <= 2 * every,
+        "sampling must not multiply the cycles: every node {every}, sampled {sampled}"
+    );
 }
 
 // === (c) what would break the extender ===
@@ -773,9 +1105,10 @@ fn the_install_has_the_promised_shape() {
         !objs.iter().any(|o| o["kind"] == "CustomResourceDefinition"),
         "{kinds:?}"
     );
-    // No webhook configuration with an empty caBundle: the service
-    // registers its own once it can answer.
-    let webhooks: Vec<&str> = objs
+    // The webhook configurations ship, each webhook Ignore and without a
+    // caBundle until the service patches in its CA (no window in which a
+    // write fails because the CA is not there yet).
+    let shipped: Vec<&Value> = objs
         .iter()
         .filter(|o| {
             matches!(
@@ -783,12 +1116,46 @@ fn the_install_has_the_promised_shape() {
                 Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration")
             )
         })
-        .map(name_of)
         .collect();
-    assert!(
-        webhooks.is_empty(),
-        "the default install must not ship webhook configurations: {webhooks:?}"
-    );
+    assert_eq!(shipped.len(), 2, "{kinds:?}");
+    for cfg in &shipped {
+        for w in cfg["webhooks"].as_array().unwrap() {
+            assert_eq!(w["failurePolicy"], "Ignore", "{}", w["name"]);
+            assert!(w["clientConfig"].get("caBundle").is_none(), "{}", w["name"]);
+        }
+    }
+    // No role of the install may create webhook configurations, nor
+    // anything else that registers admission (a mutating webhook owns the
+    // cluster); the service's grants on them name them.
+    for role in objs
+        .iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")))
+    {
+        for r in role["rules"].as_array().into_iter().flatten() {
+            let on_webhooks = strings(&r["resources"]).iter().any(|res| {
+                res == "*"
+                    || res == "validatingwebhookconfigurations"
+                    || res == "mutatingwebhookconfigurations"
+            }) && strings(&r["apiGroups"])
+                .iter()
+                .any(|g| g == "*" || g == "admissionregistration.k8s.io");
+            if !on_webhooks {
+                continue;
+            }
+            let verbs = strings(&r["verbs"]);
+            assert!(
+                !verbs.iter().any(|v| v == "create" || v == "*"),
+                "{}: may create webhook configurations",
+                name_of(role)
+            );
+            assert_eq!(
+                strings(&r["resourceNames"]),
+                ["kruntimes-scheduler"],
+                "{}: grants on webhook configurations name them",
+                name_of(role)
+            );
+        }
+    }
     // The second scheduler: two replicas, each with its own extender,
     // spread, protected, system-critical, and rolled by config changes.
     let sched = kind_is(objs, "Deployment")
@@ -798,13 +1165,41 @@ fn the_install_has_the_promised_shape() {
     let spec = &sched["spec"]["template"]["spec"];
     assert_eq!(spec["priorityClassName"], "system-cluster-critical");
     assert!(spec["affinity"]["podAntiAffinity"].is_object());
-    let names: Vec<&str> = spec["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert_eq!(names, ["kube-scheduler", "extender"]);
+    let names: Vec<&str> = running(spec).filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["extender", "kube-scheduler"]);
+    // The extender is a native sidecar: kube-scheduler starts only after
+    // its startup probe (readiness: caches synced) passes, and it stops
+    // after kube-scheduler.
+    let ext = &spec["initContainers"][0];
+    assert_eq!(ext["name"], "extender");
+    assert_eq!(ext["restartPolicy"], "Always");
+    assert_eq!(ext["startupProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(ext["startupProbe"]["httpGet"]["port"], "health");
+    // The shipped profile: every node filtered (no sampling), one gang
+    // authority, and two extender entries on one URL: the serial verbs
+    // with a short timeout, bind alone with the long one.
+    let cfg = scheduler_configuration(objs);
+    let profile = &cfg["profiles"][0];
+    assert_eq!(profile["schedulerName"], "kruntimes-scheduler");
+    assert_eq!(profile["percentageOfNodesToScore"], 100);
+    assert!(
+        profile["plugins"]["multiPoint"]["disabled"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|p| p["name"] == "GangScheduling")),
+        "{profile}"
+    );
+    let entries = cfg["extenders"].as_array().expect("extenders");
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0]["urlPrefix"], entries[1]["urlPrefix"]);
+    assert!(entries[0]["bindVerb"].is_null() && entries[0]["filterVerb"] == "filter");
+    assert_eq!(entries[0]["httpTimeout"], "5s");
+    assert_eq!(entries[1]["bindVerb"], "bind");
+    assert!(
+        entries[1]["filterVerb"].is_null()
+            && entries[1]["prioritizeVerb"].is_null()
+            && entries[1]["preemptVerb"].is_null()
+    );
+    assert_eq!(entries[1]["httpTimeout"], "30s");
     let cm = spec["volumes"][0]["configMap"]["name"].as_str().unwrap();
     assert!(
         cm.starts_with("kruntimes-kube-scheduler-config-")
@@ -815,7 +1210,7 @@ fn the_install_has_the_promised_shape() {
     // The image is set in one place.
     for c in workloads(objs)
         .iter()
-        .flat_map(|(_, _, t)| t["spec"]["containers"].as_array().unwrap())
+        .flat_map(|(_, _, t)| running(&t["spec"]))
         .filter(|c| c["name"] != "kube-scheduler")
     {
         assert_eq!(c["image"], "kruntimes/kruntimes-scheduler:0.1.0", "{c}");
@@ -831,6 +1226,27 @@ fn the_install_has_the_promised_shape() {
         "the image's entrypoint is the binary"
     );
     assert!(dockerfile.lines().any(|l| l.trim() == "USER 65532:65532"));
+    // The image build: a dependency layer before the sources, the revision
+    // argument after it (a new revision does not rebuild dependencies),
+    // and the release profile with LTO and stripped symbols.
+    let at = |needle: &str| {
+        dockerfile
+            .find(needle)
+            .unwrap_or_else(|| panic!("Dockerfile has no {needle:?}"))
+    };
+    assert!(at("COPY Cargo.toml Cargo.lock") < at("COPY src ./src"));
+    assert!(at("COPY src ./src") < at("ARG KRUNTIMES_REVISION"));
+    let cargo =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let release = cargo
+        .split("[profile.release]")
+        .nth(1)
+        .and_then(|r| r.split("\n[").next())
+        .expect("[profile.release]");
+    assert!(
+        release.contains("lto = \"fat\"") && release.contains("strip = true"),
+        "{release}"
+    );
     assert_eq!(spec["securityContext"]["runAsUser"], 65532);
     // The webhook Deployment: every replica serves the webhooks.
     let web = kind_is(objs, "Deployment")
@@ -978,10 +1394,7 @@ fn container_of<'a>(objs: &'a [Value], deployment: &str, container: &str) -> (&'
         .find(|d| name_of(d) == deployment)
         .unwrap_or_else(|| panic!("Deployment {deployment}"));
     let spec = &d["spec"]["template"]["spec"];
-    let c = spec["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
+    let c = running(spec)
         .find(|c| c["name"] == container)
         .unwrap_or_else(|| panic!("container {container}"));
     (c, spec["serviceAccountName"].as_str().unwrap().to_owned())
@@ -989,14 +1402,6 @@ fn container_of<'a>(objs: &'a [Value], deployment: &str, container: &str) -> (&'
 
 /// Grants no scenario exercises, each with why it is granted.
 const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
-    (
-        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/validatingwebhookconfigurations create",
-        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
-    ),
-    (
-        "ClusterRole/kruntimes-scheduler-webhook-registration admissionregistration.k8s.io/mutatingwebhookconfigurations create",
-        "a server-side apply that creates the object is authorized as create by the API server (the request itself is a PATCH)",
-    ),
     (
         "Role/kruntimes-scheduler-webhook-certs /secrets update",
         "renewal before expiry (tests/it/webhook_certs.rs renews on short-lived certificates)",
@@ -1081,7 +1486,10 @@ async fn the_extender_uses_only_what_its_rbac_grants() {
         &dir,
     );
     wait_ok(&health_url(container), &proc, Duration::from_secs(20)).await;
-    let (_, e) = extenders(objs).into_iter().next().unwrap();
+    let (e, _) = merged(check_extenders(objs).unwrap_or_else(|p| panic!("{}", p.join("\n"))))
+        .into_iter()
+        .next()
+        .unwrap();
     filter_and_bind(&e, &proc, &uids["p"]).await;
     // A gang member: bind sets its group's condition through the API.
     let url = format!("{}/{}", e.url_prefix, e.bind.as_deref().unwrap());
@@ -1209,7 +1617,7 @@ fn resolve_webhook_service(objs: &[Value], service: &Value) -> (Value, u16) {
         {
             continue;
         }
-        for c in t["spec"]["containers"].as_array().unwrap() {
+        for c in running(&t["spec"]) {
             let Some(cp) =
                 c["ports"]
                     .as_array()
@@ -1307,12 +1715,20 @@ async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only
     let (container, sa) = container_of(objs, "kruntimes-scheduler", "scheduler");
     let _ports = PORTS.lock().await;
     let api = FakeApi::start().await;
-    // The install's ClusterRole owns the webhook configurations.
-    let owner = kind_is(objs, "ClusterRole")
-        .find(|r| name_of(r) == "kruntimes-scheduler")
-        .expect("owner ClusterRole")
-        .clone();
-    api.put_cluster(Res::ClusterRoles, owner);
+    // `kubectl apply -k` created the shipped webhook configurations.
+    for cfg in objs.iter().filter(|o| {
+        matches!(
+            o["kind"].as_str(),
+            Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration")
+        )
+    }) {
+        let res = if cfg["kind"] == "ValidatingWebhookConfiguration" {
+            Res::ValidatingWebhookConfigurations
+        } else {
+            Res::MutatingWebhookConfigurations
+        };
+        api.put_cluster(res, cfg.clone());
+    }
     // A Runtime Pod with room for one Run, and two Runs: one is scheduled,
     // the other stays Pending (status and an Event are written).
     let now =
@@ -1343,24 +1759,25 @@ async fn webhooks_are_registered_served_over_tls_and_the_run_scheduler_uses_only
     );
     wait_ok(&health_url(container), &proc, Duration::from_secs(30)).await;
 
-    // (b) Both configurations are registered with a CA bundle; every
-    // webhook answers over TLS through its Service with that CA.
+    // (b) Both configurations are patched with a CA bundle; every webhook
+    // answers over TLS through its Service with that CA.
     let mut configs = Vec::new();
     for res in [
         Res::ValidatingWebhookConfigurations,
         Res::MutatingWebhookConfigurations,
     ] {
         wait_until("webhook configurations", &proc, || {
-            api.get_cluster(res, "kruntimes-scheduler").is_some()
+            api.get_cluster(res, "kruntimes-scheduler")
+                .is_some_and(|c| c["webhooks"][0]["clientConfig"].get("caBundle").is_some())
         })
         .await;
         configs.push(api.get_cluster(res, "kruntimes-scheduler").unwrap());
     }
     let mut called = 0;
     for cfg in &configs {
-        assert_eq!(
-            cfg["metadata"]["ownerReferences"][0]["name"], "kruntimes-scheduler",
-            "owned by the install for uninstall"
+        assert!(
+            cfg["metadata"].get("ownerReferences").is_none(),
+            "the kustomization owns them; no garbage-collector owner"
         );
         for wh in cfg["webhooks"].as_array().unwrap() {
             let cc = &wh["clientConfig"];

@@ -51,6 +51,7 @@ mod hostile;
 mod http_api;
 mod latency;
 mod layering;
+mod list_paging;
 mod manifests;
 mod metrics;
 mod monitoring;

@@ -293,11 +293,23 @@ fn the_component_renders_with_the_shape_the_operator_needs() {
             })
             .collect();
         assert_eq!(deploys.len(), 1, "{}", svc["metadata"]["name"]);
-        let containers = deploys[0]["spec"]["template"]["spec"]["containers"]
+        // Regular containers and native sidecars (init containers with
+        // restartPolicy Always, as the extender is).
+        let spec = &deploys[0]["spec"]["template"]["spec"];
+        let containers: Vec<&Value> = spec["containers"]
             .as_array()
-            .unwrap();
-        let serving: Vec<&Value> = containers
+            .unwrap()
             .iter()
+            .chain(
+                spec["initContainers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["restartPolicy"] == "Always"),
+            )
+            .collect();
+        let serving: Vec<&Value> = containers
+            .into_iter()
             .filter(|c| {
                 c["ports"]
                     .as_array()

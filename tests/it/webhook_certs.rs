@@ -1,11 +1,15 @@
-//! Self-managed webhook certificates and registration, through the test API
-//! server: replicas racing to create the Secret, the registered CA bundle
-//! verifying the served certificate over a real TLS handshake, renewal
-//! under handshakes, the ownerReference that cleans up on uninstall, and
-//! repair of a corrupt Secret or a blanked `caBundle`.
+//! Self-managed webhook certificates and the shipped webhook
+//! configurations, through the test API server: replicas racing to create
+//! the Secret, the patched CA bundle verifying the served certificate over
+//! a real TLS handshake, renewal under handshakes, the optional
+//! ownerReference re-resolved on every pass, configurations that are
+//! patched but never created, repair of a corrupt Secret, a blanked
+//! `caBundle` or a re-applied kustomization, and the Run webhook's
+//! match condition skipping only requests the webhook allows anyway.
 
 use crate::apiserver;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,10 +42,7 @@ fn config(lifetimes: Lifetimes, check_every: Duration) -> ManageConfig {
             mutate_pods: true,
         },
         secret: "kruntimes-scheduler-tls".into(),
-        owner: Some(OwnerSpec {
-            kind: OwnerKind::ClusterRole,
-            name: NAME.into(),
-        }),
+        owner: None,
         lifetimes,
         check_every,
     }
@@ -56,6 +57,45 @@ fn default_config() -> ManageConfig {
         },
         Duration::from_secs(60),
     )
+}
+
+/// The webhook configurations as `kubectl apply -k` leaves them: the
+/// shipped file, stored as is (every webhook `Ignore`, no `caBundle`).
+fn ship(api: &FakeApi) {
+    for doc in shipped() {
+        let res = match doc["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => Res::ValidatingWebhookConfigurations,
+            Some("MutatingWebhookConfiguration") => Res::MutatingWebhookConfigurations,
+            k => panic!("unexpected {k:?} in webhooks.yaml"),
+        };
+        api.put_cluster(res, doc);
+    }
+}
+
+/// The documents of `manifests/run-scheduler/webhooks.yaml`.
+fn shipped() -> Vec<Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/run-scheduler/webhooks.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("shipped webhooks");
+    serde_saphyr::from_multiple(&text).expect("YAML")
+}
+
+/// `(webhook name, failurePolicy)` of a stored configuration.
+fn policies(api: &FakeApi, res: Res) -> Vec<(String, String)> {
+    let cfg = api.get_cluster(res, NAME).expect("configuration");
+    cfg["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap_or_default().to_owned(),
+                w["failurePolicy"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// A replica's TLS listener (real `tls::serve`), answering `/healthz`.
@@ -180,7 +220,7 @@ fn served_leaf(m: &ManagedTls) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_racing_replicas_create_one_secret_and_serve_the_same_certificate() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     // Both creates wait until both replicas have found no Secret and POSTed.
     api.inner.lock().webhooks.create_gate = Some(Arc::new(tokio::sync::Barrier::new(2)));
     let (a, b) = tokio::join!(
@@ -218,7 +258,7 @@ async fn two_racing_replicas_create_one_secret_and_serve_the_same_certificate() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_renewing_at_once_write_one_renewal() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
         .await
         .expect("first start");
@@ -266,20 +306,27 @@ async fn two_replicas_renewing_at_once_write_one_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registered_ca_bundle_verifies_the_served_certificate() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     let metrics = Arc::new(Metrics::default());
     let managed = webhooks::start(api.client(), default_config(), metrics.clone())
         .await
         .expect("start");
-    // Nothing is registered before the listener exists.
-    assert!(
-        api.get_cluster(Res::ValidatingWebhookConfigurations, NAME)
-            .is_none()
-    );
-    assert!(
-        api.get_cluster(Res::MutatingWebhookConfigurations, NAME)
-            .is_none()
-    );
+    // Nothing is patched before the listener exists: as shipped, every
+    // webhook is Ignore and has no caBundle.
+    for res in [
+        Res::ValidatingWebhookConfigurations,
+        Res::MutatingWebhookConfigurations,
+    ] {
+        assert!(policies(&api, res).iter().all(|(_, p)| p == "Ignore"));
+        let cfg = api.get_cluster(res, NAME).expect("shipped");
+        assert!(
+            cfg["webhooks"]
+                .as_array()
+                .expect("webhooks")
+                .iter()
+                .all(|w| w["clientConfig"].get("caBundle").is_none())
+        );
+    }
     let listener = listen(&managed).await;
     managed.register().await.expect("register");
 
@@ -311,8 +358,39 @@ async fn registered_ca_bundle_verifies_the_served_certificate() {
             );
         }
     }
-    // Every webhook calls the Service and skips kube-system, its own namespace
-    // and the configured ones.
+    // Run validation is promoted to Fail; the rest stay Ignore.
+    assert_eq!(
+        policies(&api, Res::ValidatingWebhookConfigurations),
+        [
+            ("validate-runs.kruntimes.io", "Fail"),
+            ("validate-podgroups.scheduling.kruntimes.io", "Ignore"),
+            (
+                "validate-compositepodgroups.scheduling.kruntimes.io",
+                "Ignore"
+            ),
+            ("validate-workloads.scheduling.kruntimes.io", "Ignore"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    // Only gets and patches of the configurations, by name: never a create.
+    {
+        let g = api.inner.lock();
+        let calls: BTreeSet<(String, String)> = g
+            .requests
+            .iter()
+            .filter(|r| r.resource.ends_with("webhookconfigurations"))
+            .map(|r| (r.verb.clone(), r.name.clone()))
+            .collect();
+        assert_eq!(
+            calls,
+            BTreeSet::from([
+                ("get".to_owned(), NAME.to_owned()),
+                ("patch".to_owned(), NAME.to_owned())
+            ])
+        );
+    }
+    // Every webhook calls the Service and skips kube-system, its own namespace,
+    // the configured ones and namespaces that opt out.
     for res in [
         Res::ValidatingWebhookConfigurations,
         Res::MutatingWebhookConfigurations,
@@ -325,7 +403,8 @@ async fn registered_ca_bundle_verifies_the_served_certificate() {
             assert_eq!(
                 w["namespaceSelector"]["matchExpressions"],
                 json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                    "values": ["kube-system", NS, "monitoring"]}])
+                    "values": ["kube-system", NS, "monitoring"]},
+                    {"key": "kruntimes.io/webhooks", "operator": "NotIn", "values": ["disabled"]}])
             );
         }
     }
@@ -349,7 +428,7 @@ async fn registered_ca_bundle_verifies_the_served_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_swaps_the_served_certificate_with_no_failed_handshake() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     // Serving certificates of 6s renewed with 4s left: a new one every ~2s.
     let cfg = config(
         Lifetimes {
@@ -420,7 +499,7 @@ async fn renewal_swaps_the_served_certificate_with_no_failed_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ca_rotation_trusts_old_and_new_ca_with_no_failed_handshake() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     // A CA of 16s is replaced when less than 4s + 2.5s is left: at ~9.5s.
     // (2.5s of margin: a pass delayed less than that never serves an
     // expired certificate, even on a loaded machine.)
@@ -488,29 +567,39 @@ async fn ca_rotation_trusts_old_and_new_ca_with_no_failed_handshake() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn configurations_are_owned_by_the_install_for_uninstall() {
+async fn an_owner_is_resolved_again_on_every_pass() {
     let api = FakeApi::start().await;
-    // Without the owner nothing starts, so no unowned configuration exists.
-    let err = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
+    ship(&api);
+    let cfg = ManageConfig {
+        owner: Some(OwnerSpec {
+            kind: OwnerKind::ClusterRole,
+            name: NAME.into(),
+        }),
+        ..default_config()
+    };
+    let managed = webhooks::start(api.client(), cfg, Arc::new(Metrics::default()))
         .await
-        .expect_err("owner missing");
+        .expect("start: the owner is not needed yet");
+    let _l = listen(&managed).await;
+    // Without the owner the pass fails and patches nothing.
+    let err = managed.register().await.expect_err("owner missing");
     assert!(
         format!("{err:#}").contains("ClusterRole/kruntimes-scheduler"),
         "{err:#}"
     );
-    assert!(api.list(Res::Secrets).is_empty());
+    assert!(
+        policies(&api, Res::ValidatingWebhookConfigurations)
+            .iter()
+            .all(|(_, p)| p == "Ignore")
+    );
 
     let uid = api.add_cluster_role(NAME);
-    let managed = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
-        .await
-        .expect("start");
-    let _l = listen(&managed).await;
     managed.register().await.expect("register");
     for res in [
         Res::ValidatingWebhookConfigurations,
         Res::MutatingWebhookConfigurations,
     ] {
-        let cfg = api.get_cluster(res, NAME).expect("applied");
+        let cfg = api.get_cluster(res, NAME).expect("patched");
         // The garbage collector deletes dependents whose owner uid is gone;
         // without blockOwnerDeletion no finalizers permission is needed.
         assert_eq!(
@@ -520,26 +609,108 @@ async fn configurations_are_owned_by_the_install_for_uninstall() {
         );
     }
 
-    // A reinstall makes a new ClusterRole (new uid): the next pass re-owns.
+    // The owner is recreated (new uid): the next pass of the same process
+    // follows it, with no restart.
     api.delete(Res::ClusterRoles, "", NAME);
-    api.delete(Res::ValidatingWebhookConfigurations, "", NAME);
-    api.delete(Res::MutatingWebhookConfigurations, "", NAME);
     let uid2 = api.add_cluster_role(NAME);
     assert_ne!(uid, uid2);
-    let again = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
+    managed.check().await.expect("next pass");
+    for res in [
+        Res::ValidatingWebhookConfigurations,
+        Res::MutatingWebhookConfigurations,
+    ] {
+        let cfg = api.get_cluster(res, NAME).expect("patched");
+        assert_eq!(cfg["metadata"]["ownerReferences"][0]["uid"], json!(uid2));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_are_patched_never_created() {
+    let api = FakeApi::start().await;
+    let managed = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
         .await
-        .expect("restart");
-    again.register().await.expect("register");
-    let cfg = api
-        .get_cluster(Res::ValidatingWebhookConfigurations, NAME)
-        .expect("applied");
-    assert_eq!(cfg["metadata"]["ownerReferences"][0]["uid"], json!(uid2));
+        .expect("start");
+    let _l = listen(&managed).await;
+    let err = managed.register().await.expect_err("nothing shipped");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("ValidatingWebhookConfiguration kruntimes-scheduler does not exist")
+            && msg.contains("kubectl apply -k"),
+        "{msg}"
+    );
+    assert!(
+        api.get_cluster(Res::ValidatingWebhookConfigurations, NAME)
+            .is_none()
+    );
+    assert!(
+        api.get_cluster(Res::MutatingWebhookConfigurations, NAME)
+            .is_none()
+    );
+    assert!(
+        api.inner.lock().webhooks.applies.is_empty(),
+        "no apply, so no create"
+    );
+    // Once the kustomization is applied, the next try patches them.
+    ship(&api);
+    managed.register().await.expect("register");
+    assert_eq!(registered_bundle(&api), managed.ca_bundle().into_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reapplied_kustomization_is_put_back_and_keeps_working() {
+    let api = FakeApi::start().await;
+    ship(&api);
+    let managed = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
+        .await
+        .expect("start");
+    let l = listen(&managed).await;
+    managed.register().await.expect("register");
+    let good = registered_bundle(&api);
+    // `kubectl apply -k` again (an upgrade): the shipped policies come
+    // back (Ignore), the caBundle the file does not carry stays.
+    for res in [
+        Res::ValidatingWebhookConfigurations,
+        Res::MutatingWebhookConfigurations,
+    ] {
+        let mut live = api.get_cluster(res, NAME).expect("live");
+        let file = shipped()
+            .into_iter()
+            .find(|d| d["kind"] == live["kind"])
+            .expect("shipped kind");
+        for (w, f) in live["webhooks"]
+            .as_array_mut()
+            .expect("webhooks")
+            .iter_mut()
+            .zip(file["webhooks"].as_array().expect("file webhooks"))
+        {
+            w["failurePolicy"] = f["failurePolicy"].clone();
+            w["namespaceSelector"] = f["namespaceSelector"].clone();
+        }
+        api.put_cluster(res, live);
+    }
+    // Still working in between: the bundle verifies, nothing is Fail.
+    assert_eq!(registered_bundle(&api), good);
+    handshake(l.addr, &good)
+        .await
+        .expect("verifies after re-apply");
+    assert!(
+        policies(&api, Res::ValidatingWebhookConfigurations)
+            .iter()
+            .all(|(_, p)| p == "Ignore")
+    );
+    // The next pass promotes Run validation again.
+    managed.check().await.expect("pass");
+    assert_eq!(
+        policies(&api, Res::ValidatingWebhookConfigurations)[0],
+        ("validate-runs.kruntimes.io".to_owned(), "Fail".to_owned())
+    );
+    assert_eq!(registered_bundle(&api), good);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_secret_is_replaced() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     let garbage = base64::engine::general_purpose::STANDARD.encode("not a certificate");
     api.put(
         Res::Secrets,
@@ -578,7 +749,7 @@ async fn a_corrupt_secret_is_replaced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_of_the_manual_flow_gets_a_new_ca_and_keeps_the_old_in_the_bundle() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     let names = kruntimes_scheduler::webhooks::material::service_dns_names(NAME, NS);
     let manual = kruntimes_scheduler::certs::generate(&names).expect("manual certs");
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -605,7 +776,7 @@ async fn a_secret_of_the_manual_flow_gets_a_new_ca_and_keeps_the_old_in_the_bund
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blanked_ca_bundle_is_restored_by_the_next_pass() {
     let api = FakeApi::start().await;
-    api.add_cluster_role(NAME);
+    ship(&api);
     let managed = webhooks::start(api.client(), default_config(), Arc::new(Metrics::default()))
         .await
         .expect("start");
@@ -625,16 +796,12 @@ async fn a_blanked_ca_bundle_is_restored_by_the_next_pass() {
     handshake(l.addr, &good).await.expect("still verifies");
 }
 
-/// The cert-manager component declares the same webhooks as the service
-/// registers (the `caBundle` is injected there).
+/// The kustomization ships the webhooks the service patches: the same
+/// names, rules, selectors and conditions, every one `Ignore` and with no
+/// `caBundle` until the service patches them.
 #[test]
-fn cert_manager_component_declares_the_registered_webhooks() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/manifests/components/cert-manager/webhooks.yaml"
-    );
-    let text = std::fs::read_to_string(path).expect("component webhooks");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+fn the_shipped_configurations_are_what_the_service_patches_before_promotion() {
+    let docs = shipped();
     let target = WebhookTarget {
         config_name: NAME.into(),
         service: NAME.into(),
@@ -644,8 +811,8 @@ fn cert_manager_component_declares_the_registered_webhooks() {
         mutate_pods: true,
     };
     let want = [
-        serde_json::to_value(target.validating(b"", None)).expect("json"),
-        serde_json::to_value(target.mutating(b"", None)).expect("json"),
+        serde_json::to_value(target.shipped_validating()).expect("json"),
+        serde_json::to_value(target.shipped_mutating()).expect("json"),
     ];
     for want in want {
         let kind = want["kind"].as_str().expect("kind");
@@ -654,25 +821,71 @@ fn cert_manager_component_declares_the_registered_webhooks() {
             .find(|d| d["kind"] == kind)
             .unwrap_or_else(|| panic!("{kind} missing"));
         assert_eq!(got["metadata"]["name"], NAME);
-        assert_eq!(
-            got["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-            "kruntimes-system/kruntimes-scheduler"
-        );
-        let strip = |v: &Value| -> Vec<Value> {
-            v["webhooks"]
-                .as_array()
-                .expect("webhooks")
-                .iter()
-                .map(|w| {
-                    let mut w = w.clone();
-                    w["clientConfig"]
-                        .as_object_mut()
-                        .expect("clientConfig")
-                        .remove("caBundle");
-                    w
-                })
-                .collect()
-        };
-        assert_eq!(strip(got), strip(&want), "{kind} webhooks differ");
+        assert_eq!(got["metadata"]["labels"], want["metadata"]["labels"]);
+        assert_eq!(got["webhooks"], want["webhooks"], "{kind} webhooks differ");
     }
+}
+
+// === the Run webhook's match condition, by behaviour ===
+
+/// An admission review of a Run UPDATE from `old` to `new`.
+fn run_update(old: &Value, new: &Value) -> String {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r-1", "kind": {"group": "kruntimes.io", "version": "v1alpha1", "kind": "Run"},
+            "resource": {"group": "kruntimes.io", "version": "v1alpha1", "resource": "runs"},
+            "namespace": "ns", "name": "r", "operation": "UPDATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:namespace-controller"},
+            "object": new, "oldObject": old}})
+    .to_string()
+}
+
+/// Every UPDATE the condition skips (`spec` unchanged: finalizers removed,
+/// labels changed, the deletion timestamp set, status changed) is one the
+/// webhook would allow anyway, even for a Run whose requests are invalid
+/// (written while the webhook was down): skipping it loses no check and
+/// lets namespace deletion finish while the service is down. A spec change
+/// is still sent, and still checked.
+#[tokio::test]
+async fn updates_the_run_condition_skips_are_allowed_by_the_webhook() {
+    let app = crate::common::app("");
+    let base = json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+        "metadata": {"name": "r", "namespace": "ns", "uid": "u", "finalizers": ["kruntimes.io/cleanup"]},
+        "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1.5"}}}});
+    type Edit = (&'static str, fn(&mut Value));
+    let edits: [Edit; 4] = [
+        ("finalizer removed", |v| {
+            v["metadata"]["finalizers"] = json!([]);
+        }),
+        ("label added", |v| {
+            v["metadata"]["labels"] = json!({"team": "a"})
+        }),
+        ("deleted", |v| {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }),
+        ("status written", |v| {
+            v["status"] = json!({"phase": "Failed"})
+        }),
+    ];
+    for (what, edit) in edits {
+        let mut new = base.clone();
+        edit(&mut new);
+        assert_eq!(
+            new["spec"], base["spec"],
+            "{what}: a request the condition skips"
+        );
+        let r =
+            crate::common::post(&app, "/admission/validate/runs", &run_update(&base, &new)).await;
+        assert_eq!(r.status, 200, "{what}: {}", r.text);
+        assert_eq!(r.body["response"]["allowed"], true, "{what}: {}", r.text);
+    }
+    // A spec change is what the condition sends; it is checked.
+    let mut changed = base.clone();
+    changed["spec"]["resources"]["requests"]["runs"] = json!("2");
+    let r = crate::common::post(
+        &app,
+        "/admission/validate/runs",
+        &run_update(&base, &changed),
+    )
+    .await;
+    assert_eq!(r.body["response"]["allowed"], false, "{}", r.text);
 }

@@ -104,6 +104,8 @@ pub fn filter_gate(
     let offered: AllowedNodes = (!candidates.is_empty())
         .then(|| Arc::new(candidates.iter().map(|n| (*n).to_owned()).collect()));
     let this = Some((group, name, requests, &offered));
+    let any: AllowedNodes = None;
+    let anywhere = Some((group, name, requests, &any));
     let levels = match chain(snap, namespace, group) {
         Ok(levels) => levels,
         Err(rejection) => {
@@ -143,6 +145,21 @@ pub fn filter_gate(
         };
         match remaining_fit(snap, planner, &levels, &domain, this, now) {
             RemainingFit::Fits => return GroupVerdict { wide: None, domain },
+            // kube-scheduler sent a sample of the nodes (its
+            // percentageOfNodesToScore) that misses the group's domain:
+            // the group still fits there, only this pod cannot go there
+            // this cycle. Its offered nodes outside the domain fail (a
+            // later cycle offers others); the plan stays, so the room it
+            // holds is not handed to other groups, and nothing is noted.
+            RemainingFit::Short { .. }
+                if offered.is_some()
+                    && matches!(
+                        remaining_fit(snap, planner, &levels, &domain, anywhere, now),
+                        RemainingFit::Fits
+                    ) =>
+            {
+                return GroupVerdict { wide: None, domain };
+            }
             RemainingFit::Short { .. } if from_plan && !replanned => {
                 // Room was taken since the plan was made: plan again once.
                 planner.forget(levels.iter().map(|l| l.group.clone()));

@@ -1,6 +1,8 @@
 //! A test API server that speaks the Kubernetes HTTP protocol for what the
 //! scheduler uses, so the real `kube::Client`, watcher and lease code run:
-//! lists with resourceVersion, paged by `limit` and `continue`, watch
+//! lists with resourceVersion, paged by `limit` and `continue` (an opaque
+//! token with the list's resourceVersion, `remainingItemCount`, `410
+//! Expired` for a token older than the compacted history), watch
 //! streams with bookmarks, `410 Expired` for a compacted resourceVersion,
 //! label selectors (including objects leaving a selector), status merge
 //! patches with resourceVersion preconditions (`409 Conflict`),
@@ -14,6 +16,8 @@
 //! Run watch events, dropping every open watch, compacting history, lists
 //! and watches of chosen resources failing (500), and the Lease API failing.
 #![allow(dead_code)]
+
+pub mod paging;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -428,9 +432,12 @@ impl FakeApi {
         let _ = self.changed.send(g.rv);
     }
 
-    /// A list, paged as the API server pages it: at most `limit` items
-    /// (when given and positive), and a `continue` token naming the last
-    /// one returned while more follow.
+    /// A list, paged as the API server pages it (see [`paging`]): at most
+    /// `limit` items (when given and positive); while more follow, an
+    /// opaque `continue` token carrying the list's resourceVersion and the
+    /// last key returned, and `remainingItemCount` when no selector
+    /// filters; a continued page answers at the token's resourceVersion,
+    /// and a token older than the compacted history is `410 Expired`.
     fn list_response(&self, res: Res, params: &HashMap<String, String>) -> Response {
         use std::ops::Bound;
         let selector = params.get("labelSelector").map(String::as_str);
@@ -438,17 +445,25 @@ impl FakeApi {
             .get("limit")
             .and_then(|l| l.parse::<usize>().ok())
             .filter(|l| *l > 0);
-        let start = match params.get("continue").filter(|c| !c.is_empty()) {
-            Some(token) => match token.split_once('/') {
-                Some((ns, name)) => Bound::Excluded((res, ns.to_owned(), name.to_owned())),
+        let g = self.inner.lock();
+        let (list_rv, start) = match params.get("continue").filter(|c| !c.is_empty()) {
+            Some(token) => match paging::decode(token) {
+                Some((rv, _)) if rv < g.compacted => {
+                    return status(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent list result. \
+                         You can start a new list without the continue parameter.",
+                    );
+                }
+                Some((rv, (ns, name))) => (rv, Bound::Excluded((res, ns, name))),
                 None => return status(400, "BadRequest", "invalid continue token"),
             },
-            None => Bound::Included((res, String::new(), String::new())),
+            None => (g.rv, Bound::Included((res, String::new(), String::new()))),
         };
-        let g = self.inner.lock();
         let mut items: Vec<Value> = Vec::new();
         let mut last: Option<(&str, &str)> = None;
-        let mut more = false;
+        let mut remaining = 0usize;
         for ((r, ns, name), v) in g.objects.range((start, Bound::Unbounded)) {
             if *r != res {
                 break;
@@ -457,15 +472,21 @@ impl FakeApi {
                 continue;
             }
             if limit.is_some_and(|l| items.len() == l) {
-                more = true;
-                break;
+                remaining += 1;
+                continue;
             }
             items.push(v.clone());
             last = Some((ns, name));
         }
-        let mut meta = json!({"resourceVersion": g.rv.to_string()});
-        if more && let Some((ns, name)) = last {
-            meta["continue"] = json!(format!("{ns}/{name}"));
+        let mut meta = json!({"resourceVersion": list_rv.to_string()});
+        if remaining > 0
+            && let Some((ns, name)) = last
+        {
+            meta["continue"] = json!(paging::encode(list_rv, ns, name));
+            // The API server counts what is left only when nothing filters.
+            if selector.is_none() {
+                meta["remainingItemCount"] = json!(remaining);
+            }
         }
         let body = json!({"apiVersion": res.api_version(), "kind": format!("{}List", res.kind()),
             "metadata": meta, "items": items});

@@ -46,9 +46,23 @@ fn backoff(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CycleOutcome {
     Skipped,
-    Scheduled { pod: String },
-    Pending { reason: &'static str, written: bool },
-    Failed { written: bool },
+    Scheduled {
+        pod: String,
+    },
+    Pending {
+        reason: &'static str,
+        written: bool,
+    },
+    Failed {
+        written: bool,
+    },
+    Cancelled {
+        written: bool,
+    },
+    /// In a retry backoff; looked at again when it ends.
+    BackingOff {
+        until: Timestamp,
+    },
     Conflict,
     Gone,
     WriteFailed(String),
@@ -282,6 +296,36 @@ impl RunController {
                 }
                 CycleOutcome::Failed { written: write }
             }
+            Decision::Cancelled {
+                uid,
+                resource_version,
+                status,
+                write,
+            } => {
+                let rv = resource_version.as_deref();
+                if write {
+                    if let Err(e) = self.write(key, rv, &status).await {
+                        return self.failed_write(key, e);
+                    }
+                    tracing::info!(run = %key, "cancelled while pending");
+                    let message = status.message.as_deref().unwrap_or("");
+                    self.event(key, uid, EventKind::Normal, EventReason::Cancelled, message)
+                        .await;
+                }
+                CycleOutcome::Cancelled { written: write }
+            }
+            Decision::BackingOff { until } => {
+                // One timer at the end of the backoff, no polling before.
+                let delay = until
+                    .duration_since(Timestamp::now())
+                    .try_into()
+                    .unwrap_or(Duration::ZERO);
+                self.cache.queue().forget_delayed(key);
+                self.cache
+                    .queue()
+                    .add_after(key.clone(), delay.max(Duration::from_millis(1)));
+                CycleOutcome::BackingOff { until }
+            }
         };
         metrics.observe(Operation::ScheduleCycle, start);
         self.pending_backoff(key, &outcome);
@@ -301,7 +345,13 @@ impl RunController {
             // no backoff state is kept for it.
             CycleOutcome::Skipped | CycleOutcome::Gone => self.forget(key),
             CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
-            CycleOutcome::Scheduled { .. } | CycleOutcome::Failed { .. } => {
+            // Its own timer is set; the Pending re-check count starts over.
+            CycleOutcome::BackingOff { .. } => {
+                self.pending.lock().remove(key);
+            }
+            CycleOutcome::Scheduled { .. }
+            | CycleOutcome::Failed { .. }
+            | CycleOutcome::Cancelled { .. } => {
                 self.pending.lock().remove(key);
             }
         }

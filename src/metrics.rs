@@ -107,15 +107,18 @@ pub enum PendingState {
     RuntimePodUnavailable,
     /// Not decided yet (new, or its decision was not written yet).
     Queued,
+    /// Waiting out the backoff before its next attempt (`spec.retryPolicy`).
+    RetryBackoff,
 }
 
 impl PendingState {
-    pub const ALL: [PendingState; 5] = [
+    pub const ALL: [PendingState; 6] = [
         PendingState::NoRuntimePods,
         PendingState::InsufficientCapacity,
         PendingState::ResourceNotDeclared,
         PendingState::RuntimePodUnavailable,
         PendingState::Queued,
+        PendingState::RetryBackoff,
     ];
 }
 

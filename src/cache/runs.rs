@@ -10,6 +10,7 @@ use crate::model::runtime_pod::Freshness;
 use crate::runs::columns::Verdict;
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
+use crate::runs::retry;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
@@ -49,6 +50,15 @@ pub enum Decision {
         status: RunStatus,
         write: bool,
     },
+    /// Cancellation requested while Pending: mark it `Cancelled`.
+    Cancelled {
+        uid: String,
+        resource_version: Option<String>,
+        status: RunStatus,
+        write: bool,
+    },
+    /// In a retry backoff until `until`: look again then, nothing written.
+    BackingOff { until: Timestamp },
 }
 
 /// The unscheduled Runs, as `/metrics` reports them.
@@ -59,6 +69,10 @@ pub struct PendingRuns {
     pub by_reason: Vec<(Option<PendingReason>, usize)>,
     /// The `creationTimestamp` of the oldest one.
     pub oldest_created: Option<Timestamp>,
+    /// Those in a retry backoff (not counted in `by_reason`).
+    pub backing_off: usize,
+    /// The earliest end of a retry backoff.
+    pub next_retry: Option<Timestamp>,
 }
 
 /// A dry-run placement: every feasible pod best first, every rejected pod
@@ -115,17 +129,27 @@ impl PlanResult {
 impl RunCache {
     /// Unscheduled Runs by why they are pending: the reason of their
     /// `Scheduled` condition, `None` before their first decision (for
-    /// `kruntimes_runs_pending`), and the creation time of the oldest.
-    pub fn pending_runs(&self) -> PendingRuns {
+    /// `kruntimes_runs_pending`); those in a retry backoff at `now` apart,
+    /// with the earliest end of one; and the creation time of the oldest.
+    pub fn pending_runs(&self, now: Timestamp) -> PendingRuns {
         let st = self.state.read();
         let mut counts: Vec<(Option<PendingReason>, usize)> = Vec::new();
         let mut oldest: Option<Timestamp> = None;
+        let mut backing_off = 0;
+        let mut next_retry: Option<Timestamp> = None;
         for entry in st.namespaces.values().flat_map(|n| n.runs.values()) {
             if !entry.unscheduled() {
                 continue;
             }
             if let Some(c) = entry.created {
                 oldest = Some(oldest.map_or(c, |o| o.min(c)));
+            }
+            if let Some(at) = entry.retry_at.filter(|at| *at > now)
+                && !entry.cancel
+            {
+                backing_off += 1;
+                next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                continue;
             }
             let reason = status::shown_reason(&entry.status)
                 .and_then(|r| PendingReason::ALL.into_iter().find(|p| p.as_str() == r));
@@ -137,6 +161,8 @@ impl RunCache {
         PendingRuns {
             by_reason: counts,
             oldest_created: oldest,
+            backing_off,
+            next_retry,
         }
     }
 
@@ -213,6 +239,8 @@ impl RunCache {
             runtime: run.spec.runtime.clone(),
             deleting: run.metadata.deletion_timestamp.is_some(),
             requests: effective_requests(run.requests()),
+            cancel: run.spec.cancel_requested(),
+            retry_at: retry::retry_at(&run.spec, &status),
             status,
             counted,
         };
@@ -342,6 +370,16 @@ impl RunCache {
             return Decision::Skip;
         }
         let rv = entry.resource_version.clone();
+        if entry.cancel {
+            let status = status::cancelled(&entry.status, entry.generation, now);
+            let write = status::differs(&entry.status, &status);
+            return Decision::Cancelled {
+                uid: entry.uid.clone(),
+                resource_version: rv,
+                status,
+                write,
+            };
+        }
         let requests = match &entry.requests {
             Err(e) => {
                 let status = status::invalid(&entry.status, e, entry.generation, now);
@@ -355,6 +393,11 @@ impl RunCache {
             }
             Ok(r) => r,
         };
+        if let Some(until) = entry.retry_at
+            && now < until
+        {
+            return Decision::BackingOff { until };
+        }
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
         let window = Freshness::new(now, stale);
@@ -794,6 +837,7 @@ mod differential {
                 resources: Some(RunResources {
                     requests: Some(reqs),
                 }),
+                ..Default::default()
             },
         );
         r.metadata.namespace = Some("ns".into());

@@ -313,7 +313,9 @@ fn pending_reasons_and_write_only_on_change() {
     assert!(write);
     assert_eq!(
         status.message.as_deref(),
-        Some("no Runtime Pods of runtime \"py\" in this namespace")
+        Some(
+            "waiting for available runtime pods for runtime \"py\": no Runtime Pods of this runtime in this namespace"
+        )
     );
     // The written status comes back through the watch: same decision, no write.
     let mut r = mk_run("a", "py", &[]);
@@ -333,7 +335,9 @@ fn pending_reasons_and_write_only_on_change() {
     assert_eq!(status.conditions[0].reason, "ResourceNotDeclared");
     assert_eq!(
         status.message.as_deref(),
-        Some("0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared")
+        Some(
+            "waiting for available runtime pods for runtime \"py\": 0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared"
+        )
     );
 }
 
@@ -347,7 +351,13 @@ fn invalid_requests_fail_in_prefilter() {
     };
     assert!(write);
     assert_eq!(status.phase.as_deref(), Some("Failed"));
-    assert_eq!(status.reason.as_deref(), Some("InvalidResourceRequest"));
+    assert!(status.completion_time.is_some(), "completionTime set");
+    let completed = status.conditions.iter().find(|c| c.type_ == "Completed");
+    assert_eq!(
+        completed.map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "InvalidResources"))
+    );
+    assert!(status.conditions.iter().all(|c| c.type_ != "Scheduled"));
     assert!(
         status
             .message

@@ -173,8 +173,10 @@ pub enum EventReason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
-    /// `Warning`, on a Run: failed in pre-filter.
+    /// `Warning`, on a Run: failed in pre-filter (reason `InvalidResources`).
     InvalidResourceRequest,
+    /// `Normal`, on a Run: cancelled while Pending.
+    Cancelled,
     /// `Warning`, on a PodGroup or CompositePodGroup: `--gang-wait`
     /// expired before quorum.
     GangWaitExpired,
@@ -192,13 +194,14 @@ pub enum EventReason {
 }
 
 impl EventReason {
-    pub const ALL: [EventReason; 11] = [
+    pub const ALL: [EventReason; 12] = [
         EventReason::Scheduled,
         EventReason::NoRuntimePods,
         EventReason::InsufficientCapacity,
         EventReason::ResourceNotDeclared,
         EventReason::RuntimePodUnavailable,
         EventReason::InvalidResourceRequest,
+        EventReason::Cancelled,
         EventReason::GangWaitExpired,
         EventReason::BindingTimeout,
         EventReason::BindingFailed,
@@ -213,7 +216,8 @@ impl EventReason {
             EventReason::InsufficientCapacity => "InsufficientCapacity",
             EventReason::ResourceNotDeclared => "ResourceNotDeclared",
             EventReason::RuntimePodUnavailable => "RuntimePodUnavailable",
-            EventReason::InvalidResourceRequest => "InvalidResourceRequest",
+            EventReason::InvalidResourceRequest => "InvalidResources",
+            EventReason::Cancelled => "Cancelled",
             EventReason::GangWaitExpired => "GangWaitExpired",
             EventReason::BindingTimeout => "BindingTimeout",
             EventReason::BindingFailed => "BindingFailed",

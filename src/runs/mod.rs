@@ -4,4 +4,5 @@
 pub mod columns;
 pub mod placement;
 pub mod queue;
+pub mod retry;
 pub mod status;

@@ -238,16 +238,15 @@ impl RejectionCounts {
         }
     }
 
-    /// A bounded, name-free message: counts per reason, at most 256 chars.
+    /// A bounded, name-free message, at most 256 chars: upstream's wording
+    /// (`waiting for available runtime pods for runtime "X"`), then the
+    /// counts per reason.
     pub fn message(&self, runtime: &str) -> String {
-        let mut m = String::new();
+        let mut m = waiting_message(runtime);
         if self.total_pods == 0 {
-            let _ = write!(
-                m,
-                "no Runtime Pods of runtime {runtime:?} in this namespace"
-            );
+            m.push_str(": no Runtime Pods of this runtime in this namespace");
         } else {
-            let _ = write!(m, "0/{} Runtime Pods can take this Run:", self.total_pods);
+            let _ = write!(m, ": 0/{} Runtime Pods can take this Run:", self.total_pods);
             let mut first = true;
             for (n, reason) in [
                 (self.insufficient, PendingReason::InsufficientCapacity),
@@ -262,6 +261,13 @@ impl RejectionCounts {
         }
         truncate(m, MAX_MESSAGE)
     }
+}
+
+/// Upstream's Pending message (`waitingMessageForFilterRejections` without
+/// an affinity rejection). Runtime names are label values, so Go's `%q` and
+/// Rust's `{:?}` quote them alike.
+pub fn waiting_message(runtime: &str) -> String {
+    format!("waiting for available runtime pods for runtime {runtime:?}")
 }
 
 /// Upper bound of a Pending message; truncation on a char boundary.
@@ -413,7 +419,7 @@ mod tests {
         assert_eq!(c.pending_reason(), PendingReason::InsufficientCapacity);
         assert_eq!(
             c.message("python"),
-            "0/5 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 ResourceNotDeclared, 2 RuntimePodUnavailable"
+            "waiting for available runtime pods for runtime \"python\": 0/5 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 ResourceNotDeclared, 2 RuntimePodUnavailable"
         );
         let c = RejectionCounts {
             total_pods: 2,

@@ -110,6 +110,7 @@ impl RunCache {
         RunView,
         String,
         Result<crate::model::resources::Requests, String>,
+        Option<Timestamp>,
     )> {
         let st = self.state.read();
         let e = st.namespaces.get(namespace)?.runs.get(name)?;
@@ -123,6 +124,6 @@ impl RunCache {
             message: e.status.message.clone(),
         };
         let requests = e.requests.clone().map_err(|err| err.to_string());
-        Some((view, e.runtime.clone(), requests))
+        Some((view, e.runtime.clone(), requests, e.retry_at))
     }
 }

@@ -6,6 +6,7 @@ use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
 use crate::crd::Run;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::Score;
+use crate::runs::retry;
 use crate::transport::{ApiError, JsonBody, Params};
 use axum::Json;
 use axum::extract::State;
@@ -16,7 +17,7 @@ use serde_json::{Value, json};
 
 /// The plan response, serialized straight from the plan result (ratios are
 /// written with `collect_str`, no intermediate strings).
-struct PlanView(PlanResult);
+struct PlanView(PlanResult, Option<Timestamp>);
 
 impl Serialize for PlanView {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -56,11 +57,13 @@ impl Serialize for PlanView {
             }
         }
         let p = &self.0;
-        let mut m = serializer.serialize_map(Some(4))?;
+        let mut m = serializer.serialize_map(Some(5))?;
         m.serialize_entry("feasible", &Feasible(&p.feasible))?;
         m.serialize_entry("rejected", &Rejected(&p.rejected))?;
         m.serialize_entry("selected", &p.selected())?;
         m.serialize_entry("reason", &p.reason().map(|r| r.as_str()))?;
+        // In a retry backoff: placed no earlier than this (RFC 3339).
+        m.serialize_entry("backoffUntil", &self.1.as_ref().map(Collect))?;
         m.end()
     }
 }
@@ -115,14 +118,16 @@ pub(super) async fn plan(
         .unwrap_or("default");
     let requests =
         effective_requests(run.requests()).map_err(|e| ApiError::unprocessable(e.to_string()))?;
-    let result = s.cache.plan_top(
-        namespace,
-        &run.spec.runtime,
-        &requests,
-        Timestamp::now(),
-        limit,
-    );
-    let response = Json(PlanView(result)).into_response();
+    let now = Timestamp::now();
+    let backoff = run
+        .status
+        .as_ref()
+        .and_then(|st| retry::retry_at(&run.spec, st))
+        .filter(|at| *at > now);
+    let result = s
+        .cache
+        .plan_top(namespace, &run.spec.runtime, &requests, now, limit);
+    let response = Json(PlanView(result, backoff)).into_response();
     Ok(response)
 }
 
@@ -158,7 +163,7 @@ pub(super) async fn explain_run(
     }
     let (namespace, name) = crate::explain::object_params(&params)?;
     let limit = plan_limit(&params)?;
-    let Some((view, runtime, requests)) = s.cache.run_inputs(&namespace, &name) else {
+    let Some((view, runtime, requests, retry_at)) = s.cache.run_inputs(&namespace, &name) else {
         return Err(ApiError::not_found(format!(
             "Run {namespace}/{name} is not in the scheduler's cache"
         )));
@@ -166,11 +171,12 @@ pub(super) async fn explain_run(
     let requests = requests.map_err(|e| {
         ApiError::unprocessable(format!("Run {namespace}/{name} cannot be planned: {e}"))
     })?;
+    let now = Timestamp::now();
     let plan = s
         .cache
-        .plan_top(&namespace, &runtime, &requests, Timestamp::now(), limit);
+        .plan_top(&namespace, &runtime, &requests, now, limit);
     Ok(Json(RunPlan {
-        plan: PlanView(plan),
+        plan: PlanView(plan, retry_at.filter(|at| *at > now)),
         run: view,
         runtime,
     })

@@ -299,3 +299,39 @@ fn unknown_fields_are_dropped_at_every_level_but_preserved_ones_stay() {
     assert_eq!(run["status"]["conditions"][0]["reason"], "R");
     assert_eq!(run["status"]["endpoint"]["more"], 1, "preserved");
 }
+
+/// `POST /v1/runs/plan` and `explain run` say a Run is backing off and
+/// until when; a Run not backing off has `backoffUntil: null`.
+#[tokio::test]
+async fn plan_and_explain_show_the_retry_backoff() {
+    use crate::common::{app, get, post};
+    let app = app("state.yaml");
+    let until = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(3600))
+        .unwrap();
+    // Attempt 2, Running=False now, backoff 1h (capped at 60s).
+    let failed = kube_time(Timestamp::now());
+    let run = json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+        "metadata": {"name": "again", "namespace": "team-a"},
+        "spec": {"runtime": "py", "retryPolicy": {"backoff": "1h"}},
+        "status": {"phase": "Pending", "attempt": 2, "conditions": [
+            {"type": "Running", "status": "False", "reason": "RuntimeError", "message": "",
+             "lastTransitionTime": failed}]}});
+    let plan = post(&app, "/v1/runs/plan", &run.to_string()).await.body;
+    let shown: Timestamp = plan["backoffUntil"].as_str().unwrap().parse().unwrap();
+    assert!(shown < until, "capped at 60s: {shown}");
+    assert!(shown > Timestamp::now(), "{shown}");
+    post(&app, "/v1/objects", &run.to_string()).await;
+    app.controller.drain().await;
+    let explained = get(&app, "/v1/explain/run?namespace=team-a&name=again")
+        .await
+        .body;
+    assert_eq!(explained["backoffUntil"], plan["backoffUntil"]);
+    assert_eq!(explained["run"]["phase"], "Pending");
+    let text = kruntimes_scheduler::explain::cli::render_run(&explained);
+    assert!(text.contains("backing off"), "{text}");
+    let plain =
+        json!({"metadata": {"name": "x", "namespace": "team-a"}, "spec": {"runtime": "py"}});
+    let plan = post(&app, "/v1/runs/plan", &plain.to_string()).await.body;
+    assert_eq!(plan["backoffUntil"], Value::Null);
+}

@@ -671,3 +671,29 @@ fn released_or_timed_out_run_drops_its_assumed_reservation() {
         c.check_invariants().unwrap();
     }
 }
+
+/// Upstream compares a fractional capacity exactly: `gpu: 1500m` takes one
+/// Run of gpu 1, not two; `runs: 2500m` takes two Runs.
+#[test]
+fn fractional_capacity_admits_what_upstream_admits() {
+    let c = mk_cache();
+    c.apply_pod(
+        &mk_pod("rp-1", "py", &[("gpu", "1500m"), ("runs", "2500m")]),
+        now(),
+    );
+    c.apply_run(&mk_run("a", "py", &[("gpu", "1")]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+    c.apply_run(&mk_run("b", "py", &[("gpu", "1")]));
+    let Decision::Pending { reason, .. } = c.schedule_one(&key("b"), now()) else {
+        panic!("a second gpu of 1 does not fit 1.5")
+    };
+    assert_eq!(reason, PendingReason::InsufficientCapacity);
+    c.apply_run(&mk_run("r2", "py", &[]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("r2"), now())), "rp-1");
+    c.apply_run(&mk_run("r3", "py", &[]));
+    assert!(matches!(
+        c.schedule_one(&key("r3"), now()),
+        Decision::Pending { .. }
+    ));
+    assert_eq!(c.check_invariants(), Ok(()));
+}

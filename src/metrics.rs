@@ -105,6 +105,8 @@ pub enum PendingState {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
     /// Not decided yet (new, or its decision was not written yet).
     Queued,
     /// Waiting out the backoff before its next attempt (`spec.retryPolicy`).
@@ -112,11 +114,13 @@ pub enum PendingState {
 }
 
 impl PendingState {
-    pub const ALL: [PendingState; 6] = [
+    pub const ALL: [PendingState; 8] = [
         PendingState::NoRuntimePods,
         PendingState::InsufficientCapacity,
         PendingState::ResourceNotDeclared,
         PendingState::RuntimePodUnavailable,
+        PendingState::UnsatisfiedRunAffinity,
+        PendingState::UnsatisfiedRunAntiAffinity,
         PendingState::Queued,
         PendingState::RetryBackoff,
     ];
@@ -129,6 +133,10 @@ impl From<Option<PendingReason>> for PendingState {
             Some(PendingReason::InsufficientCapacity) => PendingState::InsufficientCapacity,
             Some(PendingReason::ResourceNotDeclared) => PendingState::ResourceNotDeclared,
             Some(PendingReason::RuntimePodUnavailable) => PendingState::RuntimePodUnavailable,
+            Some(PendingReason::UnsatisfiedRunAffinity) => PendingState::UnsatisfiedRunAffinity,
+            Some(PendingReason::UnsatisfiedRunAntiAffinity) => {
+                PendingState::UnsatisfiedRunAntiAffinity
+            }
             None => PendingState::Queued,
         }
     }
@@ -145,6 +153,8 @@ pub enum Reason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
 }
 
 impl From<PendingReason> for Reason {
@@ -154,6 +164,8 @@ impl From<PendingReason> for Reason {
             PendingReason::InsufficientCapacity => Reason::InsufficientCapacity,
             PendingReason::ResourceNotDeclared => Reason::ResourceNotDeclared,
             PendingReason::RuntimePodUnavailable => Reason::RuntimePodUnavailable,
+            PendingReason::UnsatisfiedRunAffinity => Reason::UnsatisfiedRunAffinity,
+            PendingReason::UnsatisfiedRunAntiAffinity => Reason::UnsatisfiedRunAntiAffinity,
         }
     }
 }

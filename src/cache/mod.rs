@@ -306,6 +306,10 @@ struct RunEntry {
     cancel: bool,
     /// End of the retry backoff it is in, if any.
     retry_at: Option<Timestamp>,
+    /// `metadata.labels`: what affinity selectors match.
+    labels: BTreeMap<String, String>,
+    /// `spec.affinity`, when it has any term.
+    affinity: Option<Box<crate::crd::RunAffinity>>,
 }
 
 impl RunEntry {

@@ -173,6 +173,8 @@ pub enum EventReason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
     /// `Warning`, on a Run: failed in pre-filter (reason `InvalidResources`).
     InvalidResourceRequest,
     /// `Normal`, on a Run: cancelled while Pending.
@@ -194,12 +196,14 @@ pub enum EventReason {
 }
 
 impl EventReason {
-    pub const ALL: [EventReason; 12] = [
+    pub const ALL: [EventReason; 14] = [
         EventReason::Scheduled,
         EventReason::NoRuntimePods,
         EventReason::InsufficientCapacity,
         EventReason::ResourceNotDeclared,
         EventReason::RuntimePodUnavailable,
+        EventReason::UnsatisfiedRunAffinity,
+        EventReason::UnsatisfiedRunAntiAffinity,
         EventReason::InvalidResourceRequest,
         EventReason::Cancelled,
         EventReason::GangWaitExpired,
@@ -216,6 +220,8 @@ impl EventReason {
             EventReason::InsufficientCapacity => "InsufficientCapacity",
             EventReason::ResourceNotDeclared => "ResourceNotDeclared",
             EventReason::RuntimePodUnavailable => "RuntimePodUnavailable",
+            EventReason::UnsatisfiedRunAffinity => "UnsatisfiedRunAffinity",
+            EventReason::UnsatisfiedRunAntiAffinity => "UnsatisfiedRunAntiAffinity",
             EventReason::InvalidResourceRequest => "InvalidResources",
             EventReason::Cancelled => "Cancelled",
             EventReason::GangWaitExpired => "GangWaitExpired",
@@ -241,6 +247,8 @@ impl From<crate::runs::placement::PendingReason> for EventReason {
             P::InsufficientCapacity => EventReason::InsufficientCapacity,
             P::ResourceNotDeclared => EventReason::ResourceNotDeclared,
             P::RuntimePodUnavailable => EventReason::RuntimePodUnavailable,
+            P::UnsatisfiedRunAffinity => EventReason::UnsatisfiedRunAffinity,
+            P::UnsatisfiedRunAntiAffinity => EventReason::UnsatisfiedRunAntiAffinity,
         }
     }
 }

@@ -163,6 +163,15 @@ pub fn invalid(
     )
 }
 
+/// A Run whose affinity cannot be compiled (an unparsable selector): as
+/// upstream, `phase=Failed` with the message and nothing else.
+pub fn selection_failed(old: &RunStatus, message: &str) -> RunStatus {
+    let mut s = old.clone();
+    s.phase = Some(phase::FAILED.to_owned());
+    s.message = Some(truncate(message.to_owned(), 1024));
+    s
+}
+
 /// A Pending Run whose cancellation was requested: `phase=Cancelled`,
 /// reason `Cancelled`, `cancelled by user`, `completionTime`.
 pub fn cancelled(old: &RunStatus, generation: Option<i64>, now: Timestamp) -> RunStatus {

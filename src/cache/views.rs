@@ -113,11 +113,7 @@ impl RunCache {
 
     /// What `GET /v1/explain/run` plans for a cached Run: its view, its
     /// Runtime and its effective requests (`Err`: why its spec is invalid).
-    pub fn run_inputs(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<RunInputs> {
+    pub fn run_inputs(&self, namespace: &str, name: &str) -> Option<RunInputs> {
         let st = self.state.read();
         let e = st.namespaces.get(namespace)?.runs.get(name)?;
         let view = RunView {

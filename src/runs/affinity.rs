@@ -426,3 +426,103 @@ pub fn violations(affinity: &RunAffinity) -> Vec<(String, String)> {
     out.extend(weights);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).into()).collect()),
+        }
+    }
+
+    /// `metav1.LabelSelectorAsSelector` semantics, as apimachinery's own
+    /// selector tests state them.
+    #[test]
+    fn selectors_match_as_apimachinery() {
+        let sel = |ml: &[(&str, &str)], me: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: (!ml.is_empty()).then(|| labels(ml)),
+            match_expressions: (!me.is_empty()).then_some(me),
+        };
+        let x = labels(&[("a", "1"), ("b", "2")]);
+        let none = labels(&[]);
+        for (s, on, want) in [
+            (sel(&[], vec![]), &x, true),
+            (sel(&[], vec![]), &none, true),
+            (sel(&[("a", "1")], vec![]), &x, true),
+            (sel(&[("a", "2")], vec![]), &x, false),
+            (sel(&[("a", "1"), ("c", "3")], vec![]), &x, false),
+            (sel(&[], vec![expr("a", "In", &["1", "9"])]), &x, true),
+            (sel(&[], vec![expr("a", "In", &["9"])]), &x, false),
+            (sel(&[], vec![expr("c", "In", &["9"])]), &x, false),
+            (sel(&[], vec![expr("a", "NotIn", &["9"])]), &x, true),
+            (sel(&[], vec![expr("a", "NotIn", &["1"])]), &x, false),
+            (sel(&[], vec![expr("c", "NotIn", &["1"])]), &x, true),
+            (sel(&[], vec![expr("a", "Exists", &[])]), &x, true),
+            (sel(&[], vec![expr("c", "Exists", &[])]), &x, false),
+            (sel(&[], vec![expr("c", "DoesNotExist", &[])]), &x, true),
+            (sel(&[], vec![expr("a", "DoesNotExist", &[])]), &x, false),
+            (sel(&[("b", "2")], vec![expr("a", "In", &["1"])]), &x, true),
+            (sel(&[("a", "")], vec![]), &labels(&[("a", "")]), true),
+        ] {
+            assert_eq!(
+                parse_selector(&s).unwrap().matches(on),
+                want,
+                "{s:?} on {on:?}"
+            );
+        }
+        for bad in [
+            sel(&[], vec![expr("a", "In", &[])]),
+            sel(&[], vec![expr("a", "NotIn", &[])]),
+            sel(&[], vec![expr("a", "Exists", &["1"])]),
+            sel(&[], vec![expr("a", "Gt", &["1"])]),
+            sel(&[], vec![expr("", "Exists", &[])]),
+            sel(&[("bad key", "1")], vec![]),
+            sel(&[("a", "bad value!")], vec![]),
+            sel(&[("-a", "1")], vec![]),
+            sel(&[("Example.com/a", "1")], vec![]),
+        ] {
+            assert!(parse_selector(&bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_selector(&sel(&[("example.com/a-b.c_d", "x.Y-z_1")], vec![])).is_ok());
+    }
+
+    /// Upstream `TestScoreAndRankPodsNormalizesAndBreaksTiesByPodName`:
+    /// raw preferred scores 1, 2, 2 normalize to 50, 100, 100; equal totals
+    /// go by name.
+    #[test]
+    fn normalization_and_name_tie_break() {
+        use crate::model::ratio::{Ratio, RatioSum};
+        let load = Score {
+            max: Ratio::new(1, 2),
+            sum: RatioSum::default(),
+        };
+        let mut a = Affinity::default();
+        for (w, pods) in [
+            (1, vec!["pod-a", "pod-b", "pod-c"]),
+            (1, vec!["pod-b", "pod-c"]),
+        ] {
+            a.preferred.push(Rule {
+                weight: w,
+                pods: pods.into_iter().map(str::to_owned).collect(),
+                seedable: false,
+            });
+        }
+        let (ranked, rejected) = rank(&a, ["pod-c", "pod-a", "pod-b"].map(|p| (p, load.clone())));
+        assert!(rejected.is_empty());
+        let got: Vec<(&str, i64)> = ranked.iter().map(|r| (r.pod, r.affinity)).collect();
+        assert_eq!(got, [("pod-b", 100), ("pod-c", 100), ("pod-a", 50)]);
+        assert!(ranked.iter().all(|r| r.least_loaded == MAX_SCORE));
+    }
+}

@@ -814,6 +814,13 @@ impl RunCache {
             .map(|a| a.pod.to_string())
     }
 
+    /// The runtime a Run names (for upstream's per-runtime metrics).
+    pub fn runtime_of(&self, key: &RunKey) -> Option<String> {
+        let st = self.state.read();
+        let e = st.namespaces.get(&key.namespace)?.runs.get(&key.name)?;
+        Some(e.runtime.clone())
+    }
+
     /// The stored status of a Run (for callers that re-check before writing).
     pub fn run_status(&self, key: &RunKey) -> Option<(Option<String>, RunStatus)> {
         let st = self.state.read();

@@ -356,3 +356,32 @@ async fn an_unparsable_selector_is_refused_and_fails_the_run_as_upstream() {
     );
     assert_eq!(st.get("assignedPod"), None);
 }
+
+/// The Run loop's metrics under upstream's names and label sets.
+#[tokio::test]
+async fn upstream_metric_names_and_labels() {
+    let app = cluster(&["pod-a", "pod-b"], &[build("build", "pod-a")]).await;
+    let mut pending = next(
+        json!({}),
+        json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "nope")]}}),
+    );
+    pending["metadata"]["name"] = json!("waits");
+    post(&app, "/v1/objects", &pending.to_string()).await;
+    let placed = next(json!({}), json!({}));
+    post(&app, "/v1/objects", &placed.to_string()).await;
+    app.controller.drain().await;
+    let text = get(&app, "/metrics").await.text;
+    for want in [
+        "kruntimes_scheduler_sync_total{runtime=\"py\",result=\"scheduled\"} 1",
+        // The Pending one is looked at again (re-checks count, as upstream's
+        // requeues do).
+        "kruntimes_scheduler_sync_total{runtime=\"py\",result=\"no_pods\"} ",
+        "kruntimes_scheduler_no_pods_total{runtime=\"py\"} ",
+        "kruntimes_scheduler_filter_rejections_total{plugin=\"RunAffinity\",reason=\"UnsatisfiedRunAffinity\"} ",
+        "kruntimes_scheduler_sync_duration_seconds_count{runtime=\"py\"} ",
+        "kruntimes_scheduler_run_queue_duration_seconds_count{runtime=\"py\"}",
+        "kruntimes_scheduler_reservation_conflicts_total{stage=\"bind\"} 0",
+    ] {
+        assert!(text.contains(want), "missing {want}:\n{text}");
+    }
+}

@@ -6,7 +6,9 @@ use crate::cache::{Decision, RunCache};
 use crate::cluster::{ClusterWriter, EventKind, EventReason, ObjectRef, WriteError};
 use crate::crd::RunStatus;
 use crate::health::{self, AbortOnDrop, Exit};
-use crate::metrics::{Operation, Task, WriteResult};
+use crate::metrics::{
+    Operation, RuntimeLabels, StageLabels, SyncLabels, Task, WriteResult, sync_result,
+};
 use crate::model::refs::RunRef;
 use crate::runs::queue::{RunKey, WorkQueue};
 use k8s_openapi::jiff::Timestamp;
@@ -42,13 +44,36 @@ fn backoff(
     base.saturating_mul(1u32 << (n - 1).min(16)).min(max)
 }
 
+/// Whether a Failed status is upstream's selection failure (an affinity
+/// that cannot be compiled), not an invalid request.
+fn is_selection_error(status: &RunStatus) -> bool {
+    status
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with("pod selection failed:"))
+}
+
 /// What one cycle did, for tests and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CycleOutcome {
     Skipped,
-    Scheduled { pod: String },
-    Pending { reason: &'static str, written: bool },
-    Failed { written: bool },
+    Scheduled {
+        pod: String,
+    },
+    Pending {
+        reason: &'static str,
+        written: bool,
+    },
+    Failed {
+        written: bool,
+    },
+    Cancelled {
+        written: bool,
+    },
+    /// In a retry backoff; looked at again when it ends.
+    BackingOff {
+        until: Timestamp,
+    },
     Conflict,
     Gone,
     WriteFailed(String),
@@ -212,7 +237,32 @@ impl RunController {
     pub async fn cycle(&self, key: &RunKey) -> CycleOutcome {
         let start = Instant::now();
         let metrics = Arc::clone(self.cache.metrics());
-        let outcome = match self.cache.schedule_one(key, Timestamp::now()) {
+        let runtime = self.cache.runtime_of(key).unwrap_or_default();
+        let upstream = &metrics.upstream;
+        let sync = |result: &'static str| {
+            upstream
+                .sync_total
+                .get_or_create(&SyncLabels {
+                    runtime: runtime.clone(),
+                    result,
+                })
+                .inc();
+        };
+        let no_pods = || {
+            upstream
+                .no_pods_total
+                .get_or_create(&RuntimeLabels {
+                    runtime: runtime.clone(),
+                })
+                .inc();
+        };
+        let decision = self.cache.schedule_one(key, Timestamp::now());
+        // Upstream times a sync from after its cancel and request checks.
+        let timed = matches!(
+            &decision,
+            Decision::Reserved { .. } | Decision::Pending { .. } | Decision::BackingOff { .. }
+        ) || matches!(&decision, Decision::Invalid { status, .. } if is_selection_error(status));
+        let outcome = match decision {
             Decision::Skip => CycleOutcome::Skipped,
             Decision::Reserved {
                 uid,
@@ -235,9 +285,18 @@ impl RunController {
                 match written {
                     Ok(()) => {
                         metrics.runs_scheduled.inc();
+                        sync(sync_result::SCHEDULED);
                         if let Some(created) = created {
                             let waited = Timestamp::now().duration_since(created);
                             metrics.run_scheduled_after(waited.as_secs_f64());
+                            if !waited.is_negative() {
+                                upstream
+                                    .run_queue_duration
+                                    .get_or_create(&RuntimeLabels {
+                                        runtime: runtime.clone(),
+                                    })
+                                    .observe(waited.as_secs_f64());
+                            }
                         }
                         tracing::debug!(run = %key, %pod, "scheduled");
                         let message = status.message.as_deref().unwrap_or("");
@@ -256,6 +315,7 @@ impl RunController {
                 write,
             } => {
                 let rv = resource_version.as_deref();
+                no_pods();
                 if write
                     && let Err(e) = self
                         .write_with_event(key, uid, rv, &status, reason.into())
@@ -263,6 +323,7 @@ impl RunController {
                 {
                     return self.failed_write(key, e);
                 }
+                sync(sync_result::NO_PODS);
                 CycleOutcome::Pending {
                     reason: reason.as_str(),
                     written: write,
@@ -276,14 +337,59 @@ impl RunController {
             } => {
                 let rv = resource_version.as_deref();
                 let reason = EventReason::InvalidResourceRequest;
+                let selection = is_selection_error(&status);
+                if selection {
+                    no_pods();
+                }
                 if write && let Err(e) = self.write_with_event(key, uid, rv, &status, reason).await
                 {
                     return self.failed_write(key, e);
                 }
+                if selection {
+                    sync(sync_result::SELECTION_ERROR);
+                }
                 CycleOutcome::Failed { written: write }
+            }
+            Decision::Cancelled {
+                uid,
+                resource_version,
+                status,
+                write,
+            } => {
+                let rv = resource_version.as_deref();
+                if write {
+                    if let Err(e) = self.write(key, rv, &status).await {
+                        return self.failed_write(key, e);
+                    }
+                    tracing::info!(run = %key, "cancelled while pending");
+                    let message = status.message.as_deref().unwrap_or("");
+                    self.event(key, uid, EventKind::Normal, EventReason::Cancelled, message)
+                        .await;
+                }
+                CycleOutcome::Cancelled { written: write }
+            }
+            Decision::BackingOff { until } => {
+                // One timer at the end of the backoff, no polling before.
+                let delay = until
+                    .duration_since(Timestamp::now())
+                    .try_into()
+                    .unwrap_or(Duration::ZERO);
+                self.cache.queue().forget_delayed(key);
+                self.cache
+                    .queue()
+                    .add_after(key.clone(), delay.max(Duration::from_millis(1)));
+                CycleOutcome::BackingOff { until }
             }
         };
         metrics.observe(Operation::ScheduleCycle, start);
+        if timed {
+            upstream
+                .sync_duration
+                .get_or_create(&RuntimeLabels {
+                    runtime: runtime.clone(),
+                })
+                .observe(start.elapsed().as_secs_f64());
+        }
         self.pending_backoff(key, &outcome);
         outcome
     }
@@ -301,7 +407,13 @@ impl RunController {
             // no backoff state is kept for it.
             CycleOutcome::Skipped | CycleOutcome::Gone => self.forget(key),
             CycleOutcome::Conflict | CycleOutcome::WriteFailed(_) => {}
-            CycleOutcome::Scheduled { .. } | CycleOutcome::Failed { .. } => {
+            // Its own timer is set; the Pending re-check count starts over.
+            CycleOutcome::BackingOff { .. } => {
+                self.pending.lock().remove(key);
+            }
+            CycleOutcome::Scheduled { .. }
+            | CycleOutcome::Failed { .. }
+            | CycleOutcome::Cancelled { .. } => {
                 self.pending.lock().remove(key);
             }
         }
@@ -320,6 +432,11 @@ impl RunController {
             WriteError::Conflict => {
                 metrics.write(WriteResult::Conflict);
                 metrics.reservation_conflicts.inc();
+                metrics
+                    .upstream
+                    .reservation_conflicts
+                    .get_or_create(&StageLabels { stage: "bind" })
+                    .inc();
                 retry(self);
                 CycleOutcome::Conflict
             }

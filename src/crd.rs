@@ -1,21 +1,45 @@
 //! The kruntimes custom resources, `kruntimes.io/v1alpha1` `Run` and `Runtime`.
 //!
-//! Field names follow the kruntimes API. Only the fields the scheduler reads
-//! or writes are typed; unknown fields are ignored on read (the standalone
-//! store keeps objects verbatim, so nothing is lost there).
+//! `RunSpec` and `RunStatus` mirror upstream kruntimes' `api/v1alpha1`
+//! (`run_types.go`) field for field, with the same JSON names. The fields
+//! the scheduler reads are typed (`runtime`, `resources`, `affinity`,
+//! `retryPolicy`, `termination`); the ones it only carries (`source`,
+//! `mode`, `env`, ...) are kept as JSON objects. The status has exactly
+//! upstream's fields: a structural CRD prunes anything else, so the
+//! scheduler never writes a field outside them (there is no `status.reason`).
 //!
-//! kruntimes owns these CRDs. The schema generated here (shipped only as
-//! the opt-in `manifests/components/crds` for clusters without kruntimes)
-//! marks `spec` and `status` `x-kubernetes-preserve-unknown-fields`, so the
-//! API server never prunes the fields kruntimes stores that this crate does
-//! not model (commands, env, timeout, repo, mode, ...).
+//! kruntimes owns these CRDs. The schema generated here is shipped only as
+//! the opt-in `manifests/components/crds` for clusters without kruntimes.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// Schema of a field the scheduler carries but does not interpret: any
+/// object, kept whole.
+fn preserved_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// Schema of a list of such objects.
+fn preserved_objects(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+    })
+}
+
+/// Schema of a duration string (`metav1.Duration`).
+fn duration_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string"})
+}
 
 /// A short task that kruntimes executes on a warm Runtime Pod.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -31,15 +55,123 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.assignedPod"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct RunSpec {
     /// Name of the Runtime whose pods may execute this Run; Runtime Pods carry
     /// it in the runtime label (`--runtime-label-key`).
     pub runtime: String,
+    /// Where the code comes from (upstream `CodeSource`; carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object")]
+    pub source: Option<Value>,
+    /// Execution mode (upstream `RunMode`; carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object")]
+    pub mode: Option<Value>,
+    /// Artifacts materialized before execution (carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_objects")]
+    pub artifact_inputs: Option<Vec<Value>>,
+    /// A namespace-local PersistentWorkspace (carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object")]
+    pub workspace: Option<Value>,
+    /// Placement relative to other active Runs of the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<RunAffinity>,
     /// Logical resources this Run needs while active. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<RunResources>,
+    /// Environment variables (carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_objects")]
+    pub env: Option<Vec<Value>>,
+    /// Longest run time, a duration string (carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_string")]
+    pub timeout: Option<String>,
+    /// A one-way termination request; `mode: Immediate` cancels a Pending Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<RunTermination>,
+    /// The retry strategy; its backoff delays a retried attempt's placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_policy: Option<RetryPolicy>,
+    /// Lifetime of a finished Run in seconds (carried, not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// The earlier upstream API's cancellation flag, still honoured like
+    /// `termination.mode: Immediate`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_requested: bool,
 }
+
+/// `spec.termination` of a Run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTermination {
+    /// `Immediate` (any Run) or `Drain` (Session Runs).
+    pub mode: String,
+}
+
+/// `spec.retryPolicy` of a Run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Attempts including the first (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    /// First backoff, a duration string (default 1s); doubles per retry,
+    /// capped at 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "duration_string")]
+    pub backoff: Option<String>,
+    /// Failure reasons eligible for retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable_reasons: Option<Vec<String>>,
+}
+
+/// `spec.affinity` of a Run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAffinity {
+    /// Share a Runtime Pod with matching active Runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_affinity: Option<RunAffinityRules>,
+    /// Avoid a Runtime Pod with matching active Runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_anti_affinity: Option<RunAffinityRules>,
+}
+
+/// Required and preferred Run affinity terms.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAffinityRules {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_during_scheduling_ignored_during_execution: Vec<RunAffinityTerm>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_during_scheduling_ignored_during_execution: Vec<WeightedRunAffinityTerm>,
+}
+
+/// A preferred term and its weight (1–100).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightedRunAffinityTerm {
+    pub weight: i32,
+    pub run_affinity_term: RunAffinityTerm,
+}
+
+/// Active namespace-local Runs selected by labels, for one topology.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAffinityTerm {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Only `kruntimes.io/runtime-pod` is supported.
+    #[serde(default)]
+    pub topology_key: String,
+}
+
+/// The one supported affinity topology: the Runtime Pod itself.
+pub const TOPOLOGY_RUNTIME_POD: &str = "kruntimes.io/runtime-pod";
 
 /// `spec.resources` of a Run: requests only, there are no limits.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -50,13 +182,13 @@ pub struct RunResources {
     pub requests: Option<BTreeMap<String, Quantity>>,
 }
 
-/// Observed state of a Run. The scheduler writes `phase` (`Scheduled`,
-/// `Pending`, `Failed`), the assignment, `reason`, `message` and the
-/// `Scheduled` condition; runtimed moves it on to `Running`, `Ready`,
+/// Observed state of a Run: upstream's `RunStatus`, field for field. The
+/// scheduler writes `phase` (`Scheduled`, `Pending`, `Failed`,
+/// `Cancelled`), the assignment, `message`, `completionTime` of a Run it
+/// ends, and conditions; runtimed moves it on to `Running`, `Ready`,
 /// `Succeeded` or `Failed`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -68,10 +200,27 @@ pub struct RunStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub assigned_pod_uid: Option<String>,
+    /// Gateway endpoint of a ready function or session Run (carried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    #[schemars(schema_with = "preserved_object")]
+    pub endpoint: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_objects")]
+    pub artifact_refs: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object")]
+    pub artifact_store: Option<Value>,
+    /// The current execution attempt (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -100,6 +249,19 @@ impl RunStatus {
         phase::is_active(self.phase.as_deref())
             && self.assigned_pod.as_deref().is_some_and(|p| !p.is_empty())
             && !self.is_released(released_condition)
+    }
+}
+
+impl RunSpec {
+    /// Whether cancellation was requested: `termination.mode: Immediate`
+    /// (upstream's `HasImmediateTermination`) or the earlier
+    /// `cancelRequested`.
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel_requested
+            || self
+                .termination
+                .as_ref()
+                .is_some_and(|t| t.mode == "Immediate")
     }
 }
 

@@ -105,17 +105,24 @@ pub enum PendingState {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
     /// Not decided yet (new, or its decision was not written yet).
     Queued,
+    /// Waiting out the backoff before its next attempt (`spec.retryPolicy`).
+    RetryBackoff,
 }
 
 impl PendingState {
-    pub const ALL: [PendingState; 5] = [
+    pub const ALL: [PendingState; 8] = [
         PendingState::NoRuntimePods,
         PendingState::InsufficientCapacity,
         PendingState::ResourceNotDeclared,
         PendingState::RuntimePodUnavailable,
+        PendingState::UnsatisfiedRunAffinity,
+        PendingState::UnsatisfiedRunAntiAffinity,
         PendingState::Queued,
+        PendingState::RetryBackoff,
     ];
 }
 
@@ -126,6 +133,10 @@ impl From<Option<PendingReason>> for PendingState {
             Some(PendingReason::InsufficientCapacity) => PendingState::InsufficientCapacity,
             Some(PendingReason::ResourceNotDeclared) => PendingState::ResourceNotDeclared,
             Some(PendingReason::RuntimePodUnavailable) => PendingState::RuntimePodUnavailable,
+            Some(PendingReason::UnsatisfiedRunAffinity) => PendingState::UnsatisfiedRunAffinity,
+            Some(PendingReason::UnsatisfiedRunAntiAffinity) => {
+                PendingState::UnsatisfiedRunAntiAffinity
+            }
             None => PendingState::Queued,
         }
     }
@@ -142,6 +153,8 @@ pub enum Reason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
 }
 
 impl From<PendingReason> for Reason {
@@ -151,6 +164,8 @@ impl From<PendingReason> for Reason {
             PendingReason::InsufficientCapacity => Reason::InsufficientCapacity,
             PendingReason::ResourceNotDeclared => Reason::ResourceNotDeclared,
             PendingReason::RuntimePodUnavailable => Reason::RuntimePodUnavailable,
+            PendingReason::UnsatisfiedRunAffinity => Reason::UnsatisfiedRunAffinity,
+            PendingReason::UnsatisfiedRunAntiAffinity => Reason::UnsatisfiedRunAntiAffinity,
         }
     }
 }
@@ -394,9 +409,132 @@ pub struct StateSample {
     pub gang_groups_waiting: usize,
 }
 
+/// `result` of upstream's `kruntimes_scheduler_sync_total`.
+pub mod sync_result {
+    pub const SCHEDULED: &str = "scheduled";
+    pub const NO_PODS: &str = "no_pods";
+    pub const SELECTION_ERROR: &str = "selection_error";
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuntimeLabels {
+    pub runtime: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SyncLabels {
+    pub runtime: String,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub stage: &'static str,
+}
+
+/// The Run loop's metrics under upstream kruntimes' scheduler names and
+/// label sets (`internal/scheduler/metrics.go`), so its dashboards keep
+/// working: `kruntimes_scheduler_*`. Their `runtime` label is a Runtime
+/// name, bounded by the Runtimes that exist, as upstream labels it.
+#[derive(Debug)]
+pub struct UpstreamMetrics {
+    pub sync_total: Family<SyncLabels, Counter>,
+    pub sync_duration: Family<RuntimeLabels, Histogram, fn() -> Histogram>,
+    pub no_pods_total: Family<RuntimeLabels, Counter>,
+    pub run_queue_duration: Family<RuntimeLabels, Histogram, fn() -> Histogram>,
+    pub filter_rejections: Family<PluginLabels, Counter>,
+    pub reservation_conflicts: Family<StageLabels, Counter>,
+}
+
+/// Prometheus' `DefBuckets`, which upstream's histograms use.
+fn default_buckets() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+impl UpstreamMetrics {
+    fn new() -> Self {
+        UpstreamMetrics {
+            sync_total: Family::default(),
+            sync_duration: Family::new_with_constructor(default_buckets),
+            no_pods_total: Family::default(),
+            run_queue_duration: Family::new_with_constructor(default_buckets),
+            filter_rejections: Family::default(),
+            reservation_conflicts: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("scheduler");
+        r.register(
+            "sync",
+            "Total number of tasks processed by the scheduler",
+            self.sync_total.clone(),
+        );
+        r.register(
+            "sync_duration_seconds",
+            "Latency of run scheduling",
+            self.sync_duration.clone(),
+        );
+        r.register(
+            "no_pods",
+            "Total number of tasks that could not find a matching runtime pod",
+            self.no_pods_total.clone(),
+        );
+        r.register(
+            "run_queue_duration_seconds",
+            "Time from Run creation until scheduler assignment",
+            self.run_queue_duration.clone(),
+        );
+        r.register(
+            "filter_rejections",
+            "Total Runtime Pod evaluations rejected by scheduler Filter plugins",
+            self.filter_rejections.clone(),
+        );
+        r.register(
+            "reservation_conflicts",
+            "Total scheduler reservation conflicts",
+            self.reservation_conflicts.clone(),
+        );
+    }
+
+    /// Counts rejections of a filter plugin (upstream's plugin names:
+    /// `RuntimePodAvailability`, `RunAffinity`).
+    pub fn rejected(&self, reason: PendingReason, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let plugin = match reason {
+            PendingReason::UnsatisfiedRunAffinity | PendingReason::UnsatisfiedRunAntiAffinity => {
+                "RunAffinity"
+            }
+            _ => "RuntimePodAvailability",
+        };
+        // Every capacity or readiness rejection is upstream's
+        // RuntimePodUnavailable; the affinity reasons are its own.
+        let reason = match reason {
+            PendingReason::UnsatisfiedRunAffinity => "UnsatisfiedRunAffinity",
+            PendingReason::UnsatisfiedRunAntiAffinity => "UnsatisfiedRunAntiAffinity",
+            _ => "RuntimePodUnavailable",
+        };
+        self.filter_rejections
+            .get_or_create(&PluginLabels { plugin, reason })
+            .inc_by(n as u64);
+    }
+}
+
 /// All metrics of the process.
 #[derive(Debug)]
 pub struct Metrics {
+    /// The Run loop's metrics under upstream's names.
+    pub upstream: UpstreamMetrics,
     /// The root registry: `process_*` unprefixed, everything else under
     /// `kruntimes_`.
     pub registry: Registry,
@@ -614,7 +752,15 @@ impl Default for Metrics {
         for cause in BindFailureCause::ALL {
             let _ = bind_failures.get_or_create(&BindFailureLabels { cause });
         }
+        let upstream = UpstreamMetrics::new();
+        upstream.register(registry);
+        for stage in ["reserve", "bind"] {
+            let _ = upstream
+                .reservation_conflicts
+                .get_or_create(&StageLabels { stage });
+        }
         Metrics {
+            upstream,
             registry: root,
             extender_seconds,
             admission_seconds,
@@ -797,6 +943,7 @@ impl Metrics {
     }
 
     pub fn rejections(&self, reason: PendingReason, n: usize) {
+        self.upstream.rejected(reason, n);
         if n > 0 {
             self.filter_rejections
                 .get_or_create(&ReasonLabels {

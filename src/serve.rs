@@ -85,6 +85,10 @@ impl Components {
 }
 
 /// Flags of `serve`.
+/// The Lease upstream kruntimes' scheduler elects its leader with
+/// (`cmd/scheduler/main.go`, controller-runtime `LeaderElectionID`).
+pub const UPSTREAM_SCHEDULER_LEASE: &str = "kruntimes-scheduler.kruntimes.com";
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// Address of the main listener: the Run API, the admission webhooks
@@ -175,14 +179,17 @@ pub struct ServeArgs {
     #[arg(long, env = "KRS_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: Option<bool>,
     /// Namespace of the leader-election Lease (default: the pod's own
-    /// namespace from POD_NAMESPACE, else `kruntimes-system`).
+    /// namespace from POD_NAMESPACE, else `kruntimes-system`). Set it to
+    /// the namespace upstream's scheduler runs in when that differs.
     #[arg(long, env = "KRS_LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
-    /// Name of the leader-election Lease.
+    /// Name of the leader-election Lease. The default is the Lease upstream
+    /// kruntimes' own scheduler holds (its `LeaderElectionID`), so the two
+    /// never place Runs at the same time during a switch-over.
     #[arg(
         long,
         env = "KRS_LEADER_ELECT_LEASE",
-        default_value = "kruntimes-scheduler"
+        default_value = UPSTREAM_SCHEDULER_LEASE
     )]
     pub leader_elect_lease: String,
     /// How long the Lease is valid without renewal (a standby takes over

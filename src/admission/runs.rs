@@ -102,14 +102,37 @@ pub fn validate_run(req: &Request) -> AdmissionResponse {
             return review::bad_request(req, format!("oldObject: {}", v.message));
         }
     };
-    let violations = run_violations(
+    let mut violations = run_violations(
         new_requests.as_ref(),
         old_requests.as_ref().map(Option::as_ref),
     );
+    violations.extend(affinity_violations(&new.data));
     if violations.is_empty() {
         review::allow(req)
     } else {
         review::deny(req, &what, violations)
+    }
+}
+
+/// `spec.affinity`: its shape, every term's topology key, selector and
+/// weight, with the field named (the scheduler's own parser, so a Run
+/// admitted here never fails placement for its selector).
+pub fn affinity_violations(data: &Value) -> Vec<Violation> {
+    let Some(raw) = data.pointer("/spec/affinity").filter(|v| !v.is_null()) else {
+        return Vec::new();
+    };
+    match serde_json::from_value::<crate::crd::RunAffinity>(raw.clone()) {
+        Err(e) => vec![Violation::invalid(
+            "spec.affinity",
+            format!("spec.affinity: Invalid value: {e}"),
+        )],
+        Ok(a) => crate::runs::affinity::violations(&a)
+            .into_iter()
+            .map(|(field, msg)| {
+                let line = format!("{field}: {msg}");
+                Violation::invalid(field, line)
+            })
+            .collect(),
     }
 }
 

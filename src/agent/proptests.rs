@@ -99,7 +99,7 @@ fn mk_run(i: usize, t: &Truth) -> Run {
         &format!("r{i}"),
         RunSpec {
             runtime: "python".into(),
-            resources: None,
+            ..Default::default()
         },
     );
     r.metadata.namespace = Some("default".into());

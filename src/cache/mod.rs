@@ -301,17 +301,25 @@ struct RunEntry {
     requests: Result<Requests, RequestError>,
     /// The pod and amounts this Run adds to `actual`, while active.
     counted: Option<(Arc<str>, ResourceVec)>,
+    /// Cancellation requested (`spec.termination.mode: Immediate` or
+    /// `spec.cancelRequested`).
+    cancel: bool,
+    /// End of the retry backoff it is in, if any.
+    retry_at: Option<Timestamp>,
+    /// `metadata.labels`: what affinity selectors match.
+    labels: BTreeMap<String, String>,
+    /// `spec.affinity`, when it has any term.
+    affinity: Option<Box<crate::crd::RunAffinity>>,
 }
 
 impl RunEntry {
+    /// Waiting for placement: not being deleted, phase unset or `Pending`,
+    /// a runtime named. A stale `status.assignedPod` does not matter, as
+    /// upstream ignores it.
     fn unscheduled(&self) -> bool {
         !self.deleting
             && phase::is_unscheduled(self.status.phase.as_deref())
-            && self
-                .status
-                .assigned_pod
-                .as_deref()
-                .is_none_or(str::is_empty)
+            && !self.runtime.is_empty()
     }
 }
 

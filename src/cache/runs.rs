@@ -7,11 +7,14 @@ use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
 use crate::model::runtime_pod::Freshness;
+use crate::runs::affinity::{self, Affinity};
 use crate::runs::columns::Verdict;
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
+use crate::runs::retry;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Entries of each list `POST /v1/runs/plan` returns unless the request
@@ -49,6 +52,15 @@ pub enum Decision {
         status: RunStatus,
         write: bool,
     },
+    /// Cancellation requested while Pending: mark it `Cancelled`.
+    Cancelled {
+        uid: String,
+        resource_version: Option<String>,
+        status: RunStatus,
+        write: bool,
+    },
+    /// In a retry backoff until `until`: look again then, nothing written.
+    BackingOff { until: Timestamp },
 }
 
 /// The unscheduled Runs, as `/metrics` reports them.
@@ -59,6 +71,10 @@ pub struct PendingRuns {
     pub by_reason: Vec<(Option<PendingReason>, usize)>,
     /// The `creationTimestamp` of the oldest one.
     pub oldest_created: Option<Timestamp>,
+    /// Those in a retry backoff (not counted in `by_reason`).
+    pub backing_off: usize,
+    /// The earliest end of a retry backoff.
+    pub next_retry: Option<Timestamp>,
 }
 
 /// A dry-run placement: every feasible pod best first, every rejected pod
@@ -68,6 +84,94 @@ pub struct PlanResult {
     pub feasible: Vec<(String, Score)>,
     pub rejected: Vec<(String, String)>,
     pub counts: RejectionCounts,
+    /// Each feasible pod's preferred-affinity score (0..100), in the order
+    /// of `feasible`; empty for a Run without affinity (all 0).
+    pub affinity_scores: Vec<i64>,
+}
+
+/// Whether a Run's affinity has any term at all.
+pub fn has_terms(a: &crate::crd::RunAffinity) -> bool {
+    [a.run_affinity.as_ref(), a.run_anti_affinity.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            !r.required_during_scheduling_ignored_during_execution
+                .is_empty()
+                || !r
+                    .preferred_during_scheduling_ignored_during_execution
+                    .is_empty()
+        })
+}
+
+/// The affinity targets of a namespace: `(pod, labels)` of every Run active
+/// on a pod (Scheduled, Running or Ready with an `assignedPod`, as
+/// upstream's `isActiveAffinityTarget`) and of every assumed Run.
+fn affinity_targets(nss: &NsState) -> Vec<(&str, &BTreeMap<String, String>)> {
+    let mut out: Vec<(&str, &BTreeMap<String, String>)> = nss
+        .runs
+        .values()
+        .filter(|e| phase::is_active(e.status.phase.as_deref()))
+        .filter_map(|e| {
+            let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
+            Some((pod, &e.labels))
+        })
+        .collect();
+    for a in nss.assumed.values() {
+        if let Some(e) = nss.runs.get(&a.run) {
+            out.push((&*a.pod, &e.labels));
+        }
+    }
+    out
+}
+
+/// Upstream's message for a Run whose affinity cannot be compiled.
+fn selection_failed(e: String) -> String {
+    format!("pod selection failed: pre-filter run affinity: {e}")
+}
+
+/// `"<Reason>: <detail>"` of a pod the affinity rejected.
+fn describe_affinity(reason: &str) -> String {
+    let detail = if reason == affinity::UNSATISFIED_AFFINITY {
+        "no Run of the required cohort is on this pod"
+    } else {
+        "a Run the anti-affinity excludes is on this pod"
+    };
+    format!("{reason}: {detail}")
+}
+
+/// Re-ranks a full plan (every pod listed) with the Run's affinity, then
+/// cuts the lists to `limit` (0: all).
+fn ranked_plan(full: PlanResult, aff: &Affinity, limit: usize) -> PlanResult {
+    let PlanResult {
+        feasible,
+        mut rejected,
+        mut counts,
+        ..
+    } = full;
+    let (ranked, refused) =
+        affinity::rank(aff, feasible.iter().map(|(n, s)| (n.as_str(), s.clone())));
+    for (pod, why) in &refused {
+        if *why == affinity::UNSATISFIED_AFFINITY {
+            counts.affinity += 1;
+        } else {
+            counts.anti_affinity += 1;
+        }
+        rejected.push(((*pod).to_owned(), describe_affinity(why)));
+    }
+    rejected.sort_by(|a, b| a.0.cmp(&b.0));
+    let cut = |n: usize| if limit == 0 { n } else { n.min(limit) };
+    rejected.truncate(cut(rejected.len()));
+    let n = cut(ranked.len());
+    PlanResult {
+        affinity_scores: ranked.iter().take(n).map(|r| r.affinity).collect(),
+        feasible: ranked
+            .into_iter()
+            .take(n)
+            .map(|r| (r.pod.to_owned(), r.load))
+            .collect(),
+        rejected,
+        counts,
+    }
 }
 
 /// A dry-run placement borrowed from the cache snapshot.
@@ -115,17 +219,27 @@ impl PlanResult {
 impl RunCache {
     /// Unscheduled Runs by why they are pending: the reason of their
     /// `Scheduled` condition, `None` before their first decision (for
-    /// `kruntimes_runs_pending`), and the creation time of the oldest.
-    pub fn pending_runs(&self) -> PendingRuns {
+    /// `kruntimes_runs_pending`); those in a retry backoff at `now` apart,
+    /// with the earliest end of one; and the creation time of the oldest.
+    pub fn pending_runs(&self, now: Timestamp) -> PendingRuns {
         let st = self.state.read();
         let mut counts: Vec<(Option<PendingReason>, usize)> = Vec::new();
         let mut oldest: Option<Timestamp> = None;
+        let mut backing_off = 0;
+        let mut next_retry: Option<Timestamp> = None;
         for entry in st.namespaces.values().flat_map(|n| n.runs.values()) {
             if !entry.unscheduled() {
                 continue;
             }
             if let Some(c) = entry.created {
                 oldest = Some(oldest.map_or(c, |o| o.min(c)));
+            }
+            if let Some(at) = entry.retry_at.filter(|at| *at > now)
+                && !entry.cancel
+            {
+                backing_off += 1;
+                next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                continue;
             }
             let reason = status::shown_reason(&entry.status)
                 .and_then(|r| PendingReason::ALL.into_iter().find(|p| p.as_str() == r));
@@ -137,6 +251,8 @@ impl RunCache {
         PendingRuns {
             by_reason: counts,
             oldest_created: oldest,
+            backing_off,
+            next_retry,
         }
     }
 
@@ -213,6 +329,15 @@ impl RunCache {
             runtime: run.spec.runtime.clone(),
             deleting: run.metadata.deletion_timestamp.is_some(),
             requests: effective_requests(run.requests()),
+            cancel: run.spec.cancel_requested(),
+            labels: run.metadata.labels.clone().unwrap_or_default(),
+            affinity: run
+                .spec
+                .affinity
+                .as_ref()
+                .filter(|a| has_terms(a))
+                .map(|a| Box::new(a.clone())),
+            retry_at: retry::retry_at(&run.spec, &status),
             status,
             counted,
         };
@@ -342,6 +467,16 @@ impl RunCache {
             return Decision::Skip;
         }
         let rv = entry.resource_version.clone();
+        if entry.cancel {
+            let status = status::cancelled(&entry.status, entry.generation, now);
+            let write = status::differs(&entry.status, &status);
+            return Decision::Cancelled {
+                uid: entry.uid.clone(),
+                resource_version: rv,
+                status,
+                write,
+            };
+        }
         let requests = match &entry.requests {
             Err(e) => {
                 let status = status::invalid(&entry.status, e, entry.generation, now);
@@ -355,18 +490,66 @@ impl RunCache {
             }
             Ok(r) => r,
         };
+        if let Some(until) = entry.retry_at
+            && now < until
+        {
+            return Decision::BackingOff { until };
+        }
         let (request, unknown) = requests.resolve(names);
         let runtime = entry.runtime.clone();
         let window = Freshness::new(now, stale);
-        let (best, counts) = match runtime_values
+        let cols = runtime_values
             .lookup(&runtime)
-            .and_then(|id| nss.columns.get(&id))
-        {
-            Some(cols) => {
+            .and_then(|id| nss.columns.get(&id));
+        let (best, counts) = match (&entry.affinity, cols) {
+            // With affinity: every fitting pod, filtered and ranked by the
+            // terms against the active and assumed Runs, under this lock.
+            (Some(aff), cols) => {
+                let targets = affinity_targets(nss);
+                let built = match Affinity::build(aff, &entry.labels, targets.iter().copied()) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let status = status::selection_failed(&entry.status, &selection_failed(e));
+                        let write = status::differs(&entry.status, &status);
+                        return Decision::Invalid {
+                            uid: entry.uid.clone(),
+                            resource_version: rv,
+                            status,
+                            write,
+                        };
+                    }
+                };
+                match cols {
+                    Some(cols) => {
+                        let p = cols.plan(&request, !unknown.is_empty(), &window, 0);
+                        let mut counts = p.counts.clone();
+                        let (ranked, refused) = affinity::rank(
+                            &built,
+                            p.feasible.iter().map(|(n, s)| (&***n, s.clone())),
+                        );
+                        for (_, why) in &refused {
+                            if *why == affinity::UNSATISFIED_AFFINITY {
+                                counts.affinity += 1;
+                            } else {
+                                counts.anti_affinity += 1;
+                            }
+                        }
+                        let best = ranked.first().and_then(|r| {
+                            p.feasible
+                                .iter()
+                                .find(|(n, _)| &***n == r.pod)
+                                .map(|(n, _)| Arc::clone(n))
+                        });
+                        (best, counts)
+                    }
+                    None => (None, RejectionCounts::default()),
+                }
+            }
+            (None, Some(cols)) => {
                 let (best, counts) = cols.best(&request, !unknown.is_empty(), &window);
                 (best.map(|i| Arc::clone(cols.name(i))), counts)
             }
-            None => (None, RejectionCounts::default()),
+            (None, None) => (None, RejectionCounts::default()),
         };
         #[allow(
             clippy::expect_used,
@@ -380,6 +563,12 @@ impl RunCache {
             .rejections(PendingReason::ResourceNotDeclared, counts.not_declared);
         self.metrics
             .rejections(PendingReason::RuntimePodUnavailable, counts.unavailable);
+        self.metrics
+            .rejections(PendingReason::UnsatisfiedRunAffinity, counts.affinity);
+        self.metrics.rejections(
+            PendingReason::UnsatisfiedRunAntiAffinity,
+            counts.anti_affinity,
+        );
 
         match best {
             Some(pod) => {
@@ -506,7 +695,41 @@ impl RunCache {
                 .map(|(n, r)| (n.to_string(), o.describe(r)))
                 .collect(),
             counts: o.counts.clone(),
+            affinity_scores: Vec::new(),
         })
+    }
+
+    /// [`plan_top`](Self::plan_top) for a Run labelled `own` with
+    /// `affinity`: the required terms filter, the preferred ones score with
+    /// least-loaded as upstream's weighted plugins do. `Err` is the message
+    /// a Run with such terms fails with (an unparsable selector, an
+    /// unsupported topology key).
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_top_for(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        requests: &Requests,
+        affinity: Option<&crate::crd::RunAffinity>,
+        own: &BTreeMap<String, String>,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<PlanResult, String> {
+        let Some(aff) = affinity.filter(|a| has_terms(a)) else {
+            return Ok(self.plan_top(namespace, runtime, requests, now, limit));
+        };
+        let built = {
+            let st = self.state.read();
+            let targets = st
+                .namespaces
+                .get(namespace)
+                .map(affinity_targets)
+                .unwrap_or_default();
+            Affinity::build(aff, own, targets.iter().copied())
+        }
+        .map_err(selection_failed)?;
+        let full = self.plan_top(namespace, runtime, requests, now, 0);
+        Ok(ranked_plan(full, &built, limit))
     }
 
     /// Dry-run placement; `f` reads the outcome while the snapshot is held,
@@ -589,6 +812,13 @@ impl RunCache {
             .assumed
             .get(uid)
             .map(|a| a.pod.to_string())
+    }
+
+    /// The runtime a Run names (for upstream's per-runtime metrics).
+    pub fn runtime_of(&self, key: &RunKey) -> Option<String> {
+        let st = self.state.read();
+        let e = st.namespaces.get(&key.namespace)?.runs.get(&key.name)?;
+        Some(e.runtime.clone())
     }
 
     /// The stored status of a Run (for callers that re-check before writing).
@@ -794,6 +1024,7 @@ mod differential {
                 resources: Some(RunResources {
                     requests: Some(reqs),
                 }),
+                ..Default::default()
             },
         );
         r.metadata.namespace = Some("ns".into());

@@ -313,7 +313,9 @@ fn pending_reasons_and_write_only_on_change() {
     assert!(write);
     assert_eq!(
         status.message.as_deref(),
-        Some("no Runtime Pods of runtime \"py\" in this namespace")
+        Some(
+            "waiting for available runtime pods for runtime \"py\": no Runtime Pods of this runtime in this namespace"
+        )
     );
     // The written status comes back through the watch: same decision, no write.
     let mut r = mk_run("a", "py", &[]);
@@ -333,7 +335,9 @@ fn pending_reasons_and_write_only_on_change() {
     assert_eq!(status.conditions[0].reason, "ResourceNotDeclared");
     assert_eq!(
         status.message.as_deref(),
-        Some("0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared")
+        Some(
+            "waiting for available runtime pods for runtime \"py\": 0/1 Runtime Pods can take this Run: 1 ResourceNotDeclared"
+        )
     );
 }
 
@@ -347,7 +351,13 @@ fn invalid_requests_fail_in_prefilter() {
     };
     assert!(write);
     assert_eq!(status.phase.as_deref(), Some("Failed"));
-    assert_eq!(status.reason.as_deref(), Some("InvalidResourceRequest"));
+    assert!(status.completion_time.is_some(), "completionTime set");
+    let completed = status.conditions.iter().find(|c| c.type_ == "Completed");
+    assert_eq!(
+        completed.map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "InvalidResources"))
+    );
+    assert!(status.conditions.iter().all(|c| c.type_ != "Scheduled"));
     assert!(
         status
             .message
@@ -659,5 +669,155 @@ fn released_or_timed_out_run_drops_its_assumed_reservation() {
         c.apply_run(&seen);
         assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[])), "{phase}");
         c.check_invariants().unwrap();
+    }
+}
+
+/// Upstream compares a fractional capacity exactly: `gpu: 1500m` takes one
+/// Run of gpu 1, not two; `runs: 2500m` takes two Runs.
+#[test]
+fn fractional_capacity_admits_what_upstream_admits() {
+    let c = mk_cache();
+    c.apply_pod(
+        &mk_pod("rp-1", "py", &[("gpu", "1500m"), ("runs", "2500m")]),
+        now(),
+    );
+    c.apply_run(&mk_run("a", "py", &[("gpu", "1")]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+    c.apply_run(&mk_run("b", "py", &[("gpu", "1")]));
+    let Decision::Pending { reason, .. } = c.schedule_one(&key("b"), now()) else {
+        panic!("a second gpu of 1 does not fit 1.5")
+    };
+    assert_eq!(reason, PendingReason::InsufficientCapacity);
+    c.apply_run(&mk_run("r2", "py", &[]));
+    assert_eq!(reserved_pod(&c.schedule_one(&key("r2"), now())), "rp-1");
+    c.apply_run(&mk_run("r3", "py", &[]));
+    assert!(matches!(
+        c.schedule_one(&key("r3"), now()),
+        Decision::Pending { .. }
+    ));
+    assert_eq!(c.check_invariants(), Ok(()));
+}
+
+/// Affinity under concurrent placement: Runs decided from several threads
+/// at once, each cohort with required affinity to itself (it seeds one pod
+/// and the rest follow) and required anti-affinity to the other cohorts.
+/// Whatever the interleaving: no pod is overcommitted, each cohort sits on
+/// one pod, no two cohorts share a pod, and Runs that could not be placed
+/// say why.
+mod affinity_concurrency {
+    use super::*;
+    use crate::crd::{RunAffinity, RunAffinityRules, RunAffinityTerm};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn term(cohort: &str, op: &str) -> RunAffinityTerm {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        RunAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![
+                    LabelSelectorRequirement {
+                        key: "cohort".into(),
+                        operator: op.into(),
+                        values: Some(vec![cohort.into()]),
+                    },
+                    LabelSelectorRequirement {
+                        key: "cohort".into(),
+                        operator: "Exists".into(),
+                        values: None,
+                    },
+                ]),
+            }),
+            topology_key: crate::crd::TOPOLOGY_RUNTIME_POD.into(),
+        }
+    }
+
+    fn cohort_run(name: &str, cohort: &str) -> Run {
+        let mut r = mk_run(name, "py", &[]);
+        r.metadata.labels = Some(BTreeMap::from([("cohort".into(), cohort.into())]));
+        r.spec.affinity = Some(RunAffinity {
+            run_affinity: Some(RunAffinityRules {
+                required_during_scheduling_ignored_during_execution: vec![term(cohort, "In")],
+                ..Default::default()
+            }),
+            run_anti_affinity: Some(RunAffinityRules {
+                required_during_scheduling_ignored_during_execution: vec![term(cohort, "NotIn")],
+                ..Default::default()
+            }),
+        });
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn cohorts_stay_together_and_apart(
+            pods in 1usize..5,
+            cap in 1u64..4,
+            runs in proptest::collection::vec(0usize..3, 1..16),
+            threads in 1usize..4,
+        ) {
+            let c = Arc::new(mk_cache());
+            for p in 0..pods {
+                c.apply_pod(&mk_pod(&format!("rp-{p}"), "py", &[("runs", &cap.to_string())]), now());
+            }
+            let names: Vec<(String, String)> = runs
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (format!("r{i}"), format!("c{k}")))
+                .collect();
+            for (n, k) in &names {
+                c.apply_run(&cohort_run(n, k));
+            }
+            let decided: Vec<(String, String, Decision)> = std::thread::scope(|s| {
+                let chunks: Vec<&[(String, String)]> =
+                    names.chunks(names.len().div_ceil(threads)).collect();
+                let handles: Vec<_> = chunks
+                    .into_iter()
+                    .map(|chunk| {
+                        let c = Arc::clone(&c);
+                        s.spawn(move || {
+                            chunk
+                                .iter()
+                                .map(|(n, k)| (n.clone(), k.clone(), c.schedule_one(&key(n), now())))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            });
+            prop_assert_eq!(c.check_invariants(), Ok(()));
+            let mut pods_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut per_pod: BTreeMap<String, u64> = BTreeMap::new();
+            for (_, k, d) in &decided {
+                match d {
+                    Decision::Reserved { pod, .. } => {
+                        pods_of.entry(k.clone()).or_default().insert(pod.clone());
+                        *per_pod.entry(pod.clone()).or_default() += 1;
+                    }
+                    Decision::Pending { reason, .. } => prop_assert!(matches!(
+                        reason,
+                        PendingReason::InsufficientCapacity
+                            | PendingReason::UnsatisfiedRunAffinity
+                            | PendingReason::UnsatisfiedRunAntiAffinity
+                    ), "{:?}", reason),
+                    other => prop_assert!(false, "unexpected {:?}", other),
+                }
+            }
+            for (pod, n) in &per_pod {
+                prop_assert!(*n <= cap, "{} holds {} > {}", pod, n, cap);
+            }
+            let mut owner: BTreeMap<String, String> = BTreeMap::new();
+            for (k, ps) in &pods_of {
+                prop_assert_eq!(ps.len(), 1, "cohort {} spread over {:?}", k, ps);
+                for p in ps {
+                    if let Some(other) = owner.insert(p.clone(), k.clone()) {
+                        prop_assert!(false, "cohorts {} and {} share {}", other, k, p);
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,17 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// What planning an existing Run needs: its view, runtime, request (or
+/// why it is invalid), the end of its retry backoff, and its affinity with
+/// its labels.
+pub type RunInputs = (
+    RunView,
+    String,
+    Result<crate::model::resources::Requests, String>,
+    Option<Timestamp>,
+    Option<(crate::crd::RunAffinity, BTreeMap<String, String>)>,
+);
+
 /// One item of `GET /v1/runtime-pods`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -102,15 +113,7 @@ impl RunCache {
 
     /// What `GET /v1/explain/run` plans for a cached Run: its view, its
     /// Runtime and its effective requests (`Err`: why its spec is invalid).
-    pub fn run_inputs(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<(
-        RunView,
-        String,
-        Result<crate::model::resources::Requests, String>,
-    )> {
+    pub fn run_inputs(&self, namespace: &str, name: &str) -> Option<RunInputs> {
         let st = self.state.read();
         let e = st.namespaces.get(namespace)?.runs.get(name)?;
         let view = RunView {
@@ -123,6 +126,10 @@ impl RunCache {
             message: e.status.message.clone(),
         };
         let requests = e.requests.clone().map_err(|err| err.to_string());
-        Some((view, e.runtime.clone(), requests))
+        let affinity = e
+            .affinity
+            .as_ref()
+            .map(|a| ((**a).clone(), e.labels.clone()));
+        Some((view, e.runtime.clone(), requests, e.retry_at, affinity))
     }
 }

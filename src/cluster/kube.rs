@@ -48,11 +48,13 @@ pub fn status_patch(resource_version: Option<&str>, status: &RunStatus) -> Value
             "phase": status.phase,
             "assignedPod": status.assigned_pod,
             "assignedPodUID": status.assigned_pod_uid,
-            "reason": status.reason,
             "message": status.message,
             "conditions": conditions,
         }
     });
+    if let Some(t) = &status.completion_time {
+        body["status"]["completionTime"] = json!(t);
+    }
     if let Some(rv) = resource_version {
         body["metadata"] = json!({ "resourceVersion": rv });
     }
@@ -365,8 +367,21 @@ mod tests {
         };
         let p = status_patch(Some("7"), &s);
         assert_eq!(p["metadata"]["resourceVersion"], "7");
-        assert_eq!(p["status"]["reason"], Value::Null);
-        assert!(p["status"].as_object().unwrap().contains_key("reason"));
+        assert_eq!(p["status"]["assignedPodUID"], Value::Null);
+        assert!(
+            p["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("assignedPodUID")
+        );
+        // Nothing outside upstream's RunStatus: a structural CRD prunes it.
+        assert!(!p["status"].as_object().unwrap().contains_key("reason"));
+        assert!(
+            !p["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("completionTime")
+        );
         assert_eq!(p["status"]["assignedPod"], "rp");
         assert_eq!(p["status"]["conditions"], json!([]));
     }

@@ -173,8 +173,12 @@ pub enum EventReason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
-    /// `Warning`, on a Run: failed in pre-filter.
+    UnsatisfiedRunAffinity,
+    UnsatisfiedRunAntiAffinity,
+    /// `Warning`, on a Run: failed in pre-filter (reason `InvalidResources`).
     InvalidResourceRequest,
+    /// `Normal`, on a Run: cancelled while Pending.
+    Cancelled,
     /// `Warning`, on a PodGroup or CompositePodGroup: `--gang-wait`
     /// expired before quorum.
     GangWaitExpired,
@@ -192,13 +196,16 @@ pub enum EventReason {
 }
 
 impl EventReason {
-    pub const ALL: [EventReason; 11] = [
+    pub const ALL: [EventReason; 14] = [
         EventReason::Scheduled,
         EventReason::NoRuntimePods,
         EventReason::InsufficientCapacity,
         EventReason::ResourceNotDeclared,
         EventReason::RuntimePodUnavailable,
+        EventReason::UnsatisfiedRunAffinity,
+        EventReason::UnsatisfiedRunAntiAffinity,
         EventReason::InvalidResourceRequest,
+        EventReason::Cancelled,
         EventReason::GangWaitExpired,
         EventReason::BindingTimeout,
         EventReason::BindingFailed,
@@ -213,7 +220,10 @@ impl EventReason {
             EventReason::InsufficientCapacity => "InsufficientCapacity",
             EventReason::ResourceNotDeclared => "ResourceNotDeclared",
             EventReason::RuntimePodUnavailable => "RuntimePodUnavailable",
-            EventReason::InvalidResourceRequest => "InvalidResourceRequest",
+            EventReason::UnsatisfiedRunAffinity => "UnsatisfiedRunAffinity",
+            EventReason::UnsatisfiedRunAntiAffinity => "UnsatisfiedRunAntiAffinity",
+            EventReason::InvalidResourceRequest => "InvalidResources",
+            EventReason::Cancelled => "Cancelled",
             EventReason::GangWaitExpired => "GangWaitExpired",
             EventReason::BindingTimeout => "BindingTimeout",
             EventReason::BindingFailed => "BindingFailed",
@@ -237,6 +247,8 @@ impl From<crate::runs::placement::PendingReason> for EventReason {
             P::InsufficientCapacity => EventReason::InsufficientCapacity,
             P::ResourceNotDeclared => EventReason::ResourceNotDeclared,
             P::RuntimePodUnavailable => EventReason::RuntimePodUnavailable,
+            P::UnsatisfiedRunAffinity => EventReason::UnsatisfiedRunAffinity,
+            P::UnsatisfiedRunAntiAffinity => EventReason::UnsatisfiedRunAntiAffinity,
         }
     }
 }

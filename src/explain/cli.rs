@@ -282,6 +282,12 @@ pub fn render_run(v: &Value) -> String {
     if let Some(m) = run["message"].as_str() {
         let _ = writeln!(s, "  status: {m}");
     }
+    if let Some(until) = v["backoffUntil"].as_str() {
+        let _ = writeln!(
+            s,
+            "  backing off before its next attempt: not placed before {until}"
+        );
+    }
     if let Some(rej) = v["rejected"].as_object() {
         for (pod, why) in rej {
             let _ = writeln!(s, "  {pod}: {}", why.as_str().unwrap_or_default());

@@ -319,12 +319,13 @@ async fn readyz(State(s): State<RunApiState>) -> Response {
 pub fn state_sample(s: &RunApiState) -> StateSample {
     let mut cache_objects: Vec<(&'static str, usize)> = s.nodes.read().sizes().to_vec();
     cache_objects.extend(s.cache.sizes());
-    let pending = s.cache.pending_runs();
+    let pending = s.cache.pending_runs(k8s_openapi::jiff::Timestamp::now());
     StateSample {
         pending: pending
             .by_reason
             .into_iter()
             .map(|(r, n)| (PendingState::from(r), n))
+            .chain([(PendingState::RetryBackoff, pending.backing_off)])
             .collect(),
         oldest_pending_seconds: pending.oldest_created.map(|c| {
             k8s_openapi::jiff::Timestamp::now()

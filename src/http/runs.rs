@@ -6,6 +6,7 @@ use crate::cache::{DEFAULT_PLAN_LIMIT, PlanResult};
 use crate::crd::Run;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::Score;
+use crate::runs::retry;
 use crate::transport::{ApiError, JsonBody, Params};
 use axum::Json;
 use axum::extract::State;
@@ -16,30 +17,33 @@ use serde_json::{Value, json};
 
 /// The plan response, serialized straight from the plan result (ratios are
 /// written with `collect_str`, no intermediate strings).
-struct PlanView(PlanResult);
+struct PlanView(PlanResult, Option<Timestamp>);
 
 impl Serialize for PlanView {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{SerializeMap, SerializeSeq};
-        struct Feasible<'a>(&'a [(String, Score)]);
+        struct Feasible<'a>(&'a [(String, Score)], &'a [i64]);
         impl Serialize for Feasible<'_> {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                struct One<'a>(&'a str, &'a Score);
+                struct One<'a>(&'a str, &'a Score, i64);
                 impl Serialize for One<'_> {
                     fn serialize<S: serde::Serializer>(
                         &self,
                         serializer: S,
                     ) -> Result<S::Ok, S::Error> {
-                        let mut m = serializer.serialize_map(Some(3))?;
+                        let mut m = serializer.serialize_map(Some(4))?;
                         m.serialize_entry("pod", self.0)?;
                         m.serialize_entry("maxUtilization", &Collect(&self.1.max))?;
                         m.serialize_entry("sumUtilization", &Collect(&self.1.sum))?;
+                        // Preferred Run affinity, normalized 0..100.
+                        m.serialize_entry("affinityScore", &self.2)?;
                         m.end()
                     }
                 }
                 let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-                for (pod, score) in self.0 {
-                    seq.serialize_element(&One(pod, score))?;
+                for (i, (pod, score)) in self.0.iter().enumerate() {
+                    let affinity = self.1.get(i).copied().unwrap_or(0);
+                    seq.serialize_element(&One(pod, score, affinity))?;
                 }
                 seq.end()
             }
@@ -56,11 +60,13 @@ impl Serialize for PlanView {
             }
         }
         let p = &self.0;
-        let mut m = serializer.serialize_map(Some(4))?;
-        m.serialize_entry("feasible", &Feasible(&p.feasible))?;
+        let mut m = serializer.serialize_map(Some(5))?;
+        m.serialize_entry("feasible", &Feasible(&p.feasible, &p.affinity_scores))?;
         m.serialize_entry("rejected", &Rejected(&p.rejected))?;
         m.serialize_entry("selected", &p.selected())?;
         m.serialize_entry("reason", &p.reason().map(|r| r.as_str()))?;
+        // In a retry backoff: placed no earlier than this (RFC 3339).
+        m.serialize_entry("backoffUntil", &self.1.as_ref().map(Collect))?;
         m.end()
     }
 }
@@ -115,14 +121,26 @@ pub(super) async fn plan(
         .unwrap_or("default");
     let requests =
         effective_requests(run.requests()).map_err(|e| ApiError::unprocessable(e.to_string()))?;
-    let result = s.cache.plan_top(
-        namespace,
-        &run.spec.runtime,
-        &requests,
-        Timestamp::now(),
-        limit,
-    );
-    let response = Json(PlanView(result)).into_response();
+    let now = Timestamp::now();
+    let backoff = run
+        .status
+        .as_ref()
+        .and_then(|st| retry::retry_at(&run.spec, st))
+        .filter(|at| *at > now);
+    let no_labels = std::collections::BTreeMap::new();
+    let result = s
+        .cache
+        .plan_top_for(
+            namespace,
+            &run.spec.runtime,
+            &requests,
+            run.spec.affinity.as_ref(),
+            run.metadata.labels.as_ref().unwrap_or(&no_labels),
+            now,
+            limit,
+        )
+        .map_err(|e| ApiError::unprocessable(format!("spec.affinity: {e}")))?;
+    let response = Json(PlanView(result, backoff)).into_response();
     Ok(response)
 }
 
@@ -158,7 +176,8 @@ pub(super) async fn explain_run(
     }
     let (namespace, name) = crate::explain::object_params(&params)?;
     let limit = plan_limit(&params)?;
-    let Some((view, runtime, requests)) = s.cache.run_inputs(&namespace, &name) else {
+    let Some((view, runtime, requests, retry_at, affinity)) = s.cache.run_inputs(&namespace, &name)
+    else {
         return Err(ApiError::not_found(format!(
             "Run {namespace}/{name} is not in the scheduler's cache"
         )));
@@ -166,11 +185,28 @@ pub(super) async fn explain_run(
     let requests = requests.map_err(|e| {
         ApiError::unprocessable(format!("Run {namespace}/{name} cannot be planned: {e}"))
     })?;
-    let plan = s
-        .cache
-        .plan_top(&namespace, &runtime, &requests, Timestamp::now(), limit);
+    let now = Timestamp::now();
+    let plan = match &affinity {
+        Some((aff, labels)) => s
+            .cache
+            .plan_top_for(
+                &namespace,
+                &runtime,
+                &requests,
+                Some(aff),
+                labels,
+                now,
+                limit,
+            )
+            .map_err(|e| {
+                ApiError::unprocessable(format!("Run {namespace}/{name} cannot be planned: {e}"))
+            })?,
+        None => s
+            .cache
+            .plan_top(&namespace, &runtime, &requests, now, limit),
+    };
     Ok(Json(RunPlan {
-        plan: PlanView(plan),
+        plan: PlanView(plan, retry_at.filter(|at| *at > now)),
         run: view,
         runtime,
     })

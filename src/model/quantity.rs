@@ -231,6 +231,26 @@ impl ParsedQuantity {
         Ok(v as u64)
     }
 
+    /// The largest integer not above a positive value, saturated at
+    /// [`MAX_AMOUNT`]: a capacity compared with integer sums exactly as
+    /// Kubernetes' `Quantity.Cmp` compares it (`used + request <= 1.5` is
+    /// `used + request <= 1` for integers). `None` for a value that is not
+    /// positive.
+    pub fn floor_positive(&self) -> Option<u64> {
+        if self.negative || self.mantissa == 0 {
+            return None;
+        }
+        match self.to_amount() {
+            Ok(a) => Some(a),
+            Err(QuantityError::TooLarge) => Some(MAX_AMOUNT),
+            Err(QuantityError::Fractional) => match self.to_scaled_ceil(0) {
+                Ok(c) => Some(c.saturating_sub(1)),
+                Err(_) => Some(MAX_AMOUNT),
+            },
+            Err(_) => None,
+        }
+    }
+
     /// The exact product of two quantities (used for DRA multipliers).
     pub fn checked_mul(&self, other: &ParsedQuantity) -> Result<ParsedQuantity, QuantityError> {
         Ok(ParsedQuantity {

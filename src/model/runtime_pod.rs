@@ -186,9 +186,13 @@ impl Freshness {
     }
 }
 
-/// Capacities from `kruntimes.io/capacity.<resource>` annotations. Values
-/// that are not positive integers are ignored as if absent; `runs` falls back
-/// to `default_runs` when absent or ignored. Sorted by resource name.
+/// Capacities from `kruntimes.io/capacity.<resource>` annotations. Any
+/// positive quantity counts, as upstream's `runtimepod.Capacity` reads it;
+/// requests and usage are integers, so a fractional capacity is held as its
+/// floor, which admits exactly what upstream's exact comparison admits
+/// (`1500m` takes one Run of 1, not two). Values that do not parse or are
+/// not positive are ignored as if absent; `runs` falls back to
+/// `default_runs` when absent or ignored. Sorted by resource name.
 pub fn capacity_from_annotations<'a>(
     annotations: impl IntoIterator<Item = (&'a str, &'a str)>,
     default_runs: u64,
@@ -200,10 +204,8 @@ pub fn capacity_from_annotations<'a>(
             if name.is_empty() {
                 return None;
             }
-            match quantity::parse_amount(v) {
-                Ok(a) if a > 0 => Some((name.to_owned(), a)),
-                _ => None,
-            }
+            let a = quantity::parse(v).ok()?.floor_positive()?;
+            Some((name.to_owned(), a))
         })
         .collect();
     out.sort();
@@ -270,7 +272,11 @@ mod tests {
             [
                 ("kruntimes.io/capacity.gpu", "2"),
                 ("kruntimes.io/capacity.mem", "1Ki"),
-                ("kruntimes.io/capacity.bad", "1.5"),
+                ("kruntimes.io/capacity.half", "1.5"),
+                ("kruntimes.io/capacity.milli", "2500m"),
+                ("kruntimes.io/capacity.tiny", "500m"),
+                ("kruntimes.io/capacity.huge", "1e40"),
+                ("kruntimes.io/capacity.bad", "one"),
                 ("kruntimes.io/capacity.neg", "-1"),
                 ("kruntimes.io/capacity.zero", "0"),
                 ("kruntimes.io/capacity.", "3"),
@@ -280,8 +286,19 @@ mod tests {
         );
         assert_eq!(
             cap,
-            vec![("gpu".into(), 2), ("mem".into(), 1024), ("runs".into(), 2)]
+            vec![
+                ("gpu".into(), 2),
+                ("half".into(), 1),
+                ("huge".into(), quantity::MAX_AMOUNT),
+                ("mem".into(), 1024),
+                ("milli".into(), 2),
+                ("runs".into(), 2),
+                ("tiny".into(), 0)
+            ]
         );
+        // A fractional runs capacity below 1 declares runs: no fallback.
+        let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "500m")], 2);
+        assert_eq!(cap, vec![("runs".into(), 0)]);
         let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "5")], 2);
         assert_eq!(cap, vec![("runs".into(), 5)]);
         let cap = capacity_from_annotations([("kruntimes.io/capacity.runs", "zero")], 3);

@@ -14,14 +14,20 @@ pub enum PendingReason {
     InsufficientCapacity,
     ResourceNotDeclared,
     RuntimePodUnavailable,
+    /// No pod holds the Run's required cohort (upstream's filter reason).
+    UnsatisfiedRunAffinity,
+    /// Every fitting pod holds a Run its anti-affinity excludes.
+    UnsatisfiedRunAntiAffinity,
 }
 
 impl PendingReason {
-    pub const ALL: [PendingReason; 4] = [
+    pub const ALL: [PendingReason; 6] = [
         PendingReason::NoRuntimePods,
         PendingReason::InsufficientCapacity,
         PendingReason::ResourceNotDeclared,
         PendingReason::RuntimePodUnavailable,
+        PendingReason::UnsatisfiedRunAffinity,
+        PendingReason::UnsatisfiedRunAntiAffinity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -30,6 +36,8 @@ impl PendingReason {
             PendingReason::InsufficientCapacity => "InsufficientCapacity",
             PendingReason::ResourceNotDeclared => "ResourceNotDeclared",
             PendingReason::RuntimePodUnavailable => "RuntimePodUnavailable",
+            PendingReason::UnsatisfiedRunAffinity => "UnsatisfiedRunAffinity",
+            PendingReason::UnsatisfiedRunAntiAffinity => "UnsatisfiedRunAntiAffinity",
         }
     }
 }
@@ -203,6 +211,10 @@ pub struct RejectionCounts {
     pub insufficient: usize,
     pub not_declared: usize,
     pub unavailable: usize,
+    /// Pods that fit but lack the required cohort.
+    pub affinity: usize,
+    /// Pods that fit but hold an excluded Run.
+    pub anti_affinity: usize,
 }
 
 impl RejectionCounts {
@@ -216,6 +228,8 @@ impl RejectionCounts {
             PendingReason::InsufficientCapacity => self.insufficient += n,
             PendingReason::ResourceNotDeclared => self.not_declared += n,
             PendingReason::RuntimePodUnavailable => self.unavailable += n,
+            PendingReason::UnsatisfiedRunAffinity => self.affinity += n,
+            PendingReason::UnsatisfiedRunAntiAffinity => self.anti_affinity += n,
             PendingReason::NoRuntimePods => {}
         }
     }
@@ -229,6 +243,10 @@ impl RejectionCounts {
     pub fn pending_reason(&self) -> PendingReason {
         if self.total_pods == 0 {
             PendingReason::NoRuntimePods
+        } else if self.affinity > 0 {
+            PendingReason::UnsatisfiedRunAffinity
+        } else if self.anti_affinity > 0 {
+            PendingReason::UnsatisfiedRunAntiAffinity
         } else if self.insufficient > 0 {
             PendingReason::InsufficientCapacity
         } else if self.not_declared > 0 {
@@ -238,21 +256,35 @@ impl RejectionCounts {
         }
     }
 
-    /// A bounded, name-free message: counts per reason, at most 256 chars.
+    /// A bounded, name-free message, at most 256 chars: upstream's wording
+    /// (`waiting for available runtime pods for runtime "X"`), then the
+    /// counts per reason.
     pub fn message(&self, runtime: &str) -> String {
-        let mut m = String::new();
-        if self.total_pods == 0 {
-            let _ = write!(
-                m,
-                "no Runtime Pods of runtime {runtime:?} in this namespace"
-            );
+        let mut m = if self.affinity > 0 {
+            format!(
+                "waiting for available runtime pods satisfying required Run affinity for runtime {runtime:?}"
+            )
+        } else if self.anti_affinity > 0 {
+            format!(
+                "waiting for available runtime pods satisfying required Run anti-affinity for runtime {runtime:?}"
+            )
         } else {
-            let _ = write!(m, "0/{} Runtime Pods can take this Run:", self.total_pods);
+            waiting_message(runtime)
+        };
+        if self.total_pods == 0 {
+            m.push_str(": no Runtime Pods of this runtime in this namespace");
+        } else {
+            let _ = write!(m, ": 0/{} Runtime Pods can take this Run:", self.total_pods);
             let mut first = true;
             for (n, reason) in [
                 (self.insufficient, PendingReason::InsufficientCapacity),
                 (self.not_declared, PendingReason::ResourceNotDeclared),
                 (self.unavailable, PendingReason::RuntimePodUnavailable),
+                (self.affinity, PendingReason::UnsatisfiedRunAffinity),
+                (
+                    self.anti_affinity,
+                    PendingReason::UnsatisfiedRunAntiAffinity,
+                ),
             ] {
                 if n > 0 {
                     let _ = write!(m, "{} {n} {reason}", if first { "" } else { "," });
@@ -262,6 +294,13 @@ impl RejectionCounts {
         }
         truncate(m, MAX_MESSAGE)
     }
+}
+
+/// Upstream's Pending message (`waitingMessageForFilterRejections` without
+/// an affinity rejection). Runtime names are label values, so Go's `%q` and
+/// Rust's `{:?}` quote them alike.
+pub fn waiting_message(runtime: &str) -> String {
+    format!("waiting for available runtime pods for runtime {runtime:?}")
 }
 
 /// Upper bound of a Pending message; truncation on a char boundary.
@@ -409,17 +448,19 @@ mod tests {
             insufficient: 2,
             not_declared: 1,
             unavailable: 2,
+            ..Default::default()
         };
         assert_eq!(c.pending_reason(), PendingReason::InsufficientCapacity);
         assert_eq!(
             c.message("python"),
-            "0/5 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 ResourceNotDeclared, 2 RuntimePodUnavailable"
+            "waiting for available runtime pods for runtime \"python\": 0/5 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 ResourceNotDeclared, 2 RuntimePodUnavailable"
         );
         let c = RejectionCounts {
             total_pods: 2,
             insufficient: 0,
             not_declared: 1,
             unavailable: 1,
+            ..Default::default()
         };
         assert_eq!(c.pending_reason(), PendingReason::ResourceNotDeclared);
         let c = RejectionCounts {
@@ -427,6 +468,7 @@ mod tests {
             insufficient: 0,
             not_declared: 0,
             unavailable: 2,
+            ..Default::default()
         };
         assert_eq!(c.pending_reason(), PendingReason::RuntimePodUnavailable);
         let long = RejectionCounts::default().message(&"é".repeat(400));

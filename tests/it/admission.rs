@@ -183,6 +183,7 @@ async fn judge(path: &str, fixture_name: &str, edits: &[Edit], expect: Expect) -
 
 const VALIDATE_RUNS: &str = "/admission/validate/runs";
 const GPU: &str = "/request/object/spec/resources/requests/gpu";
+const AFF: &str = "/request/object/spec/affinity";
 
 #[rstest]
 #[case::valid(vec![], Expect::Allow)]
@@ -211,6 +212,43 @@ const GPU: &str = "/request/object/spec/resources/requests/gpu";
     vec![set("/request/dryRun", json!(true)), set(GPU, json!("-1"))],
     Expect::Deny(422, &["spec.resources.requests[gpu]"])
 )]
+#[case::affinity_valid(
+    vec![set(AFF, json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchLabels": {"stage": "build"}}}]},
+        "runAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "runAffinityTerm":
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}}]}}))],
+    Expect::Allow
+)]
+#[case::affinity_topology_key(
+    vec![set(AFF, json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"stage": "build"}}}]}}))],
+    Expect::Deny(422, &["spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey"])
+)]
+#[case::affinity_weight(
+    vec![set(AFF, json!({"runAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 101, "runAffinityTerm": {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchLabels": {"a": "b"}}}},
+        {"weight": 0, "runAffinityTerm": {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchLabels": {"a": "b"}}}}]}}))],
+    Expect::Deny(422, &["spec.affinity.runAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "spec.affinity.runAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[1].weight"])
+)]
+#[case::affinity_selector_syntax(
+    vec![set(AFF, json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [{"key": "stage", "operator": "Near", "values": ["x"]}]}},
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchLabels": {"bad key!": "x"}}},
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [{"key": "stage", "operator": "In"}]}}]}}))],
+    Expect::Deny(422, &[
+        "spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector",
+        "spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[1].labelSelector",
+        "spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[2].labelSelector"])
+)]
+#[case::affinity_empty_selector(
+    vec![set(AFF, json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {}},
+        {"topologyKey": "kruntimes.io/runtime-pod"}]}}))],
+    Expect::Deny(422, &[
+        "spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector",
+        "spec.affinity.runAffinity.requiredDuringSchedulingIgnoredDuringExecution[1].labelSelector"])
+)]
+#[case::affinity_shape(vec![set(AFF, json!({"runAffinity": "near"}))], Expect::Deny(422, &["spec.affinity"]))]
 #[tokio::test]
 async fn run_create(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
     let resp = judge(VALIDATE_RUNS, "run-create.json", &edits, expect).await;

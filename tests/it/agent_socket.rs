@@ -58,6 +58,7 @@ fn mk_run(name: &str, phase: &str, pod: Option<&str>, requests: &[(&str, &str)])
                         .collect(),
                 ),
             }),
+            ..Default::default()
         },
     );
     run.metadata.namespace = Some(NS.into());

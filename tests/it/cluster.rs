@@ -111,10 +111,14 @@ async fn runs_get_scheduled_pending_ones_explained_with_events() {
         .map(|i| api.get(Res::Runs, "ns", &format!("r{i}")).unwrap())
         .find(|r| r["status"]["phase"] == "Pending")
         .unwrap();
-    assert_eq!(pending["status"]["reason"], "InsufficientCapacity");
+    assert_eq!(pending["status"].get("reason"), None, "not upstream's");
+    assert_eq!(
+        pending["status"]["conditions"][0]["reason"],
+        "InsufficientCapacity"
+    );
     assert_eq!(
         pending["status"]["message"],
-        "0/2 Runtime Pods can take this Run: 2 InsufficientCapacity"
+        "waiting for available runtime pods for runtime \"py\": 0/2 Runtime Pods can take this Run: 2 InsufficientCapacity"
     );
     assert_eq!(pending["status"]["conditions"][0]["type"], "Scheduled");
     let scheduled = (0..4)

@@ -212,7 +212,8 @@ async fn applied_run_is_scheduled_and_visible() {
         .clone();
     assert_eq!(job["phase"], "Scheduled");
     assert_eq!(job["assignedPod"], "rp-2");
-    assert_eq!(job["reason"], "Scheduled");
+    // The reason of the `Scheduled` condition, upstream's `Assigned`.
+    assert_eq!(job["reason"], "Assigned");
     let obj = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=job-1")
         .await
         .body;
@@ -251,7 +252,7 @@ async fn pending_run_explains_itself_and_is_scheduled_when_capacity_frees() {
     assert_eq!(big["reason"], "InsufficientCapacity");
     assert_eq!(
         big["message"],
-        "0/3 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 RuntimePodUnavailable"
+        "waiting for available runtime pods for runtime \"py\": 0/3 Runtime Pods can take this Run: 2 InsufficientCapacity, 1 RuntimePodUnavailable"
     );
     let rv_before = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big")
         .await
@@ -296,7 +297,25 @@ async fn invalid_run_is_failed_by_the_scheduler() {
         .body;
     let st = &obj["items"][0]["status"];
     assert_eq!(st["phase"], "Failed");
-    assert_eq!(st["reason"], "InvalidResourceRequest");
+    // Upstream's terminal status: no `reason` field, the reason on the
+    // Running and Completed conditions, and a completionTime.
+    assert_eq!(st.get("reason"), None);
+    assert!(st["completionTime"].is_string(), "{st}");
+    let completed = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Completed")
+        .unwrap();
+    assert_eq!(completed["reason"], "InvalidResources");
+    let runs = get(&app, "/v1/runs?namespace=team-a").await.body;
+    let bad = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "bad")
+        .unwrap();
+    assert_eq!(bad["reason"], "InvalidResources");
     assert!(
         st["message"]
             .as_str()

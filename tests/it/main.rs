@@ -58,6 +58,8 @@ mod monitoring;
 mod plan_limit;
 mod preempt;
 mod replay;
+mod run_affinity;
+mod run_status_contract;
 mod scenario;
 mod tls;
 mod webhook_certs;

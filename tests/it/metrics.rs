@@ -320,7 +320,7 @@ async fn standalone_mode_records_the_scheduled_event_and_the_pending_gauge() {
     assert_eq!(scheduled.reason, EventReason::Scheduled);
     assert_eq!(scheduled.kind, "Run");
     assert!(
-        scheduled.note.starts_with("assigned to Runtime Pod "),
+        scheduled.note.starts_with("assigned to runtime pod "),
         "{scheduled:?}"
     );
     let pending = events

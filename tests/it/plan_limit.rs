@@ -70,7 +70,7 @@ async fn plan_lists_are_cut_to_the_limit_and_default_to_20() {
     assert_eq!(cut.body["selected"], "fit-29");
     assert_eq!(cut.body["reason"], Value::Null);
     let keys: Vec<&String> = cut.body.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 4, "same shape: {keys:?}");
+    assert_eq!(keys.len(), 5, "same shape: {keys:?}");
 
     let three = post(&app, "/v1/runs/plan?limit=3", &run("1")).await;
     assert_eq!(names(&three.body), names(&all.body)[..3].to_vec());

@@ -32,6 +32,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod prune;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Res {
     Pods,
@@ -380,6 +382,9 @@ impl FakeApi {
             .unwrap_or_else(|| json!(format!("uid-{}-{}-{}", res.kind(), ns, name)));
         obj["metadata"]["uid"] = uid;
         obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+        if res == Res::Runs {
+            prune::prune_object(prune::run_schema(), &mut obj);
+        }
         g.objects.insert(key, obj.clone());
         self.record(&mut g, res, false, prev, obj.clone());
         obj
@@ -911,6 +916,7 @@ async fn patch_run_status(
             s,
         );
     }
+    prune::prune_object(prune::run_schema(), &mut obj);
     g.rv += 1;
     obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
     g.status_writes

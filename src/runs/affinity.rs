@@ -1,0 +1,528 @@
+//! Run affinity and anti-affinity, as upstream kruntimes schedules them
+//! (`internal/scheduler/affinity.go`, `score.go`, `score_affinity.go`,
+//! `strategy_leastloaded.go`): terms with topology key
+//! `kruntimes.io/runtime-pod` select active Runs of the namespace
+//! (Scheduled, Running or Ready with an `assignedPod`, and the scheduler's
+//! own assumed Runs) by labels; a required term passes a pod that holds a
+//! matching Run, or any pod when no Run matches yet and the Run's own labels
+//! match the term (it seeds the cohort); a required anti-affinity term fails
+//! a pod that holds one. Feasible pods are scored by two weighted plugins,
+//! each normalized to 0..100: preferred affinity (the weights of the
+//! preferred terms a pod satisfies, scaled by the maximum) and least-loaded
+//! (rank groups of equal load, least loaded 100, most loaded 0); the highest
+//! total wins, ties by pod name. Pure: no cache, no clock.
+
+use crate::crd::{RunAffinity, RunAffinityTerm, TOPOLOGY_RUNTIME_POD};
+use crate::runs::placement::Score;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashSet};
+
+/// Filter reason of a pod without the required cohort.
+pub const UNSATISFIED_AFFINITY: &str = "UnsatisfiedRunAffinity";
+/// Filter reason of a pod holding a Run the anti-affinity excludes.
+pub const UNSATISFIED_ANTI_AFFINITY: &str = "UnsatisfiedRunAntiAffinity";
+
+/// Highest normalized score of one plugin (upstream `maxPodScore`).
+pub const MAX_SCORE: i64 = 100;
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A parsed label selector (`metav1.LabelSelectorAsSelector`): every
+/// requirement must hold; no requirements matches everything.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    reqs: Vec<Requirement>,
+}
+
+impl Selector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.reqs.iter().all(|r| match r {
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+fn is_name_part(s: &str, max: usize) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of
+/// at most 63 characters.
+fn check_key(k: &str) -> Result<(), String> {
+    let ok = match k.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_name_part(name, 63),
+        None => is_name_part(k, 63),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("key: Invalid value: {k:?}: not a valid label key"))
+    }
+}
+
+/// A label value: empty, or at most 63 characters of the name alphabet.
+fn check_value(v: &str) -> Result<(), String> {
+    if v.is_empty() || is_name_part(v, 63) {
+        Ok(())
+    } else {
+        Err(format!(
+            "values: Invalid value: {v:?}: not a valid label value"
+        ))
+    }
+}
+
+/// Parses a `LabelSelector` as `metav1.LabelSelectorAsSelector` does.
+pub fn parse_selector(s: &LabelSelector) -> Result<Selector, String> {
+    let mut reqs = Vec::new();
+    for (k, v) in s.match_labels.iter().flatten() {
+        check_key(k)?;
+        check_value(v)?;
+        reqs.push(Requirement::Equals(k.clone(), v.clone()));
+    }
+    for e in s.match_expressions.iter().flatten() {
+        check_key(&e.key)?;
+        let values = e.values.clone().unwrap_or_default();
+        let r = match e.operator.as_str() {
+            "In" | "NotIn" => {
+                if values.is_empty() {
+                    return Err(format!(
+                        "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty (key {:?})",
+                        e.key
+                    ));
+                }
+                for v in &values {
+                    check_value(v)?;
+                }
+                if e.operator == "In" {
+                    Requirement::In(e.key.clone(), values)
+                } else {
+                    Requirement::NotIn(e.key.clone(), values)
+                }
+            }
+            "Exists" | "DoesNotExist" => {
+                if !values.is_empty() {
+                    return Err(format!(
+                        "values: Invalid value: {values:?}: values set must be empty for exists and does not exist (key {:?})",
+                        e.key
+                    ));
+                }
+                if e.operator == "Exists" {
+                    Requirement::Exists(e.key.clone())
+                } else {
+                    Requirement::DoesNotExist(e.key.clone())
+                }
+            }
+            op => return Err(format!("{op:?} is not a valid label selector operator")),
+        };
+        reqs.push(r);
+    }
+    Ok(Selector { reqs })
+}
+
+/// One term, evaluated against the namespace's active Runs.
+#[derive(Debug, Clone, Default)]
+struct Rule {
+    weight: i64,
+    /// Pods holding a matching active or assumed Run.
+    pods: HashSet<String>,
+    /// No Run matches and the Run's own labels do: any pod passes.
+    seedable: bool,
+}
+
+/// A Run's compiled affinity (upstream `runAffinity`).
+#[derive(Debug, Clone, Default)]
+pub struct Affinity {
+    required: Vec<Rule>,
+    required_anti: Vec<Rule>,
+    preferred: Vec<Rule>,
+    preferred_anti: Vec<Rule>,
+}
+
+/// Compiles a term: its selector, checked topology key.
+fn term_selector(term: &RunAffinityTerm) -> Result<Selector, String> {
+    if term.topology_key != TOPOLOGY_RUNTIME_POD {
+        return Err(format!(
+            "unsupported run affinity topology key {:?}",
+            term.topology_key
+        ));
+    }
+    let sel = term
+        .label_selector
+        .as_ref()
+        .ok_or_else(|| "run affinity term has no label selector".to_owned())?;
+    parse_selector(sel).map_err(|e| format!("parse run affinity selector: {e}"))
+}
+
+impl Affinity {
+    /// Builds the rules of `affinity` for a Run labelled `own`, against
+    /// `targets`: `(pod, labels)` of every active or assumed Run of the
+    /// namespace. An error fails the Run (upstream: `pod selection
+    /// failed: pre-filter run affinity: ...`).
+    pub fn build<'a>(
+        affinity: &RunAffinity,
+        own: &BTreeMap<String, String>,
+        targets: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
+    ) -> Result<Affinity, String> {
+        let build = |term: &RunAffinityTerm, weight: i64, allow_seed: bool| {
+            let sel = term_selector(term)?;
+            let pods: HashSet<String> = targets
+                .clone()
+                .filter(|(_, l)| sel.matches(l))
+                .map(|(p, _)| p.to_owned())
+                .collect();
+            let seedable = allow_seed && pods.is_empty() && sel.matches(own);
+            Ok::<_, String>(Rule {
+                weight,
+                pods,
+                seedable,
+            })
+        };
+        let mut a = Affinity::default();
+        for (rules, anti) in [
+            (affinity.run_affinity.as_ref(), false),
+            (affinity.run_anti_affinity.as_ref(), true),
+        ] {
+            let Some(rules) = rules else { continue };
+            for t in &rules.required_during_scheduling_ignored_during_execution {
+                let r = build(t, 0, !anti)?;
+                if anti {
+                    a.required_anti.push(r);
+                } else {
+                    a.required.push(r);
+                }
+            }
+            for w in &rules.preferred_during_scheduling_ignored_during_execution {
+                let r = build(&w.run_affinity_term, i64::from(w.weight), false)?;
+                if anti {
+                    a.preferred_anti.push(r);
+                } else {
+                    a.preferred.push(r);
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    /// Whether `pod` passes the required terms; the filter reason if not.
+    pub fn filter(&self, pod: &str) -> Result<(), &'static str> {
+        if self
+            .required
+            .iter()
+            .any(|r| !r.pods.contains(pod) && !r.seedable)
+        {
+            return Err(UNSATISFIED_AFFINITY);
+        }
+        if self.required_anti.iter().any(|r| r.pods.contains(pod)) {
+            return Err(UNSATISFIED_ANTI_AFFINITY);
+        }
+        Ok(())
+    }
+
+    /// The raw preferred score: weights of preferred terms `pod` holds a
+    /// match for, and of preferred anti terms it does not.
+    pub fn preferred_score(&self, pod: &str) -> i64 {
+        let hit: i64 = self
+            .preferred
+            .iter()
+            .filter(|r| r.pods.contains(pod))
+            .map(|r| r.weight)
+            .sum();
+        let miss: i64 = self
+            .preferred_anti
+            .iter()
+            .filter(|r| !r.pods.contains(pod))
+            .map(|r| r.weight)
+            .sum();
+        hit + miss
+    }
+}
+
+/// A feasible pod after both score plugins.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked<'a> {
+    pub pod: &'a str,
+    pub load: Score,
+    /// Preferred affinity score, normalized 0..100.
+    pub affinity: i64,
+    /// Least-loaded score, normalized 0..100.
+    pub least_loaded: i64,
+}
+
+impl Ranked<'_> {
+    pub fn total(&self) -> i64 {
+        self.affinity + self.least_loaded
+    }
+}
+
+/// Filters `feasible` (pods that fit, best load first) by the required
+/// terms and ranks the rest as upstream's weighted plugins do. Returns the
+/// ranked pods, best first, and the pods the affinity rejected with their
+/// reason, in the order given.
+pub fn rank<'a>(
+    affinity: &Affinity,
+    feasible: impl IntoIterator<Item = (&'a str, Score)>,
+) -> (Vec<Ranked<'a>>, Vec<(&'a str, &'static str)>) {
+    let mut kept: Vec<(&'a str, Score)> = Vec::new();
+    let mut rejected = Vec::new();
+    for (pod, s) in feasible {
+        match affinity.filter(pod) {
+            Ok(()) => kept.push((pod, s)),
+            Err(why) => rejected.push((pod, why)),
+        }
+    }
+    // Least loaded: rank groups of equal load, by load (stable).
+    kept.sort_by(|a, b| a.1.cmp_load(&b.1).then(Ordering::Equal));
+    let n = kept.len();
+    let mut ranked: Vec<Ranked<'a>> = Vec::with_capacity(n);
+    let mut start = 0;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && kept[end].1.cmp_load(&kept[start].1) == Ordering::Equal {
+            end += 1;
+        }
+        let ll = if n == 1 {
+            MAX_SCORE
+        } else {
+            (n - 1 - start) as i64 * MAX_SCORE / (n - 1) as i64
+        };
+        for (pod, s) in &kept[start..end] {
+            ranked.push(Ranked {
+                pod,
+                load: s.clone(),
+                affinity: affinity.preferred_score(pod),
+                least_loaded: ll,
+            });
+        }
+        start = end;
+    }
+    // Preferred affinity: normalized by the maximum.
+    let max = ranked.iter().map(|r| r.affinity).max().unwrap_or(0);
+    if max > 0 {
+        for r in &mut ranked {
+            r.affinity = r.affinity * MAX_SCORE / max;
+        }
+    }
+    ranked.sort_by(|a, b| b.total().cmp(&a.total()).then_with(|| a.pod.cmp(b.pod)));
+    (ranked, rejected)
+}
+
+/// Admission: every term's topology key, selector and weight, with the
+/// field path named. Empty when valid.
+pub fn violations(affinity: &RunAffinity) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut term = |path: String, t: &RunAffinityTerm| {
+        if t.topology_key != TOPOLOGY_RUNTIME_POD {
+            out.push((
+                format!("{path}.topologyKey"),
+                format!(
+                    "Unsupported value: {:?}: supported values: \"{TOPOLOGY_RUNTIME_POD}\"",
+                    t.topology_key
+                ),
+            ));
+        }
+        match &t.label_selector {
+            None => out.push((format!("{path}.labelSelector"), "Required value".into())),
+            Some(s)
+                if s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                    && s.match_expressions.as_ref().is_none_or(Vec::is_empty) =>
+            {
+                out.push((
+                    format!("{path}.labelSelector"),
+                    "Invalid value: labelSelector must not be empty".into(),
+                ));
+            }
+            Some(s) => {
+                if let Err(e) = parse_selector(s) {
+                    out.push((format!("{path}.labelSelector"), e));
+                }
+            }
+        }
+    };
+    let mut weights = Vec::new();
+    for (rules, name) in [
+        (affinity.run_affinity.as_ref(), "runAffinity"),
+        (affinity.run_anti_affinity.as_ref(), "runAntiAffinity"),
+    ] {
+        let Some(rules) = rules else { continue };
+        let base = format!("spec.affinity.{name}");
+        for (i, t) in rules
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .enumerate()
+        {
+            term(
+                format!("{base}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+                t,
+            );
+        }
+        for (i, w) in rules
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            if !(1..=100).contains(&w.weight) {
+                weights.push((
+                    format!("{p}.weight"),
+                    format!("Invalid value: {}: must be between 1 and 100", w.weight),
+                ));
+            }
+            term(format!("{p}.runAffinityTerm"), &w.run_affinity_term);
+        }
+        for (list, n) in [
+            (
+                rules
+                    .required_during_scheduling_ignored_during_execution
+                    .len(),
+                "requiredDuringSchedulingIgnoredDuringExecution",
+            ),
+            (
+                rules
+                    .preferred_during_scheduling_ignored_during_execution
+                    .len(),
+                "preferredDuringSchedulingIgnoredDuringExecution",
+            ),
+        ] {
+            if list > 32 {
+                weights.push((
+                    format!("{base}.{n}"),
+                    format!("Too many: {list}: must have at most 32 items"),
+                ));
+            }
+        }
+    }
+    out.extend(weights);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| (*v).into()).collect()),
+        }
+    }
+
+    /// `metav1.LabelSelectorAsSelector` semantics, as apimachinery's own
+    /// selector tests state them.
+    #[test]
+    fn selectors_match_as_apimachinery() {
+        let sel = |ml: &[(&str, &str)], me: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: (!ml.is_empty()).then(|| labels(ml)),
+            match_expressions: (!me.is_empty()).then_some(me),
+        };
+        let x = labels(&[("a", "1"), ("b", "2")]);
+        let none = labels(&[]);
+        for (s, on, want) in [
+            (sel(&[], vec![]), &x, true),
+            (sel(&[], vec![]), &none, true),
+            (sel(&[("a", "1")], vec![]), &x, true),
+            (sel(&[("a", "2")], vec![]), &x, false),
+            (sel(&[("a", "1"), ("c", "3")], vec![]), &x, false),
+            (sel(&[], vec![expr("a", "In", &["1", "9"])]), &x, true),
+            (sel(&[], vec![expr("a", "In", &["9"])]), &x, false),
+            (sel(&[], vec![expr("c", "In", &["9"])]), &x, false),
+            (sel(&[], vec![expr("a", "NotIn", &["9"])]), &x, true),
+            (sel(&[], vec![expr("a", "NotIn", &["1"])]), &x, false),
+            (sel(&[], vec![expr("c", "NotIn", &["1"])]), &x, true),
+            (sel(&[], vec![expr("a", "Exists", &[])]), &x, true),
+            (sel(&[], vec![expr("c", "Exists", &[])]), &x, false),
+            (sel(&[], vec![expr("c", "DoesNotExist", &[])]), &x, true),
+            (sel(&[], vec![expr("a", "DoesNotExist", &[])]), &x, false),
+            (sel(&[("b", "2")], vec![expr("a", "In", &["1"])]), &x, true),
+            (sel(&[("a", "")], vec![]), &labels(&[("a", "")]), true),
+        ] {
+            assert_eq!(
+                parse_selector(&s).unwrap().matches(on),
+                want,
+                "{s:?} on {on:?}"
+            );
+        }
+        for bad in [
+            sel(&[], vec![expr("a", "In", &[])]),
+            sel(&[], vec![expr("a", "NotIn", &[])]),
+            sel(&[], vec![expr("a", "Exists", &["1"])]),
+            sel(&[], vec![expr("a", "Gt", &["1"])]),
+            sel(&[], vec![expr("", "Exists", &[])]),
+            sel(&[("bad key", "1")], vec![]),
+            sel(&[("a", "bad value!")], vec![]),
+            sel(&[("-a", "1")], vec![]),
+            sel(&[("Example.com/a", "1")], vec![]),
+        ] {
+            assert!(parse_selector(&bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_selector(&sel(&[("example.com/a-b.c_d", "x.Y-z_1")], vec![])).is_ok());
+    }
+
+    /// Upstream `TestScoreAndRankPodsNormalizesAndBreaksTiesByPodName`:
+    /// raw preferred scores 1, 2, 2 normalize to 50, 100, 100; equal totals
+    /// go by name.
+    #[test]
+    fn normalization_and_name_tie_break() {
+        use crate::model::ratio::{Ratio, RatioSum};
+        let load = Score {
+            max: Ratio::new(1, 2),
+            sum: RatioSum::default(),
+        };
+        let mut a = Affinity::default();
+        for (w, pods) in [
+            (1, vec!["pod-a", "pod-b", "pod-c"]),
+            (1, vec!["pod-b", "pod-c"]),
+        ] {
+            a.preferred.push(Rule {
+                weight: w,
+                pods: pods.into_iter().map(str::to_owned).collect(),
+                seedable: false,
+            });
+        }
+        let (ranked, rejected) = rank(&a, ["pod-c", "pod-a", "pod-b"].map(|p| (p, load.clone())));
+        assert!(rejected.is_empty());
+        let got: Vec<(&str, i64)> = ranked.iter().map(|r| (r.pod, r.affinity)).collect();
+        assert_eq!(got, [("pod-b", 100), ("pod-c", 100), ("pod-a", 50)]);
+        assert!(ranked.iter().all(|r| r.least_loaded == MAX_SCORE));
+    }
+}

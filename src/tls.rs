@@ -647,8 +647,11 @@ impl ConnCtx {
         let service = hyper::service::service_fn(move |req: axum::http::Request<Incoming>| {
             let (router, in_flight, busy) =
                 (router.clone(), Arc::clone(&in_flight), Busy::new(&act));
-            let (parked, connections, act) =
-                (Arc::clone(&parked), Arc::clone(&connections), Arc::clone(&act));
+            let (parked, connections, act) = (
+                Arc::clone(&parked),
+                Arc::clone(&connections),
+                Arc::clone(&act),
+            );
             async move {
                 let _busy = busy;
                 // Closed only when the server is dropped; then serve anyway.
@@ -661,8 +664,7 @@ impl ConnCtx {
                     connections,
                 });
                 let finish = Finish(Arc::clone(&slots));
-                let mut req =
-                    req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
+                let mut req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
                 req.extensions_mut()
                     .insert(crate::transport::park::Park::new(slots));
                 let r = router.oneshot(req).await;

@@ -452,11 +452,9 @@ fn filter_answer(
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
     let refused = match (gangs, pod_key) {
-        (Some((g, m)), Some((ns, name))) => g
-            .too_large(&snap, ns, name)
-            .inspect(|_| {
-                m.gang_too_large.inc();
-            }),
+        (Some((g, m)), Some((ns, name))) => g.too_large(&snap, ns, name).inspect(|_| {
+            m.gang_too_large.inc();
+        }),
         _ => None,
     };
     let out = match refused {

@@ -48,6 +48,7 @@ mod gang;
 mod hierarchy;
 mod hostile;
 mod http_api;
+mod large_gangs;
 mod latency;
 mod layering;
 mod manifests;

@@ -44,9 +44,9 @@ use crate::cluster::{BindError, ClusterWriter, PodBinding};
 use crate::extender::gang;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
 use crate::model::refs::GroupRef;
+use crate::transport::park::Park;
 use device_gate::{BindingGate, DeviceFailure};
 use permit::{Gangs, Held, HoldFailure};
-use crate::transport::park::Park;
 use std::sync::Arc;
 
 /// What a bind works with: the cache, the write side, the permit (quorum

@@ -441,7 +441,12 @@ impl Gangs {
     }
 
     /// Writes the Event and condition of units that ended.
-    pub async fn record(&self, nodes: &ClusterIndex, writer: &dyn ClusterWriter, ended: Vec<Ended>) {
+    pub async fn record(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        ended: Vec<Ended>,
+    ) {
         for e in ended {
             self.record_expiry(nodes, writer, &e.unit, &e.message).await;
         }
@@ -514,8 +519,7 @@ impl Gangs {
                 return Ok(Held::Quorum);
             }
             let known = t.reserved.contains_key(&member)
-                || t
-                    .units
+                || t.units
                     .get(&q.unit)
                     .is_some_and(|u| u.kept.contains(&member) || u.held.contains(&member));
             if !known && t.count >= self.config.max_held {
@@ -924,7 +928,10 @@ fn need_of(snap: &ClusterState, r: &GroupRef, tree: &[GroupRef], depth: usize) -
         .map(|c| need_of(snap, c, tree, depth + 1))
         .collect();
     needs.sort_unstable();
-    needs.iter().take(want).fold(0usize, |a, n| a.saturating_add(*n))
+    needs
+        .iter()
+        .take(want)
+        .fold(0usize, |a, n| a.saturating_add(*n))
 }
 
 fn uid_of(nodes: &ClusterIndex, g: &GroupRef) -> Option<String> {

@@ -4,7 +4,6 @@
 //! fails closed when the cache lacks the pod's group, parents or claims.
 
 use super::*;
-use permit::GangConfig;
 use crate::cluster::{ClaimAllocationRef, WriteError};
 use crate::crd::RunStatus;
 use crate::metrics::{BindFailureLabels, GangWaitLabels};
@@ -12,6 +11,7 @@ use crate::testkit;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use parking_lot::Mutex;
+use permit::GangConfig;
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -336,14 +336,20 @@ async fn a_cancelled_member_leaves_the_others_held_and_the_unit_waiting() {
     // p0's own wait ends at --gang-wait from its arrival, but the unit
     // gained p2 since: p0 answers, and stays reserved (assumed, counted).
     let e0 = p0.await.unwrap().unwrap_err();
-    assert!(matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))), "{e0}");
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
     assert!(e0.to_string().contains("stays reserved"), "{e0}");
     assert!(f.assumed("p0"), "p0 is reserved");
     assert!(f.binder.permit.is_kept("ns", "p0"));
     assert_eq!(f.placed(), 2);
     // The unit ends --gang-wait after its last new member (p2).
     let e2 = p2.await.unwrap().unwrap_err();
-    assert!(matches!(e2, BindFailure::Hold(HoldFailure::Expired(_))), "{e2}");
+    assert!(
+        matches!(e2, BindFailure::Hold(HoldFailure::Expired(_))),
+        "{e2}"
+    );
     assert!(
         e2.to_string()
             .contains("(2 of 3 placed); released 1 held pods and 1 reserved"),
@@ -629,7 +635,10 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
     let p2 = f.spawn("p2");
     // p0's own wait ran out at 2s while the unit still gathered: kept.
     let e0 = p0.await.unwrap().unwrap_err();
-    assert!(matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))), "{e0}");
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
     assert!(f.assumed("p0") && f.binder.permit.is_kept("ns", "p0"));
     // kube-scheduler retries p0: held again, not counted as progress.
     let p0 = retry(&f, "p0");
@@ -637,7 +646,10 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
     assert_eq!(f.placed(), 3);
     // p1 kept at 3.5s; p3 arrives at 4.5s: quorum with the kept p1.
     let e1 = p1.await.unwrap().unwrap_err();
-    assert!(matches!(e1, BindFailure::Hold(HoldFailure::Kept(_))), "{e1}");
+    assert!(
+        matches!(e1, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e1}"
+    );
     let p3 = f.spawn("p3");
     assert_eq!(p3.await.unwrap(), Ok(()));
     assert_eq!(p2.await.unwrap(), Ok(()));
@@ -726,7 +738,10 @@ fn too_large_names_the_unit_its_size_and_the_flag() {
     nodes.apply_pod(&pod("a0", Some("a"), &[]));
     let snap = nodes.read();
     assert_eq!(
-        Gangs::pods_to_hold(&snap, &crate::model::refs::GroupRef::composite("ns", "root")),
+        Gangs::pods_to_hold(
+            &snap,
+            &crate::model::refs::GroupRef::composite("ns", "root")
+        ),
         7
     );
     let small = Gangs::with_config(GangConfig {

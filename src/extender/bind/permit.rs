@@ -395,12 +395,13 @@ impl Gangs {
         let member = (namespace.to_owned(), pod.to_owned());
         let mut t = self.table.lock();
         let mut found = t.reserved.remove(&member).is_some();
-        if !found && let Some(g) = t.unit_of(&member) {
-            if let Some(u) = t.units.get_mut(&g) {
-                found = u.kept.remove(&member);
-                if u.members() == 0 {
-                    t.units.remove(&g);
-                }
+        if !found
+            && let Some(g) = t.unit_of(&member)
+            && let Some(u) = t.units.get_mut(&g)
+        {
+            found = u.kept.remove(&member);
+            if u.members() == 0 {
+                t.units.remove(&g);
             }
         }
         if found {

@@ -38,6 +38,8 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
 use tower_http::timeout::TimeoutBody;
 
+pub mod park;
+
 /// What errors name for a certificate held in memory.
 const MEMORY_CERT: &str = "<in-memory certificate>";
 /// What errors name for a key held in memory.
@@ -374,7 +376,7 @@ pub struct ConnLimits {
     /// connection closed when it is not answered within the same time.
     pub h2_keep_alive: Duration,
     /// Requests parked at once (a gang member's bind held for quorum,
-    /// see [`crate::transport::park`]): they count neither against
+    /// see [`crate::tls::park`]): they count neither against
     /// `max_in_flight` nor, with their connection, against
     /// `max_connections`, but against this. A request that would park
     /// beyond it stays counted as before.
@@ -420,7 +422,7 @@ pub async fn serve(
 /// requests are handled at once, headers and bodies must arrive in time,
 /// and idle connections are closed.
 ///
-/// A request that parks ([`crate::transport::park`]) gives its in-flight
+/// A request that parks ([`crate::tls::park`]) gives its in-flight
 /// slot back, and its connection's slot when nothing else is in flight on
 /// it, and holds one of `max_parked` until it ends. Its connection then
 /// takes a connection slot again if one is free, and is closed after the
@@ -553,7 +555,7 @@ struct Activity {
     close: tokio::sync::Notify,
 }
 
-/// One request's slots, and its [`Parking`](crate::transport::park::Parking).
+/// One request's slots, and its [`Parking`](crate::tls::park::Parking).
 struct RequestSlots {
     activity: Arc<Activity>,
     in_flight: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
@@ -562,7 +564,7 @@ struct RequestSlots {
     connections: Arc<Semaphore>,
 }
 
-impl crate::transport::park::Parking for RequestSlots {
+impl crate::tls::park::Parking for RequestSlots {
     fn park(&self) -> bool {
         let mut parked = self.parked.lock();
         if parked.is_some() {
@@ -666,7 +668,7 @@ impl ConnCtx {
                 let finish = Finish(Arc::clone(&slots));
                 let mut req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
                 req.extensions_mut()
-                    .insert(crate::transport::park::Park::new(slots));
+                    .insert(crate::tls::park::Park::new(slots));
                 let r = router.oneshot(req).await;
                 drop(finish);
                 r

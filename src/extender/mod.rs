@@ -549,7 +549,7 @@ async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Res
 /// failure the assumption is dropped and the reason returned in `Error`.
 async fn bind(
     State(s): State<ExtenderState>,
-    park: Option<axum::Extension<crate::transport::park::Park>>,
+    park: Option<axum::Extension<crate::tls::park::Park>>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     limits::check(&s.limits, limits::Verb::Bind, &body)?;
@@ -582,7 +582,7 @@ async fn bind(
 async fn bind_one(
     s: &ExtenderState,
     req: &bind::BindRequest,
-    park: Option<&crate::transport::park::Park>,
+    park: Option<&crate::tls::park::Park>,
 ) -> Result<(), bind::BindFailure> {
     let binder = bind::Binder {
         nodes: Arc::clone(&s.nodes),

@@ -9,7 +9,6 @@
 
 pub mod error;
 pub mod latency;
-pub mod park;
 
 pub use error::{ApiError, Body, JsonBody, Params, decode_json};
 pub use latency::{Answer, LatencyLayer, LatencyObserver};

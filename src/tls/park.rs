@@ -5,7 +5,7 @@
 //! when the connection has nothing else in flight. It is counted against
 //! the server's parked budget instead until it ends.
 //!
-//! The server inserts a [`Park`] into every request's extensions; a
+//! The server ([`crate::tls::serve_with`]) inserts a [`Park`] into every request's extensions; a
 //! handler that waits takes it (`Option<Extension<Park>>`) and calls
 //! [`Park::park`]. Without a server (a router driven in a test) there is
 //! none, and nothing to leave.

@@ -640,9 +640,11 @@ async fn bind_all(
     let mut out = Vec::new();
     for (flag, what, addr, router, tls) in wanted {
         let Some(addr) = addr else { continue };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {flag} {addr}"))?;
+        let listener = listen(
+            addr,
+            args.max_connections.saturating_add(args.max_held_binds),
+        )
+        .with_context(|| format!("binding {flag} {addr}"))?;
         out.push(Listener {
             what,
             listener,
@@ -652,6 +654,20 @@ async fn bind_all(
         });
     }
     Ok(out)
+}
+
+/// A listener whose accept queue holds `backlog` connections (the kernel
+/// caps it at `net.core.somaxconn`): a gang's binds connect all at once,
+/// one connection each, and a full queue resets connections.
+fn listen(addr: SocketAddr, backlog: usize) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(u32::try_from(backlog).unwrap_or(u32::MAX))
 }
 
 /// Serves bound listeners until SIGINT/SIGTERM; the first listener that

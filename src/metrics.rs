@@ -222,15 +222,23 @@ pub enum GangWait {
     /// The bind was cancelled (caller gone, timeout) while held: the
     /// member left the hold and its assumption was dropped.
     Cancelled,
+    /// The member's own `--gang-wait` ran out while its group was still
+    /// gathering: the bind answered, the member stays reserved.
+    Kept,
+    /// Refused without a wait: `--max-held-binds` members were held or
+    /// reserved already.
+    Full,
 }
 
 impl GangWait {
-    pub const ALL: [GangWait; 5] = [
+    pub const ALL: [GangWait; 7] = [
         GangWait::Quorum,
         GangWait::Released,
         GangWait::Expired,
         GangWait::Refused,
         GangWait::Cancelled,
+        GangWait::Kept,
+        GangWait::Full,
     ];
 }
 
@@ -263,10 +271,15 @@ pub enum BindFailureCause {
     Binding,
     /// The call was dropped (caller gone, timeout) before it answered.
     Cancelled,
+    /// The member's own `--gang-wait` ran out while its group gathers: it
+    /// stays reserved for kube-scheduler's retry.
+    GangKept,
+    /// `--max-held-binds` members were held or reserved already.
+    GangFull,
 }
 
 impl BindFailureCause {
-    pub const ALL: [BindFailureCause; 10] = [
+    pub const ALL: [BindFailureCause; 12] = [
         BindFailureCause::Invalid,
         BindFailureCause::NodeGone,
         BindFailureCause::NotCached,
@@ -277,6 +290,8 @@ impl BindFailureCause {
         BindFailureCause::GangExpired,
         BindFailureCause::Binding,
         BindFailureCause::Cancelled,
+        BindFailureCause::GangKept,
+        BindFailureCause::GangFull,
     ];
 }
 
@@ -407,6 +422,9 @@ pub struct StateSample {
     pub gang_members_held: usize,
     /// Groups (units) with members held, waiting for quorum.
     pub gang_groups_waiting: usize,
+    /// Gang members reserved (assumed, counted toward quorum) with no bind
+    /// held: their own wait ran out while their group gathered.
+    pub gang_members_reserved: usize,
 }
 
 /// `result` of upstream's `kruntimes_scheduler_sync_total`.
@@ -555,6 +573,11 @@ pub struct Metrics {
     pub gang_members_held: Gauge,
     /// Gang groups waiting for quorum (set at scrape time).
     pub gang_groups_waiting: Gauge,
+    /// Gang members reserved with no bind held (set at scrape time).
+    pub gang_members_reserved: Gauge,
+    /// Filter calls that refused a gang for needing more members held at
+    /// once than `--max-held-binds`.
+    pub gang_too_large: Counter,
     pub filter_rejections: Family<ReasonLabels, Counter>,
     pub wakeups: Family<WakeLabels, Counter>,
     pub reservation_conflicts: Counter,
@@ -651,6 +674,18 @@ impl Default for Metrics {
             "gang_groups_waiting",
             "Gang groups with members held in bind, waiting for quorum",
             gang_groups_waiting.clone(),
+        );
+        let gang_members_reserved = Gauge::default();
+        registry.register(
+            "gang_members_reserved",
+            "Gang members reserved (assumed, counted toward quorum) with no bind held, while their group gathers",
+            gang_members_reserved.clone(),
+        );
+        let gang_too_large = Counter::default();
+        registry.register(
+            "gang_too_large",
+            "Extender filter calls refused because the pod's gang needs more members held at once than --max-held-binds",
+            gang_too_large.clone(),
         );
         let filter_rejections = Family::default();
         registry.register(
@@ -770,6 +805,8 @@ impl Default for Metrics {
             cache_objects,
             gang_members_held,
             gang_groups_waiting,
+            gang_members_reserved,
+            gang_too_large,
             watch_restarts,
             watch_errors,
             api_served,
@@ -932,6 +969,8 @@ impl Metrics {
             .set(gauge_value(sample.gang_members_held));
         self.gang_groups_waiting
             .set(gauge_value(sample.gang_groups_waiting));
+        self.gang_members_reserved
+            .set(gauge_value(sample.gang_members_reserved));
     }
 
     pub fn wake(&self, cause: WakeCause, n: usize) {

@@ -143,10 +143,27 @@ pub struct ServeArgs {
     /// released: it no longer counts against its pod (empty: none).
     #[arg(long, env = "KRS_RELEASED_CONDITION", default_value = crate::crd::DEFAULT_RELEASED_CONDITION)]
     pub released_condition: String,
-    /// How long bind holds a gang member waiting for its group's quorum;
-    /// keep it below kube-scheduler's extender `httpTimeout`.
+    /// The longest one bind is held waiting for its group's quorum (keep
+    /// it, plus `--binding-wait`, below kube-scheduler's extender
+    /// `httpTimeout`), and how long a gathering group waits for a member
+    /// it has not seen yet. A bind whose own wait runs out while its group
+    /// still gains members answers `Error` but stays reserved (assumed,
+    /// counted) for kube-scheduler's retry.
     #[arg(long, env = "KRS_GANG_WAIT", default_value = "20s", value_parser = parse_duration)]
     pub gang_wait: Duration,
+    /// The longest a group gathers for quorum, from its first member bound,
+    /// however steadily members arrive; then every held and reserved
+    /// member is released (KEP-4671's PodGroup scheduling timeout, 5m).
+    #[arg(long, env = "KRS_GANG_WAIT_MAX", default_value = "5m", value_parser = parse_duration)]
+    pub gang_wait_max: Duration,
+    /// Gang members held in bind or reserved at once, over all groups. A
+    /// gang needing more pods at once to reach quorum is refused at filter
+    /// (unresolvable, naming this flag); a member beyond it while other
+    /// gangs hold the room is refused at bind and retried. Held binds do
+    /// not count against `--max-connections` or `--max-in-flight`; each
+    /// holds one open connection (a file descriptor).
+    #[arg(long, env = "KRS_MAX_HELD_BINDS", default_value_t = crate::extender::bind::permit::DEFAULT_MAX_HELD, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_held_binds: usize,
     /// Follow the `PodGroupPreemptionPolicy` feature gate as on: PodGroups
     /// and CompositePodGroups carry `preemptionPolicy` (the root's is
     /// authoritative). `false`: the groups' field is ignored and the pods of
@@ -314,7 +331,24 @@ impl ServeArgs {
             body_read_timeout: self.body_read_timeout,
             idle_timeout: self.idle_timeout,
             h2_keep_alive: self.http2_keep_alive,
+            max_parked: self.max_held_binds,
         }
+    }
+
+    /// The gang waits and the held-bind ceiling.
+    pub fn gang_config(&self) -> anyhow::Result<crate::extender::bind::permit::GangConfig> {
+        if self.gang_wait_max < self.gang_wait {
+            anyhow::bail!(
+                "--gang-wait-max {:?} is shorter than --gang-wait {:?}",
+                self.gang_wait_max,
+                self.gang_wait
+            );
+        }
+        Ok(crate::extender::bind::permit::GangConfig {
+            wait: self.gang_wait,
+            wait_max: self.gang_wait_max,
+            max_held: self.max_held_binds,
+        })
     }
 
     /// The extender's body limits per mode.
@@ -521,6 +555,7 @@ pub fn evictor_writer(
 /// Runs `serve` until SIGINT/SIGTERM: standalone with `--state`, else
 /// against the cluster.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    raise_open_files(open_files_needed(&args));
     match &args.state {
         Some(path) => run_standalone(&args, path).await,
         None => run_cluster(&args).await,
@@ -546,7 +581,7 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
     let binding = args.binding_config()?;
     let (mut app, count, skipped) = standalone_from_state(args.cache_config(), path)?;
     app.state.binding = Arc::new(BindingGate::new(binding));
-    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.gangs = Arc::new(Gangs::with_config(args.gang_config()?));
     app.state.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, skipped = skipped.total(), components = %components.names(), "standalone mode: state loaded");
     let loop_task = components.runs.then(|| {
@@ -615,9 +650,11 @@ async fn bind_all(
     let mut out = Vec::new();
     for (flag, what, addr, router, tls) in wanted {
         let Some(addr) = addr else { continue };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {flag} {addr}"))?;
+        let listener = listen(
+            addr,
+            args.max_connections.saturating_add(args.max_held_binds),
+        )
+        .with_context(|| format!("binding {flag} {addr}"))?;
         out.push(Listener {
             what,
             listener,
@@ -627,6 +664,20 @@ async fn bind_all(
         });
     }
     Ok(out)
+}
+
+/// A listener whose accept queue holds `backlog` connections (the kernel
+/// caps it at `net.core.somaxconn`): a gang's binds connect all at once,
+/// one connection each, and a full queue resets connections.
+fn listen(addr: SocketAddr, backlog: usize) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(u32::try_from(backlog).unwrap_or(u32::MAX))
 }
 
 /// Serves bound listeners until SIGINT/SIGTERM; the first listener that
@@ -665,7 +716,72 @@ async fn listen_all(
     mode: &str,
 ) -> anyhow::Result<()> {
     let listeners = bind_all(args, components, state, tls).await?;
-    serve_all(listeners, mode).await
+    let sweeper = components.extender.then(|| spawn_gang_sweeper(state));
+    let r = serve_all(listeners, mode).await;
+    if let Some(t) = sweeper {
+        t.abort();
+    }
+    r
+}
+
+/// Open files one listener may need at once: its connections, its parked
+/// (held) requests, and a margin for the process' other files.
+pub fn open_files_needed(args: &ServeArgs) -> u64 {
+    let per_listener = args.max_connections.saturating_add(args.max_held_binds);
+    u64::try_from(per_listener)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1024)
+}
+
+/// Raises the soft open-files limit to the hard one, as the Go runtime
+/// does for kube-scheduler itself (Go 1.19 and later): every connection
+/// and every held bind is a file descriptor, and a container's soft limit
+/// may be 1024. Returns the soft limit now (`None`: unlimited). Logs a
+/// warning when the hard limit is below `needed`.
+pub fn raise_open_files(needed: u64) -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let l = getrlimit(Resource::Nofile);
+    let mut now = l.current;
+    if l.current.is_some() && l.current != l.maximum {
+        let want = Rlimit {
+            current: l.maximum,
+            maximum: l.maximum,
+        };
+        match setrlimit(Resource::Nofile, want) {
+            Ok(()) => now = l.maximum,
+            Err(e) => tracing::warn!(error = %e, "raising the open-files limit failed"),
+        }
+    }
+    if let Some(n) = now
+        && n < needed
+    {
+        tracing::warn!(
+            limit = n,
+            needed,
+            "the open-files limit is below --max-connections plus --max-held-binds: \
+             large gangs may fail to connect (raise the container's nofile limit)"
+        );
+    }
+    now
+}
+
+/// Every second, ends the gang units whose time is up with no bind held
+/// (only reserved members left) and records their Events and conditions.
+pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
+    let (gangs, nodes, writer) = (
+        Arc::clone(&state.gangs),
+        Arc::clone(&state.nodes),
+        Arc::clone(&state.writer),
+    );
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let ended = gangs.sweep(&nodes);
+            gangs.record(&nodes, writer.as_ref(), ended).await;
+        }
+    })
 }
 
 /// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
@@ -815,7 +931,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     )
     .await;
     app.state.binding = Arc::new(BindingGate::new(binding));
-    app.state.gangs = Arc::new(Gangs::new(args.gang_wait));
+    app.state.gangs = Arc::new(Gangs::with_config(args.gang_config()?));
     app.state.nodes.set_semantics(args.semantics());
     if args.authorize_reads {
         app.state.access = Some(crate::http::auth::AccessControl::new(
@@ -897,6 +1013,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         None => args.tls.load().context("loading --tls-cert/--tls-key")?,
     };
     let listeners = bind_all(args, components, &app.state, tls).await?;
+    let sweeper = components.extender.then(|| spawn_gang_sweeper(&app.state));
     let evictor = if components.extender && args.evict_all_disruption {
         Some(spawn_evictor(&app.state, evictor_writer(&config, &id)?))
     } else {
@@ -916,6 +1033,9 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         ))
     });
     let result = serve_all(listeners, "cluster mode").await;
+    if let Some(t) = sweeper {
+        t.abort();
+    }
     queue.shutdown();
     if let Some(t) = evictor {
         t.abort();

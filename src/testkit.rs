@@ -11,6 +11,8 @@
 //! - [`poll`]: wait, bounded, until a condition holds.
 //! - [`faults`]: faults injected through the real code paths (an object
 //!   whose handling by a watcher panics).
+//! - [`loopback`]: kube-scheduler's extender client over a real loopback
+//!   connection (one connection per bind, serial verbs on one).
 //! - [`stats`]: [`percentile`] (nearest rank) and [`time_calls`], used
 //!   for every figure the benches print.
 //!
@@ -24,6 +26,7 @@
 pub mod builders;
 pub mod call;
 pub mod faults;
+pub mod loopback;
 pub mod poll;
 pub mod stats;
 

@@ -38,6 +38,8 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
 use tower_http::timeout::TimeoutBody;
 
+pub mod park;
+
 /// What errors name for a certificate held in memory.
 const MEMORY_CERT: &str = "<in-memory certificate>";
 /// What errors name for a key held in memory.
@@ -373,7 +375,17 @@ pub struct ConnLimits {
     /// HTTP/2: a PING is sent after this long without frames, and the
     /// connection closed when it is not answered within the same time.
     pub h2_keep_alive: Duration,
+    /// Requests parked at once (a gang member's bind held for quorum,
+    /// see [`crate::tls::park`]): they count neither against
+    /// `max_in_flight` nor, with their connection, against
+    /// `max_connections`, but against this. A request that would park
+    /// beyond it stays counted as before.
+    pub max_parked: usize,
 }
+
+/// Default [`ConnLimits::max_parked`]: the extender's default
+/// `--max-held-binds`.
+pub const DEFAULT_MAX_PARKED: usize = 10_000;
 
 impl Default for ConnLimits {
     fn default() -> Self {
@@ -384,6 +396,7 @@ impl Default for ConnLimits {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             h2_keep_alive: Duration::from_secs(30),
+            max_parked: DEFAULT_MAX_PARKED,
         }
     }
 }
@@ -408,6 +421,13 @@ pub async fn serve(
 /// accepted (the rest wait in the backlog), at most `max_in_flight`
 /// requests are handled at once, headers and bodies must arrive in time,
 /// and idle connections are closed.
+///
+/// A request that parks ([`crate::tls::park`]) gives its in-flight
+/// slot back, and its connection's slot when nothing else is in flight on
+/// it, and holds one of `max_parked` until it ends. Its connection then
+/// takes a connection slot again if one is free, and is closed after the
+/// response otherwise; so open connections stay below `max_connections`
+/// plus `max_parked`, and the verbs that do not park always find a slot.
 pub async fn serve_with(
     listener: TcpListener,
     router: Router,
@@ -435,6 +455,8 @@ pub async fn serve_with(
     let in_flight = Arc::new(Semaphore::new(
         limits.max_in_flight.clamp(1, Semaphore::MAX_PERMITS),
     ));
+    let max_parked = limits.max_parked.clamp(1, Semaphore::MAX_PERMITS);
+    let parked = Arc::new(Semaphore::new(max_parked));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -464,17 +486,18 @@ pub async fn serve_with(
             builder: Arc::clone(&builder),
             router: router.clone(),
             in_flight: Arc::clone(&in_flight),
+            parked: Arc::clone(&parked),
+            connections: Arc::clone(&connections),
             limits,
             stopped: stopped.clone(),
         };
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             match acceptor {
-                None => conn.serve(TokioIo::new(stream)).await,
+                None => conn.serve(TokioIo::new(stream), permit).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => conn.serve(TokioIo::new(tls)).await,
+                        Ok(Ok(tls)) => conn.serve(TokioIo::new(tls), permit).await,
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
@@ -487,11 +510,16 @@ pub async fn serve_with(
         r.abort();
     }
     let _ = stop.send(true);
-    // Every connection holds a slot until it ends: all slots back means
-    // all connections closed.
+    // Every connection holds a slot until it ends, or a parked request on
+    // it holds a parked slot: all slots back means all connections closed.
     let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    let all_parked = u32::try_from(max_parked).unwrap_or(u32::MAX);
+    let drained = async {
+        let _ = connections.acquire_many(all).await;
+        let _ = parked.acquire_many(all_parked).await;
+    };
     tokio::select! {
-        _ = connections.acquire_many(all) => {}
+        () = drained => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {
             tracing::warn!("connections still open after the shutdown grace period; closing them");
         }
@@ -504,6 +532,10 @@ struct ConnCtx {
     builder: Arc<auto::Builder<TokioExecutor>>,
     router: Router,
     in_flight: Arc<Semaphore>,
+    /// The parked budget ([`ConnLimits::max_parked`]).
+    parked: Arc<Semaphore>,
+    /// The connection budget, to take a slot again after parking.
+    connections: Arc<Semaphore>,
     limits: ConnLimits,
     stopped: tokio::sync::watch::Receiver<bool>,
 }
@@ -513,6 +545,62 @@ struct ConnCtx {
 struct Activity {
     busy: std::sync::atomic::AtomicUsize,
     last: Mutex<Option<tokio::time::Instant>>,
+    /// Requests in flight that parked.
+    parked: std::sync::atomic::AtomicUsize,
+    /// The connection's slot in the connection budget; `None` while every
+    /// request in flight on it is parked (or after, when none was free).
+    slot: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// Close after the responses in flight: no connection slot was free
+    /// when its parked requests ended.
+    close: tokio::sync::Notify,
+}
+
+/// One request's slots, and its [`Parking`](crate::tls::park::Parking).
+struct RequestSlots {
+    activity: Arc<Activity>,
+    in_flight: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    parked_budget: Arc<Semaphore>,
+    parked: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    connections: Arc<Semaphore>,
+}
+
+impl crate::tls::park::Parking for RequestSlots {
+    fn park(&self) -> bool {
+        let mut parked = self.parked.lock();
+        if parked.is_some() {
+            return true;
+        }
+        let Ok(p) = Arc::clone(&self.parked_budget).try_acquire_owned() else {
+            return false;
+        };
+        *parked = Some(p);
+        drop(self.in_flight.lock().take());
+        use std::sync::atomic::Ordering::SeqCst;
+        let now_parked = self.activity.parked.fetch_add(1, SeqCst) + 1;
+        if now_parked >= self.activity.busy.load(SeqCst) {
+            drop(self.activity.slot.lock().take());
+        }
+        true
+    }
+}
+
+impl RequestSlots {
+    /// The request ended: a parked one gives its parked slot back and its
+    /// connection takes a connection slot again, or closes.
+    fn finish(&self) {
+        if self.parked.lock().take().is_none() {
+            return;
+        }
+        use std::sync::atomic::Ordering::SeqCst;
+        self.activity.parked.fetch_sub(1, SeqCst);
+        let mut slot = self.activity.slot.lock();
+        if slot.is_none() {
+            match Arc::clone(&self.connections).try_acquire_owned() {
+                Ok(p) => *slot = Some(p),
+                Err(_) => self.activity.close.notify_one(),
+            }
+        }
+    }
 }
 
 /// Marks a request in flight on its connection until dropped.
@@ -534,28 +622,56 @@ impl Drop for Busy {
     }
 }
 
+/// Ends a request's slots however its future ends (dropped included).
+struct Finish(Arc<RequestSlots>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
 impl ConnCtx {
-    async fn serve<I>(mut self, io: TokioIo<I>)
+    async fn serve<I>(mut self, io: TokioIo<I>, slot: tokio::sync::OwnedSemaphorePermit)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
         *activity.last.lock() = Some(tokio::time::Instant::now());
+        *activity.slot.lock() = Some(slot);
         let (router, in_flight, body_timeout) = (
             self.router.clone(),
             Arc::clone(&self.in_flight),
             self.limits.body_read_timeout,
         );
+        let (parked, connections) = (Arc::clone(&self.parked), Arc::clone(&self.connections));
         let act = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |req: axum::http::Request<Incoming>| {
             let (router, in_flight, busy) =
                 (router.clone(), Arc::clone(&in_flight), Busy::new(&act));
+            let (parked, connections, act) = (
+                Arc::clone(&parked),
+                Arc::clone(&connections),
+                Arc::clone(&act),
+            );
             async move {
                 let _busy = busy;
                 // Closed only when the server is dropped; then serve anyway.
-                let _slot = in_flight.acquire_owned().await.ok();
-                let req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
-                router.oneshot(req).await
+                let permit = in_flight.acquire_owned().await.ok();
+                let slots = Arc::new(RequestSlots {
+                    activity: act,
+                    in_flight: Mutex::new(permit),
+                    parked_budget: parked,
+                    parked: Mutex::new(None),
+                    connections,
+                });
+                let finish = Finish(Arc::clone(&slots));
+                let mut req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
+                req.extensions_mut()
+                    .insert(crate::tls::park::Park::new(slots));
+                let r = router.oneshot(req).await;
+                drop(finish);
+                r
             }
         });
         let conn = self.builder.serve_connection(io, service);
@@ -570,6 +686,12 @@ impl ConnCtx {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                     return;
+                }
+                () = activity.close.notified(), if !closing => {
+                    // Parked requests ended with no connection slot free:
+                    // finish the responses and close.
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
                 }
                 changed = self.stopped.changed(), if !closing => {
                     if changed.is_err() || *self.stopped.borrow() {

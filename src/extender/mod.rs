@@ -357,6 +357,32 @@ pub fn decide_filter<'a>(
     out
 }
 
+/// Every candidate fails, unresolvable, for one reason decided before
+/// PreFilter (a gang too large to hold).
+fn refuse_all<'a>(candidates: &'a Candidates<'_>, why: &str) -> ExtenderFilterResult<'a> {
+    let cache_capable = candidates.cache_capable();
+    let mut out = ExtenderFilterResult {
+        node_names: cache_capable.then(Vec::new),
+        names_plain: candidates.all_plain(),
+        nodes: (!cache_capable).then(|| NodeList {
+            metadata: Some(Value::Object(Default::default())),
+            items: Vec::new(),
+        }),
+        ..Default::default()
+    };
+    let why: Arc<str> = why.into();
+    let names: Vec<&'a str> = match candidates {
+        Candidates::Cached(refs) => refs.iter().map(|(name, _)| name).collect(),
+        Candidates::Full(list) => list.iter().map(|(name, _)| name.as_ref()).collect(),
+    };
+    for name in names {
+        out.failed_and_unresolvable_nodes
+            .0
+            .push((Cow::Borrowed(name), Arc::clone(&why)));
+    }
+    out
+}
+
 /// The prioritize decision, for every node given, in order: PreScore builds
 /// the pod's [`ScoreState`]; a node scores by the gang preference when the
 /// pod's domain is known, else least allocated (cpu, memory) after placing
@@ -399,19 +425,42 @@ pub fn filter_bytes(
     planner: &GangPlanner,
     body: &[u8],
 ) -> Result<Vec<u8>, ApiError> {
-    filter_answer(nodes, planner, body).map(|(bytes, _)| bytes)
+    filter_answer(nodes, planner, None, body).map(|(bytes, _)| bytes)
 }
 
-/// [`filter_bytes`], with whether the answer carries `Error`.
+/// [`filter_bytes`], with whether the answer carries `Error`. With the
+/// gang holds: a reservation kept for the pod is dropped first (it is
+/// being scheduled again, see [`bind::permit::Gangs::returning`]), and a
+/// pod whose gang needs more members held at once than
+/// `--max-held-binds` is refused on every node, unresolvable.
 fn filter_answer(
     nodes: &ClusterIndex,
     planner: &GangPlanner,
+    gangs: Option<(&bind::permit::Gangs, &crate::metrics::Metrics)>,
     body: &[u8],
 ) -> Result<(Vec<u8>, bool), ApiError> {
     let args: ExtenderArgs<'_> = decode_borrowed(body)?;
+    let pod_key = args.pod.as_ref().map(|p| {
+        (
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or_default(),
+        )
+    });
+    if let (Some((g, _)), Some((ns, name))) = (gangs, pod_key) {
+        g.returning(nodes, ns, name);
+    }
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
-    let out = decide_filter(&snap, planner, &args, &candidates);
+    let refused = match (gangs, pod_key) {
+        (Some((g, m)), Some((ns, name))) => g.too_large(&snap, ns, name).inspect(|_| {
+            m.gang_too_large.inc();
+        }),
+        _ => None,
+    };
+    let out = match refused {
+        Some(why) => refuse_all(&candidates, &why),
+        None => decide_filter(&snap, planner, &args, &candidates),
+    };
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);
     out.write_json(&mut bytes);
@@ -484,7 +533,12 @@ fn warm(s: &ExtenderState) -> Result<(), ApiError> {
 async fn filter(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
     warm(&s)?;
     limits::check(&s.limits, limits::Verb::Filter, &body)?;
-    let (bytes, error) = filter_answer(&s.nodes, s.gangs.planner(), &body)?;
+    let (bytes, error) = filter_answer(
+        &s.nodes,
+        s.gangs.planner(),
+        Some((&s.gangs, &s.metrics)),
+        &body,
+    )?;
     s.gangs.publish(&s.nodes, &s.writer);
     Ok(with_error_mark(json_bytes(bytes), error))
 }
@@ -510,7 +564,11 @@ async fn preempt(State(s): State<ExtenderState>, Body(body): Body) -> Result<Res
 /// Binds through [`bind::Binder`]: node check, cache check (fail closed),
 /// assume, device binding conditions, the gang's quorum, binding; on
 /// failure the assumption is dropped and the reason returned in `Error`.
-async fn bind(State(s): State<ExtenderState>, Body(body): Body) -> Result<Response, ApiError> {
+async fn bind(
+    State(s): State<ExtenderState>,
+    park: Option<axum::Extension<crate::tls::park::Park>>,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
     warm(&s)?;
     limits::check(&s.limits, limits::Verb::Bind, &body)?;
     let args: ExtenderBindingArgs = decode(&body)?;
@@ -524,7 +582,7 @@ async fn bind(State(s): State<ExtenderState>, Body(body): Body) -> Result<Respon
         uid: args.pod_uid,
         node: args.node,
     };
-    let error = match bind_one(&s, &req).await {
+    let error = match bind_one(&s, &req, park.as_ref().map(|p| &p.0)).await {
         Ok(()) => String::new(),
         Err(e) => {
             tracing::info!(pod = %format!("{}/{}", req.namespace, req.name), node = %req.node, error = %e, "bind failed");
@@ -539,7 +597,11 @@ async fn bind(State(s): State<ExtenderState>, Body(body): Body) -> Result<Respon
 }
 
 /// One bind with the service's cache, writer, permit and device gate.
-async fn bind_one(s: &ExtenderState, req: &bind::BindRequest) -> Result<(), bind::BindFailure> {
+async fn bind_one(
+    s: &ExtenderState,
+    req: &bind::BindRequest,
+    park: Option<&crate::tls::park::Park>,
+) -> Result<(), bind::BindFailure> {
     let binder = bind::Binder {
         nodes: Arc::clone(&s.nodes),
         writer: Arc::clone(&s.writer),
@@ -547,5 +609,5 @@ async fn bind_one(s: &ExtenderState, req: &bind::BindRequest) -> Result<(), bind
         devices: Arc::clone(&s.binding),
         metrics: Arc::clone(&s.metrics),
     };
-    binder.bind(req).await
+    binder.bind_parked(req, park).await
 }

@@ -336,6 +336,7 @@ pub fn state_sample(s: &RunApiState) -> StateSample {
         cache_objects,
         gang_members_held: s.gangs.held(),
         gang_groups_waiting: s.gangs.units(),
+        gang_members_reserved: s.gangs.kept(),
     }
 }
 

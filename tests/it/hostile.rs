@@ -24,6 +24,7 @@ fn tight() -> ConnLimits {
         body_read_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_millis(400),
         h2_keep_alive: Duration::from_secs(5),
+        ..ConnLimits::default()
     }
 }
 

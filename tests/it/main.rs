@@ -49,6 +49,7 @@ mod gang;
 mod hierarchy;
 mod hostile;
 mod http_api;
+mod large_gangs;
 mod latency;
 mod layering;
 mod list_paging;

@@ -7,7 +7,8 @@
 //!        ▼
 //!   device gate (DRA binding conditions, ≤ --binding-wait)
 //!        ▼
-//!   permit: hold until the unit's quorum (≤ --gang-wait)
+//!   permit: hold until the unit's quorum (≤ --gang-wait; the request
+//!           leaves the server's in-flight and connection budgets meanwhile)
 //!        ▼
 //!   pods/binding (in an owning task) ── ok: stays assumed, group conditions written
 //!                                     └─ failed: forgotten
@@ -43,6 +44,7 @@ use crate::cluster::{BindError, ClusterWriter, PodBinding};
 use crate::extender::gang;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
 use crate::model::refs::GroupRef;
+use crate::tls::park::Park;
 use device_gate::{BindingGate, DeviceFailure};
 use permit::{Gangs, Held, HoldFailure};
 use std::sync::Arc;
@@ -134,6 +136,8 @@ impl BindFailure {
             BindFailure::Hold(HoldFailure::Expired(_) | HoldFailure::Ended(_)) => {
                 BindFailureCause::GangExpired
             }
+            BindFailure::Hold(HoldFailure::Kept(_)) => BindFailureCause::GangKept,
+            BindFailure::Hold(HoldFailure::Full(_)) => BindFailureCause::GangFull,
             BindFailure::Binding(_) => BindFailureCause::Binding,
         }
     }
@@ -251,14 +255,25 @@ impl Binder {
     /// hold, binding; on failure the assumption is dropped. Failures are
     /// counted by cause; see the module docs for cancellation.
     pub async fn bind(&self, req: &BindRequest) -> Result<(), BindFailure> {
-        let r = self.sequence(req).await;
+        self.bind_parked(req, None).await
+    }
+
+    /// [`Binder::bind`] whose request can leave the server's in-flight and
+    /// connection budgets while it is held for quorum (`park`: the server's
+    /// handle, absent when no server counts the request).
+    pub async fn bind_parked(
+        &self,
+        req: &BindRequest,
+        park: Option<&Park>,
+    ) -> Result<(), BindFailure> {
+        let r = self.sequence(req, park).await;
         if let Err(e) = &r {
             self.metrics.bind_failure(e.cause());
         }
         r
     }
 
-    async fn sequence(&self, req: &BindRequest) -> Result<(), BindFailure> {
+    async fn sequence(&self, req: &BindRequest, park: Option<&Park>) -> Result<(), BindFailure> {
         if req.name.is_empty() || req.node.is_empty() {
             return Err(BindFailure::Invalid);
         }
@@ -286,8 +301,13 @@ impl Binder {
             stage: Stage::Devices,
             live: true,
         };
-        if let Err(e) = self.permit_stage(req, &mut assumption).await {
-            assumption.release();
+        if let Err(e) = self.permit_stage(req, park, &mut assumption).await {
+            if matches!(e, BindFailure::Hold(HoldFailure::Kept(_))) {
+                // Reserved for the unit still gathering: the permit owns it.
+                assumption.keep();
+            } else {
+                assumption.release();
+            }
             return Err(e);
         }
         assumption.stage = Stage::Binding;
@@ -334,6 +354,7 @@ impl Binder {
     async fn permit_stage(
         &self,
         req: &BindRequest,
+        park: Option<&Park>,
         assumption: &mut Assumption,
     ) -> Result<(), BindFailure> {
         let (ns, name) = (req.namespace.as_str(), req.name.as_str());
@@ -344,15 +365,24 @@ impl Binder {
         // be there.
         check_cached(&self.nodes.read(), ns, name, &req.uid)?;
         assumption.stage = Stage::Held;
+        // Waiting for other members is no work of the server's: a held
+        // request leaves its in-flight and connection budgets, so filter
+        // and prioritize never wait behind held binds.
         let held = self
             .permit
-            .hold(&self.nodes, self.writer.as_ref(), ns, name)
+            .hold_then(&self.nodes, self.writer.as_ref(), ns, name, || {
+                if let Some(p) = park {
+                    p.park();
+                }
+            })
             .await;
         let outcome = match &held {
             Ok(Held::Free) => None,
             Ok(Held::Quorum) => Some(GangWait::Quorum),
             Ok(Held::Waited) => Some(GangWait::Released),
             Err(HoldFailure::Hierarchy(_)) => Some(GangWait::Refused),
+            Err(HoldFailure::Full(_)) => Some(GangWait::Full),
+            Err(HoldFailure::Kept(_)) => Some(GangWait::Kept),
             Err(HoldFailure::Expired(_) | HoldFailure::Ended(_)) => Some(GangWait::Expired),
         };
         if let Some(outcome) = outcome {

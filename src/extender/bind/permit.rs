@@ -4,10 +4,24 @@
 //!   bind(member) ── assume on node ──▶ hold: unit at quorum? ── yes ──▶ release every held
 //!                                        │ no                           member of the unit; bind
 //!                                        ▼
-//!                      held until quorum (then bind) or --gang-wait since the
-//!                      unit's first hold (then every held member is forgotten
-//!                      from the cache and its bind returns Error)
+//!            held (≤ --max-held-binds over all units, else refused at once) until:
+//!            - quorum: every held member binds; kept ones bind when retried;
+//!            - its own --gang-wait runs out while the unit still gathers: the
+//!              bind answers Error, the member stays assumed and counted (kept);
+//!            - the unit ends: --gang-wait without a new member, or --gang-wait-max
+//!              since its first: every held and kept member is forgotten from the
+//!              cache and the held binds answer Error
 //! ```
+//!
+//! Why kept members: kube-scheduler's `httpTimeout` bounds one bind call,
+//! so a held bind cannot outlast it; a gang whose members reach the
+//! extender over longer than that would lose its first members before its
+//! last arrive, every attempt. A member whose own wait runs out keeps its
+//! place (assumed on its node, counted toward quorum) while its unit keeps
+//! gaining members, as a pod waiting in kube-scheduler's Permit stage
+//! keeps its node; kube-scheduler retries its bind and it is held again.
+//! When kube-scheduler filters a kept member again (its retry), the
+//! reservation is dropped ([`Gangs::returning`]): its bind re-assumes it.
 //!
 //! A *unit* is what a member waits for: its PodGroup, or the outermost gang
 //! CompositePodGroup above it (a gang of gangs). Quorum is evaluated from the
@@ -30,7 +44,7 @@
 //! lock (a drop guard), so a cancelled member never counts toward quorum
 //! and a unit without members does not stay in the table.
 
-use crate::cache::cluster_index::ClusterIndex;
+use crate::cache::cluster_index::{ClusterIndex, ClusterState};
 use crate::cluster::{ClusterWriter, EventKind, EventReason, ObjectRef};
 use crate::extender::gang::{self, GangPlanner, bounded};
 use crate::model::refs::GroupRef;
@@ -43,8 +57,19 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Default `--gang-wait`.
+/// Default `--gang-wait`: the longest one bind is held, and how long a
+/// gathering unit waits for a member it has not seen yet.
 pub const DEFAULT_GANG_WAIT: Duration = Duration::from_secs(20);
+/// Default `--gang-wait-max`: the longest a unit gathers, from its first
+/// member, however steadily members arrive (KEP-4671's PodGroup scheduling
+/// timeout, `DefaultPodGroupSchedulingTimeoutDuration`, is 5 minutes).
+pub const DEFAULT_GANG_WAIT_MAX: Duration = Duration::from_secs(300);
+/// Default `--max-held-binds`: gang members held or reserved at once, over
+/// every unit. Kubernetes supports clusters of up to 5,000 nodes, and the
+/// largest training jobs run one pod per node (a whole 8-GPU node each):
+/// the largest gang such a cluster can run is 5,000 members. Twice that
+/// holds it with room for a second large gang gathering at the same time.
+pub const DEFAULT_MAX_HELD: usize = 10_000;
 /// Condition type on PodGroups.
 pub const POD_GROUP_SCHEDULED: &str = "PodGroupInitiallyScheduled";
 /// Condition type on CompositePodGroups.
@@ -56,6 +81,28 @@ pub const SCHEDULED: &str = "Scheduled";
 /// Event reason when a gang's wait expires.
 pub const WAIT_EXPIRED: EventReason = EventReason::GangWaitExpired;
 
+/// How long gangs wait, and how many members may wait at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GangConfig {
+    /// `--gang-wait`: the longest one bind is held; a unit with no new
+    /// member for this long ends.
+    pub wait: Duration,
+    /// `--gang-wait-max`: a unit gathering for this long ends, progress or not.
+    pub wait_max: Duration,
+    /// `--max-held-binds`: members held or reserved at once, over all units.
+    pub max_held: usize,
+}
+
+impl Default for GangConfig {
+    fn default() -> Self {
+        GangConfig {
+            wait: DEFAULT_GANG_WAIT,
+            wait_max: DEFAULT_GANG_WAIT_MAX,
+            max_held: DEFAULT_MAX_HELD,
+        }
+    }
+}
+
 /// Where a unit's held members stand.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
@@ -64,14 +111,36 @@ enum Outcome {
     Expired(String),
 }
 
-/// Members of one unit held in bind.
+/// `(namespace, pod)`.
+type Member = (String, String);
+
+/// Members of one unit gathering for quorum.
 struct Unit {
     /// Distinguishes a unit from a later one of the same group.
     generation: u64,
-    deadline: Instant,
-    /// `(namespace, pod)` held.
-    held: BTreeSet<(String, String)>,
+    /// When its first member arrived.
+    started: Instant,
+    /// When a member it had not seen arrived last.
+    progress: Instant,
+    /// Members whose bind is held now.
+    held: BTreeSet<Member>,
+    /// Members whose bind answered (its own wait ran out while the unit
+    /// was still gathering) but whose assumption is kept: they count
+    /// toward quorum until kube-scheduler retries them or the unit ends.
+    kept: BTreeSet<Member>,
     tx: watch::Sender<Outcome>,
+}
+
+impl Unit {
+    /// When the unit ends: `wait` after its last progress, `wait_max`
+    /// after its start, whichever is first.
+    fn end(&self, c: &GangConfig) -> Instant {
+        (self.progress + c.wait).min(self.started + c.wait_max)
+    }
+
+    fn members(&self) -> usize {
+        self.held.len() + self.kept.len()
+    }
 }
 
 /// Why the hold failed a bind.
@@ -81,12 +150,21 @@ pub enum HoldFailure {
     /// limit): the member is refused, never held.
     #[error("{0}")]
     Hierarchy(String),
-    /// `--gang-wait` ran out: every held member of the unit was released.
+    /// The unit ended without quorum: every member was released.
     #[error("{0}")]
     Expired(String),
     /// The unit's wait ended without quorum or expiry.
     #[error("{0}")]
     Ended(String),
+    /// This bind's own wait (`--gang-wait`) ran out while its unit is
+    /// still gathering: the member stays assumed and counted (reserved)
+    /// so kube-scheduler's retry rejoins it.
+    #[error("{0}")]
+    Kept(String),
+    /// `--max-held-binds` members are held or reserved already; the
+    /// member is refused, never held.
+    #[error("{0}")]
+    Full(String),
 }
 
 /// A member in its unit's held set while its bind waits. Dropped before
@@ -99,8 +177,7 @@ struct Waiter<'a> {
     nodes: &'a ClusterIndex,
     unit: GroupRef,
     generation: u64,
-    /// `(namespace, pod)`.
-    member: (String, String),
+    member: Member,
     /// The wait ended through the unit's outcome: nothing to undo.
     done: bool,
 }
@@ -110,17 +187,18 @@ impl Drop for Waiter<'_> {
         if self.done {
             return;
         }
-        let mut units = self.gangs.units.lock();
-        if let Some(u) = units.get_mut(&self.unit)
+        let mut t = self.gangs.table.lock();
+        if let Some(u) = t.units.get_mut(&self.unit)
             && u.generation == self.generation
         {
             u.held.remove(&self.member);
-            if u.held.is_empty() {
-                units.remove(&self.unit);
+            if u.members() == 0 {
+                t.units.remove(&self.unit);
             }
         }
+        t.recount();
         self.nodes.forget(&self.member.0, &self.member.1);
-        drop(units);
+        drop(t);
         tracing::debug!(unit = %self.unit, pod = %format!("{}/{}", self.member.0, self.member.1), "held gang member cancelled");
     }
 }
@@ -158,10 +236,38 @@ struct WrittenTable {
 /// The smallest size that starts a sweep.
 const MIN_SWEEP: usize = 1024;
 
+/// The units gathering, and the members reserved after their unit's quorum.
+#[derive(Default)]
+struct Table {
+    units: HashMap<GroupRef, Unit>,
+    /// Members kept (reserved) when their unit reached quorum: assumed,
+    /// counted, and bound when kube-scheduler retries them. Dropped when
+    /// kube-scheduler filters them again (it holds no binding for them
+    /// then), when they bind, or by [`Gangs::sweep`] once no longer
+    /// assumed. Bounded by `--max-held-binds`: they count against it.
+    reserved: HashMap<Member, Instant>,
+    /// Members held or kept over all units, plus `reserved`.
+    count: usize,
+}
+
+impl Table {
+    fn recount(&mut self) {
+        self.count = self.units.values().map(Unit::members).sum::<usize>() + self.reserved.len();
+    }
+
+    /// The unit that holds or keeps a member.
+    fn unit_of(&self, m: &Member) -> Option<GroupRef> {
+        self.units
+            .iter()
+            .find(|(_, u)| u.held.contains(m) || u.kept.contains(m))
+            .map(|(g, _)| g.clone())
+    }
+}
+
 /// The coordinator. Share it behind an `Arc`.
 pub struct Gangs {
-    wait: Duration,
-    units: Mutex<HashMap<GroupRef, Unit>>,
+    config: GangConfig,
+    table: Mutex<Table>,
     generation: AtomicU64,
     /// The last condition written per group object.
     written: Mutex<WrittenTable>,
@@ -171,17 +277,31 @@ pub struct Gangs {
 
 impl Default for Gangs {
     fn default() -> Self {
-        Gangs::new(DEFAULT_GANG_WAIT)
+        Gangs::with_config(GangConfig::default())
     }
+}
+
+/// A unit that ended, for its Event and condition.
+pub struct Ended {
+    unit: GroupRef,
+    message: String,
 }
 
 // === impl Gangs ===
 
 impl Gangs {
+    /// Default limits with `wait` as `--gang-wait`.
     pub fn new(wait: Duration) -> Self {
-        Gangs {
+        Gangs::with_config(GangConfig {
             wait,
-            units: Mutex::new(HashMap::new()),
+            ..GangConfig::default()
+        })
+    }
+
+    pub fn with_config(config: GangConfig) -> Self {
+        Gangs {
+            config,
+            table: Mutex::new(Table::default()),
             generation: AtomicU64::new(0),
             written: Mutex::new(WrittenTable {
                 by_group: HashMap::new(),
@@ -198,17 +318,29 @@ impl Gangs {
 
     /// `--gang-wait`.
     pub fn wait(&self) -> Duration {
-        self.wait
+        self.config.wait
     }
 
-    /// Members held now, over all units.
+    /// The waits and the ceiling.
+    pub fn config(&self) -> GangConfig {
+        self.config
+    }
+
+    /// Members whose bind is held now, over all units.
     pub fn held(&self) -> usize {
-        self.units.lock().values().map(|u| u.held.len()).sum()
+        self.table.lock().units.values().map(|u| u.held.len()).sum()
     }
 
-    /// Units with members held now.
+    /// Members reserved without a bind held: kept by a gathering unit, or
+    /// kept when their unit reached quorum and not retried yet.
+    pub fn kept(&self) -> usize {
+        let t = self.table.lock();
+        t.units.values().map(|u| u.kept.len()).sum::<usize>() + t.reserved.len()
+    }
+
+    /// Units gathering now.
     pub fn units(&self) -> usize {
-        self.units.lock().len()
+        self.table.lock().units.len()
     }
 
     /// Groups whose last written condition is remembered.
@@ -216,15 +348,121 @@ impl Gangs {
         self.written.lock().by_group.len()
     }
 
-    /// Whether a member is held now.
+    /// Whether a member's bind is held now.
     pub fn is_held(&self, namespace: &str, pod: &str) -> bool {
         let member = (namespace.to_owned(), pod.to_owned());
-        self.units.lock().values().any(|u| u.held.contains(&member))
+        self.table
+            .lock()
+            .units
+            .values()
+            .any(|u| u.held.contains(&member))
+    }
+
+    /// Whether a member is reserved without a bind held.
+    pub fn is_kept(&self, namespace: &str, pod: &str) -> bool {
+        let member = (namespace.to_owned(), pod.to_owned());
+        let t = self.table.lock();
+        t.reserved.contains_key(&member) || t.units.values().any(|u| u.kept.contains(&member))
+    }
+
+    /// Pods a unit must hold at once to reach quorum: `minCount` of a
+    /// PodGroup gang (1 for basic), and for a CompositePodGroup the
+    /// `minGroupCount` smallest of its children's.
+    pub fn pods_to_hold(snap: &ClusterState, unit: &GroupRef) -> usize {
+        let tree = gang::tree_of(snap, unit);
+        need_of(snap, unit, &tree, 0)
+    }
+
+    /// Filter's early refusal: the pod's unit needs more members held at
+    /// once than `--max-held-binds` allows, so it can never be bound. The
+    /// message names the unit, its size and the flag.
+    pub fn too_large(&self, snap: &ClusterState, namespace: &str, pod: &str) -> Option<String> {
+        let q = gang::quorum(snap, namespace, pod).ok().flatten()?;
+        let need = Self::pods_to_hold(snap, &q.unit);
+        (need > self.config.max_held).then(|| {
+            bounded(format!(
+                "{}: needs {need} pods held at once to reach quorum, more than --max-held-binds ({}); \
+                 raise --max-held-binds (and the open-files limit) to schedule it",
+                q.unit, self.config.max_held
+            ))
+        })
+    }
+
+    /// kube-scheduler filters a pod: it holds no binding for it, so a
+    /// reservation kept for it (its earlier bind answered while its unit
+    /// gathered) is dropped now; its bind re-assumes it. Whether one was.
+    pub fn returning(&self, nodes: &ClusterIndex, namespace: &str, pod: &str) -> bool {
+        let member = (namespace.to_owned(), pod.to_owned());
+        let mut t = self.table.lock();
+        let mut found = t.reserved.remove(&member).is_some();
+        if !found
+            && let Some(g) = t.unit_of(&member)
+            && let Some(u) = t.units.get_mut(&g)
+        {
+            found = u.kept.remove(&member);
+            if u.members() == 0 {
+                t.units.remove(&g);
+            }
+        }
+        if found {
+            t.recount();
+            nodes.forget(namespace, pod);
+        }
+        found
+    }
+
+    /// Ends the units whose time is up and drops reservations no longer
+    /// assumed; what ended, for [`Gangs::record`]. Held binds end their
+    /// own units; this covers units left with reserved members only (the
+    /// service runs it every second).
+    pub fn sweep(&self, nodes: &ClusterIndex) -> Vec<Ended> {
+        let now = Instant::now();
+        let due: Vec<(GroupRef, u64)> = {
+            let mut t = self.table.lock();
+            let before = t.reserved.len();
+            if before > 0 {
+                let snap = nodes.read();
+                t.reserved.retain(|(ns, name), _| snap.is_assumed(ns, name));
+                if t.reserved.len() != before {
+                    t.recount();
+                }
+            }
+            t.units
+                .iter()
+                .filter(|(_, u)| u.end(&self.config) <= now)
+                .map(|(g, u)| (g.clone(), u.generation))
+                .collect()
+        };
+        due.into_iter()
+            .filter_map(|(g, generation)| {
+                self.expire_now(nodes, &g, generation)
+                    .map(|message| Ended { unit: g, message })
+            })
+            .collect()
+    }
+
+    /// Writes the Event and condition of units that ended.
+    pub async fn record(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        ended: Vec<Ended>,
+    ) {
+        for e in ended {
+            self.record_expiry(nodes, writer, &e.unit, &e.message).await;
+        }
     }
 
     /// Holds a member already assumed on its node until its unit reaches
-    /// quorum (`Ok`: bind it) or the wait expires (`Err`: the bind's Error;
-    /// the member and every other held one were forgotten from the cache).
+    /// quorum (`Ok`: bind it), its own wait runs out while the unit still
+    /// gathers (`Err(Kept)`: the bind answers, the member stays assumed and
+    /// counted), or the unit ends (`Err(Expired)`: the member and every
+    /// other one were forgotten from the cache).
+    ///
+    /// The unit ends `--gang-wait` after a member it had not seen last
+    /// arrived, or `--gang-wait-max` after its first, whichever is first.
+    /// A member that would take the members held or reserved over
+    /// `--max-held-binds` is refused (`Err(Full)`), never held.
     ///
     /// Cancellation: dropped while held, the member leaves its unit's held
     /// set and is forgotten from the cache under the table's lock, so no
@@ -237,43 +475,96 @@ impl Gangs {
         namespace: &str,
         pod: &str,
     ) -> Result<Held, HoldFailure> {
-        let (mut rx, mut waiter, deadline) = {
-            let mut units = self.units.lock();
+        self.hold_then(nodes, writer, namespace, pod, || {}).await
+    }
+
+    /// [`Gangs::hold`], calling `waiting` once the member is held (not
+    /// when it passes at once or is refused).
+    pub async fn hold_then(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        namespace: &str,
+        pod: &str,
+        waiting: impl FnOnce(),
+    ) -> Result<Held, HoldFailure> {
+        let ended = self.sweep(nodes);
+        self.record(nodes, writer, ended).await;
+        let member = (namespace.to_owned(), pod.to_owned());
+        let (mut rx, mut waiter) = {
+            let mut t = self.table.lock();
             let q = gang::quorum(&nodes.read(), namespace, pod).map_err(HoldFailure::Hierarchy)?;
-            let Some(q) = q else { return Ok(Held::Free) };
-            if q.reached {
-                if let Some(u) = units.remove(&q.unit) {
-                    u.tx.send_replace(Outcome::Go);
+            let Some(q) = q else {
+                if t.reserved.remove(&member).is_some() {
+                    t.recount();
                 }
-                drop(units);
+                return Ok(Held::Free);
+            };
+            if q.reached {
+                t.reserved.remove(&member);
+                if let Some(u) = t.units.remove(&q.unit) {
+                    u.tx.send_replace(Outcome::Go);
+                    // Members kept stay assumed and counted until
+                    // kube-scheduler retries them: they bind then.
+                    let now = Instant::now();
+                    for m in u.kept {
+                        if m != member {
+                            t.reserved.insert(m, now);
+                        }
+                    }
+                }
+                t.recount();
+                drop(t);
                 let snap = nodes.read();
                 gang::drop_plans(&self.planner, &gang::tree_of(&snap, &q.unit));
                 return Ok(Held::Quorum);
             }
+            let known = t.reserved.contains_key(&member)
+                || t.units
+                    .get(&q.unit)
+                    .is_some_and(|u| u.kept.contains(&member) || u.held.contains(&member));
+            if !known && t.count >= self.config.max_held {
+                return Err(HoldFailure::Full(bounded(format!(
+                    "{}: not held: {} gang members are held or reserved already (--max-held-binds {}); \
+                     retried when binds finish",
+                    q.unit, t.count, self.config.max_held
+                ))));
+            }
+            t.reserved.remove(&member);
+            let now = Instant::now();
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-            let wait = self.wait;
-            let u = units.entry(q.unit.clone()).or_insert_with(|| Unit {
+            let u = t.units.entry(q.unit.clone()).or_insert_with(|| Unit {
                 generation,
-                deadline: Instant::now() + wait,
+                started: now,
+                progress: now,
                 held: BTreeSet::new(),
+                kept: BTreeSet::new(),
                 tx: watch::channel(Outcome::Waiting).0,
             });
-            let member = (namespace.to_owned(), pod.to_owned());
+            if !u.kept.remove(&member) && !u.held.contains(&member) {
+                // A member the unit had not seen: progress.
+                u.progress = now;
+            }
             u.held.insert(member.clone());
             tracing::debug!(unit = %q.unit, have = q.have, need = q.need, pod = %format!("{namespace}/{pod}"), "holding gang member");
+            let rx = u.tx.subscribe();
+            let generation = u.generation;
+            t.recount();
             let waiter = Waiter {
                 gangs: self,
                 nodes,
                 unit: q.unit,
-                generation: u.generation,
+                generation,
                 member,
                 done: false,
             };
-            (u.tx.subscribe(), waiter, u.deadline)
+            (rx, waiter)
         };
+        waiting();
         // From here every return leaves the table through the unit's
-        // outcome (quorum or expiry); only a drop mid-wait goes through
-        // the waiter.
+        // outcome (quorum, expiry) or the member's own deadline; only a
+        // drop mid-wait goes through the waiter.
+        let mine = Instant::now() + self.config.wait;
         let unit = waiter.unit.clone();
         let ended = || HoldFailure::Ended(format!("{unit}: the wait for quorum ended"));
         let result = loop {
@@ -283,18 +574,34 @@ impl Gangs {
                 Outcome::Expired(m) => break Err(HoldFailure::Expired(m)),
                 Outcome::Waiting => {}
             }
+            let wake = {
+                let t = self.table.lock();
+                match t.units.get(&unit) {
+                    Some(u) if u.generation == waiter.generation => u.end(&self.config).min(mine),
+                    // Gone: the outcome says why.
+                    _ => Instant::now(),
+                }
+            };
             tokio::select! {
                 changed = rx.changed() => {
                     if changed.is_err() && *rx.borrow() == Outcome::Waiting {
                         break Err(ended());
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => {
-                    // Under the table's lock the unit is gone (with every
-                    // member forgotten) before the writes below.
-                    if let Some(w) = self.expire_now(nodes, &unit, waiter.generation) {
-                        waiter.done = true;
-                        self.record_expiry(nodes, writer, &unit, &w).await;
+                _ = tokio::time::sleep_until(wake) => {
+                    match self.on_deadline(nodes, &unit, waiter.generation, &waiter.member, mine) {
+                        Deadline::Extended => continue,
+                        Deadline::Kept(m) => {
+                            waiter.done = true;
+                            break Err(HoldFailure::Kept(m));
+                        }
+                        Deadline::Expired(m) => {
+                            // Under the table's lock the unit is gone (with
+                            // every member forgotten) before the writes below.
+                            waiter.done = true;
+                            self.record_expiry(nodes, writer, &unit, &m).await;
+                        }
+                        Deadline::Gone => {}
                     }
                     // The outcome is now Expired (or Go, if quorum won the race).
                     let now = rx.borrow().clone();
@@ -310,31 +617,82 @@ impl Gangs {
         result
     }
 
-    /// Ends a unit's wait: forgets every held member (capacity visible to
-    /// the next cycle at once) and fails their binds. `None` when that unit
-    /// (that generation) is no longer waiting.
+    /// A held member's timer fired: the unit ended, or this member's own
+    /// wait ran out (it is kept), or neither (the unit made progress).
+    fn on_deadline(
+        &self,
+        nodes: &ClusterIndex,
+        unit: &GroupRef,
+        generation: u64,
+        member: &Member,
+        mine: Instant,
+    ) -> Deadline {
+        let now = Instant::now();
+        let end = {
+            let mut t = self.table.lock();
+            let Some(u) = t.units.get_mut(unit).filter(|u| u.generation == generation) else {
+                return Deadline::Gone;
+            };
+            let end = u.end(&self.config);
+            if end > now {
+                if mine > now {
+                    return Deadline::Extended;
+                }
+                u.held.remove(member);
+                u.kept.insert(member.clone());
+                let (kept, held) = (u.kept.len(), u.held.len());
+                drop(t);
+                let (have, need) = placed(nodes, member);
+                return Deadline::Kept(bounded(format!(
+                    "{unit}: quorum not reached yet ({have} of {need} placed, {held} held, {kept} reserved); \
+                     this pod stays reserved on its node while the group gathers (until {} without a new member, \
+                     at most {} in all): retry it",
+                    humantime::format_duration(self.config.wait),
+                    humantime::format_duration(self.config.wait_max),
+                )));
+            }
+            end
+        };
+        let _ = end;
+        match self.expire_now(nodes, unit, generation) {
+            Some(m) => Deadline::Expired(m),
+            None => Deadline::Gone,
+        }
+    }
+
+    /// Ends a unit's wait: forgets every held and kept member (capacity
+    /// visible to the next cycle at once) and fails the held binds. `None`
+    /// when that unit (that generation) is no longer waiting.
     fn expire_now(&self, nodes: &ClusterIndex, unit: &GroupRef, generation: u64) -> Option<String> {
-        let mut units = self.units.lock();
-        match units.get(unit) {
+        let mut t = self.table.lock();
+        match t.units.get(unit) {
             Some(u) if u.generation == generation => {}
             _ => return None,
         }
-        let u = units.remove(unit)?;
-        let (have, need) = gang::quorum(
-            &nodes.read(),
-            &u.held.first().map(|k| k.0.clone()).unwrap_or_default(),
-            &u.held.first().map(|k| k.1.clone()).unwrap_or_default(),
-        )
-        .ok()
-        .flatten()
-        .map_or((0, 0), |q| (q.have, q.need));
+        let u = t.units.remove(unit)?;
+        t.recount();
+        let first = u.held.first().or_else(|| u.kept.first()).cloned();
+        let (have, need) = first.map_or((0, 0), |m| placed(nodes, &m));
         // Under the lock: a bind evaluating quorum next sees them gone.
-        for (ns, name) in &u.held {
+        for (ns, name) in u.held.iter().chain(u.kept.iter()) {
             nodes.forget(ns, name);
         }
+        let now = Instant::now();
+        let within = if now >= u.started + self.config.wait_max {
+            format!(
+                "within --gang-wait-max {}",
+                humantime::format_duration(self.config.wait_max)
+            )
+        } else {
+            format!("within {}", humantime::format_duration(self.config.wait))
+        };
+        let kept = if u.kept.is_empty() {
+            String::new()
+        } else {
+            format!(" and {} reserved", u.kept.len())
+        };
         let message = bounded(format!(
-            "{unit}: quorum not reached within {} ({have} of {need} placed); released {} held pods",
-            humantime::format_duration(self.wait),
+            "{unit}: quorum not reached {within} ({have} of {need} placed); released {} held pods{kept}",
             u.held.len()
         ));
         u.tx.send_replace(Outcome::Expired(message.clone()));
@@ -524,6 +882,57 @@ impl Gangs {
             self.written.lock().by_group.remove(group);
         }
     }
+}
+
+/// What a held member's timer found.
+enum Deadline {
+    /// The unit made progress: wait on.
+    Extended,
+    /// This member's own wait ran out; it is kept (reserved).
+    Kept(String),
+    /// The unit ended now.
+    Expired(String),
+    /// The unit ended already (quorum or expiry): its outcome says how.
+    Gone,
+}
+
+/// `(have, need)` of a member's unit.
+fn placed(nodes: &ClusterIndex, m: &Member) -> (usize, usize) {
+    gang::quorum(&nodes.read(), &m.0, &m.1)
+        .ok()
+        .flatten()
+        .map_or((0, 0), |q| (q.have, q.need))
+}
+
+/// Pods a group needs placed at once (see [`Gangs::pods_to_hold`]).
+fn need_of(snap: &ClusterState, r: &GroupRef, tree: &[GroupRef], depth: usize) -> usize {
+    let Some(spec) = gang::spec_of(snap, r) else {
+        return 1;
+    };
+    let want = match spec.policy {
+        gang::Policy::Gang(n) => n,
+        gang::Policy::Basic => 1,
+    };
+    if !r.composite {
+        return want;
+    }
+    if depth >= gang::MAX_DEPTH {
+        return 0;
+    }
+    let mut needs: Vec<usize> = tree
+        .iter()
+        .filter(|c| {
+            c.namespace == r.namespace
+                && *c != r
+                && gang::spec_of(snap, c).and_then(|s| s.parent).as_deref() == Some(r.name.as_str())
+        })
+        .map(|c| need_of(snap, c, tree, depth + 1))
+        .collect();
+    needs.sort_unstable();
+    needs
+        .iter()
+        .take(want)
+        .fold(0usize, |a, n| a.saturating_add(*n))
 }
 
 fn uid_of(nodes: &ClusterIndex, g: &GroupRef) -> Option<String> {

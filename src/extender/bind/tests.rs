@@ -11,6 +11,7 @@ use crate::testkit;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use parking_lot::Mutex;
+use permit::GangConfig;
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -156,6 +157,18 @@ struct Fixture {
 }
 
 fn fixture(min: u32, pods: usize, blocking: bool) -> Fixture {
+    fixture_with(
+        min,
+        pods,
+        blocking,
+        GangConfig {
+            wait: Duration::from_secs(20),
+            ..GangConfig::default()
+        },
+    )
+}
+
+fn fixture_with(min: u32, pods: usize, blocking: bool, config: GangConfig) -> Fixture {
     let nodes = Arc::new(ClusterIndex::new());
     nodes.apply_node(&node("n1"));
     nodes.apply_pod_group(&gang("g", min, None));
@@ -167,7 +180,7 @@ fn fixture(min: u32, pods: usize, blocking: bool) -> Fixture {
         binder: Binder {
             nodes,
             writer: writer.clone(),
-            permit: Arc::new(Gangs::new(Duration::from_secs(20))),
+            permit: Arc::new(Gangs::with_config(config)),
             devices: Arc::new(BindingGate::default()),
             metrics: Arc::new(Metrics::default()),
         },
@@ -320,22 +333,35 @@ async fn a_cancelled_member_leaves_the_others_held_and_the_unit_waiting() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!p0.is_finished() && !p2.is_finished());
     assert!(f.writer.bound.lock().is_empty());
-    // The unit's wait still ends at --gang-wait from its first hold.
+    // p0's own wait ends at --gang-wait from its arrival, but the unit
+    // gained p2 since: p0 answers, and stays reserved (assumed, counted).
     let e0 = p0.await.unwrap().unwrap_err();
     assert!(
-        matches!(e0, BindFailure::Hold(HoldFailure::Expired(_))),
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
         "{e0}"
+    );
+    assert!(e0.to_string().contains("stays reserved"), "{e0}");
+    assert!(f.assumed("p0"), "p0 is reserved");
+    assert!(f.binder.permit.is_kept("ns", "p0"));
+    assert_eq!(f.placed(), 2);
+    // The unit ends --gang-wait after its last new member (p2).
+    let e2 = p2.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e2, BindFailure::Hold(HoldFailure::Expired(_))),
+        "{e2}"
     );
     assert!(
-        e0.to_string()
-            .contains("(2 of 3 placed); released 2 held pods"),
-        "{e0}"
+        e2.to_string()
+            .contains("(2 of 3 placed); released 1 held pods and 1 reserved"),
+        "{e2}"
     );
-    assert!(p2.await.unwrap().is_err());
     f.assert_clean("p0");
-    assert_eq!(f.waits(GangWait::Expired), 2);
+    assert!(!f.binder.permit.is_kept("ns", "p0"));
+    assert_eq!(f.waits(GangWait::Expired), 1);
+    assert_eq!(f.waits(GangWait::Kept), 1);
     assert_eq!(f.waits(GangWait::Cancelled), 1);
-    assert_eq!(f.failures(BindFailureCause::GangExpired), 2);
+    assert_eq!(f.failures(BindFailureCause::GangExpired), 1);
+    assert_eq!(f.failures(BindFailureCause::GangKept), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -576,4 +602,159 @@ async fn failures_keep_their_texts_and_causes() {
     *f.writer.answer.lock() = Ok(());
     assert_eq!(f.binder.bind(&req("p0")).await, Ok(()));
     assert_eq!(f.waits(GangWait::Quorum), 2);
+}
+
+// === large gangs: slow arrival, the held-bind ceiling, size refusals ===
+
+/// kube-scheduler's retry of a member whose bind answered: filter (which
+/// drops the reservation kept for it), then bind.
+fn retry(f: &Fixture, name: &str) -> tokio::task::JoinHandle<Result<(), BindFailure>> {
+    assert!(f.binder.permit.returning(&f.binder.nodes, "ns", name));
+    f.spawn(name)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
+    let wait = Duration::from_secs(2);
+    let f = fixture_with(
+        4,
+        4,
+        false,
+        GangConfig {
+            wait,
+            wait_max: Duration::from_secs(60),
+            max_held: 100,
+        },
+    );
+    // Members reach the extender 1.5s apart: the last one 4.5s after the
+    // first, more than --gang-wait.
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let p1 = f.spawn("p1");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let p2 = f.spawn("p2");
+    // p0's own wait ran out at 2s while the unit still gathered: kept.
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
+    assert!(f.assumed("p0") && f.binder.permit.is_kept("ns", "p0"));
+    // kube-scheduler retries p0: held again, not counted as progress.
+    let p0 = retry(&f, "p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(f.placed(), 3);
+    // p1 kept at 3.5s; p3 arrives at 4.5s: quorum with the kept p1.
+    let e1 = p1.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e1, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e1}"
+    );
+    let p3 = f.spawn("p3");
+    assert_eq!(p3.await.unwrap(), Ok(()));
+    assert_eq!(p2.await.unwrap(), Ok(()));
+    assert_eq!(p0.await.unwrap(), Ok(()));
+    assert_eq!(f.writer.bound.lock().len(), 3);
+    // p1, reserved past the quorum, binds when it is retried.
+    assert!(f.binder.permit.is_kept("ns", "p1"));
+    assert_eq!(retry(&f, "p1").await.unwrap(), Ok(()));
+    assert_eq!(f.writer.bound.lock().len(), 4);
+    assert_eq!(f.binder.permit.units(), 0);
+    assert_eq!(f.binder.permit.kept(), 0);
+    assert_eq!(f.waits(GangWait::Kept), 2);
+    assert_eq!(f.waits(GangWait::Expired), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_unit_ends_at_the_overall_bound_however_steady_its_progress() {
+    let f = fixture_with(
+        10,
+        10,
+        false,
+        GangConfig {
+            wait: Duration::from_secs(2),
+            wait_max: Duration::from_secs(5),
+            max_held: 100,
+        },
+    );
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        tasks.push(f.spawn(&format!("p{i}")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut at_max = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            // The unit of p0..p4 at 5s; p5, arriving just after, starts
+            // another, which ends 2s later without progress.
+            Err(BindFailure::Hold(HoldFailure::Expired(m))) => {
+                at_max += usize::from(m.contains("within --gang-wait-max 5s"));
+            }
+            Err(BindFailure::Hold(HoldFailure::Kept(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(at_max >= 1);
+    // Everything held or kept was released with the unit.
+    assert_eq!(f.binder.permit.kept(), 0);
+    assert_eq!(f.binder.permit.units(), 0);
+    assert_eq!(f.placed(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_beyond_the_ceiling_are_refused_not_held() {
+    let f = fixture_with(
+        4,
+        4,
+        false,
+        GangConfig {
+            max_held: 2,
+            ..GangConfig::default()
+        },
+    );
+    let p0 = f.spawn("p0");
+    let p1 = f.spawn("p1");
+    settle().await;
+    assert_eq!(f.binder.permit.held(), 2);
+    let e = f.binder.bind(&req("p2")).await.unwrap_err();
+    assert!(matches!(e, BindFailure::Hold(HoldFailure::Full(_))), "{e}");
+    assert!(e.to_string().contains("--max-held-binds 2"), "{e}");
+    assert!(!f.assumed("p2"));
+    assert_eq!(f.failures(BindFailureCause::GangFull), 1);
+    assert_eq!(f.waits(GangWait::Full), 1);
+    cancel(p0).await;
+    cancel(p1).await;
+}
+
+#[test]
+fn too_large_names_the_unit_its_size_and_the_flag() {
+    let nodes = ClusterIndex::new();
+    nodes.apply_node(&node("n1"));
+    nodes.apply_composite(&composite("root", 2, None));
+    // Three children of 3, 5 and 4 pods: the two smallest need 7 held.
+    for (g, min) in [("a", 3), ("b", 5), ("c", 4)] {
+        nodes.apply_pod_group(&gang(g, min, Some("root")));
+    }
+    nodes.apply_pod(&pod("a0", Some("a"), &[]));
+    let snap = nodes.read();
+    assert_eq!(
+        Gangs::pods_to_hold(
+            &snap,
+            &crate::model::refs::GroupRef::composite("ns", "root")
+        ),
+        7
+    );
+    let small = Gangs::with_config(GangConfig {
+        max_held: 6,
+        ..GangConfig::default()
+    });
+    let m = small.too_large(&snap, "ns", "a0").expect("refused");
+    assert!(m.contains("ns/root"), "{m}");
+    assert!(m.contains("needs 7 pods held at once"), "{m}");
+    assert!(m.contains("--max-held-binds (6)"), "{m}");
+    let fits = Gangs::with_config(GangConfig {
+        max_held: 7,
+        ..GangConfig::default()
+    });
+    assert_eq!(fits.too_large(&snap, "ns", "a0"), None);
 }

@@ -373,7 +373,7 @@ pub fn standalone(
 }
 
 /// Builds the standalone service from a `--state` file or directory, as
-/// [`standalone`] of [`load_state`]'s objects would, reading and storing
+/// [`standalone`] of `load_state`'s objects would, reading and storing
 /// one object at a time: the snapshot is never held whole, as text of
 /// more than one file or as trees ([`load::for_each_in_path`],
 /// [`StandaloneStore::preload`]). Returns the objects stored and what was
@@ -520,6 +520,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// Reads a `--state` file or directory, leaving out (and logging, in one
 /// line by kind) the objects of kinds the scheduler does not model, so a
 /// `kubectl get -A -o json` snapshot of a whole cluster loads.
+#[cfg(any(test, feature = "testkit"))]
 pub fn load_state(
     path: &std::path::Path,
 ) -> anyhow::Result<(Vec<serde_json::Value>, crate::cluster::load::Skipped)> {
@@ -656,12 +657,6 @@ async fn listen_all(
 ) -> anyhow::Result<()> {
     let listeners = bind_all(args, components, state, tls).await?;
     serve_all(listeners, mode).await
-}
-
-/// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = kube_config(kubeconfig).await?;
-    kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
 /// The client configuration as kube-rs discovers it, or from `--kubeconfig`.

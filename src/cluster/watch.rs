@@ -29,9 +29,7 @@ use crate::cache::RunCache;
 use crate::cache::cluster_index::{ClusterIndex, Key};
 use crate::cache::index::{Index, Indexes};
 use crate::health::{self, Exit, Health};
-use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, DefaultBackoff, Event};
@@ -156,46 +154,6 @@ impl Drop for InFlight<'_> {
                 "handling this object panicked: the restarted watch skips this version of it");
             self.quarantine.add(key);
         }
-    }
-}
-
-/// Keeps only what scheduling reads of a Pod: name, namespace, uid,
-/// deletion, the runtime label, capacity annotations, phase and the two
-/// conditions. Container specs, managed fields and the rest are dropped, so
-/// a cached Pod stays small whatever the Pod looks like.
-pub fn strip_pod(pod: Pod, runtime_label_key: &str) -> Pod {
-    let m = pod.metadata;
-    let labels = m
-        .labels
-        .and_then(|l| l.into_iter().find(|(k, _)| k == runtime_label_key))
-        .map(|kv| [kv].into_iter().collect());
-    let annotations = m.annotations.map(|a| {
-        a.into_iter()
-            .filter(|(k, _)| k.starts_with(CAPACITY_PREFIX))
-            .collect()
-    });
-    let status = pod.status.map(|s| PodStatus {
-        phase: s.phase,
-        conditions: s.conditions.map(|c| {
-            c.into_iter()
-                .filter(|c| c.type_ == "Ready" || c.type_ == RUNTIMED_READY)
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            deletion_timestamp: m.deletion_timestamp,
-            labels,
-            annotations,
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status,
     }
 }
 
@@ -504,10 +462,52 @@ mod tests {
     use super::*;
     use crate::cache::CacheConfig;
     use crate::metrics::Metrics;
+    use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
     use crate::runs::queue::WorkQueue;
     use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
     use k8s_openapi::jiff::Timestamp;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Keeps only what scheduling reads of a Pod: name, namespace, uid,
+    /// deletion, the runtime label, capacity annotations, phase and the two
+    /// conditions. Container specs, managed fields and the rest are dropped, so
+    /// a cached Pod stays small whatever the Pod looks like.
+    fn strip_pod(pod: Pod, runtime_label_key: &str) -> Pod {
+        let m = pod.metadata;
+        let labels = m
+            .labels
+            .and_then(|l| l.into_iter().find(|(k, _)| k == runtime_label_key))
+            .map(|kv| [kv].into_iter().collect());
+        let annotations = m.annotations.map(|a| {
+            a.into_iter()
+                .filter(|(k, _)| k.starts_with(CAPACITY_PREFIX))
+                .collect()
+        });
+        let status = pod.status.map(|s| PodStatus {
+            phase: s.phase,
+            conditions: s.conditions.map(|c| {
+                c.into_iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == RUNTIMED_READY)
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+        Pod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                deletion_timestamp: m.deletion_timestamp,
+                labels,
+                annotations,
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status,
+        }
+    }
 
     /// Records what reached it, in order.
     #[derive(Default)]

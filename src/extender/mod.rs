@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Every plugin is pure over the read-only snapshot. The one state that
-//! outlives a request is the [`planner::GangPlanner`] (domain plans of
+//! outlives a request is the [`gang::GangPlanner`] (domain plans of
 //! groups not placed yet, under its own lock), consulted by the gang
 //! plugin and dropped from when a quorum binds. The group semantics the
 //! gang plugin applies are in [`gang`]. Bind (node check → assume → device
@@ -31,7 +31,6 @@ pub mod bind;
 pub mod evict;
 pub mod gang;
 pub mod limits;
-pub mod planner;
 pub mod plugins;
 pub mod preempt;
 pub mod scheduler_config;

@@ -578,6 +578,7 @@ impl ManagedTls {
     }
 
     /// The chain (PEM) served now.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn serving_chain(&self) -> String {
         self.shared.current.lock().tls_crt.clone()
     }

@@ -233,17 +233,6 @@ impl Builder {
         self.composite_pod_group(name, template, found, parent)
     }
 
-    /// Like [`Builder::new_composite_pod_group`] with an explicit parent.
-    pub fn new_composite_pod_group_with_parent(
-        &self,
-        name: &str,
-        template: &str,
-        parent: Option<&str>,
-    ) -> Result<v1alpha3::CompositePodGroup, Error> {
-        let found = self.find(template)?;
-        self.composite_pod_group(name, template, found, parent.map(str::to_owned))
-    }
-
     /// One default instance of every template, parents before children:
     /// CompositePodGroups and PodGroups named by [`Builder::instance_name`].
     pub fn default_instances(&self) -> Result<Vec<Group>, Error> {

@@ -33,11 +33,6 @@ impl ClusterState {
             .filter_map(|k| self.counted(k).map(|e| (k, e)))
     }
 
-    /// The node a pod is counted on (bound or assumed; not terminal).
-    pub fn counted_on(&self, key: &Key) -> Option<&str> {
-        self.counted(key).and_then(|e| e.node.as_deref())
-    }
-
     /// How a PodGroup may be disrupted. An unknown PodGroup is `Single`,
     /// the API's default.
     pub fn disruption_scope(&self, namespace: &str, group: &str) -> Scope {

@@ -217,6 +217,7 @@ impl Gangs {
     }
 
     /// Whether a member is held now.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_held(&self, namespace: &str, pod: &str) -> bool {
         let member = (namespace.to_owned(), pod.to_owned());
         self.units.lock().values().any(|u| u.held.contains(&member))

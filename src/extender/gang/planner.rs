@@ -1,6 +1,6 @@
 //! The gang planner: the topology domain chosen for each group not yet
 //! placed (its *plan*), so the whole-cluster search of
-//! [`gang`](super::gang) runs once per group, not once per member.
+//! [`gang`](super) runs once per group, not once per member.
 //!
 //! The planner is owned by the extender's state, next to the snapshot and
 //! never inside it: filter calls run concurrently under the cluster index's

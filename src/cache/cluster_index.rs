@@ -42,7 +42,7 @@ mod claim_bindings;
 mod groups;
 
 pub use claim_bindings::{ClaimBinding, GatedDevice, ShareKey};
-pub use groups::Scope;
+pub use groups::{Chain, ChainError, GroupObject, Link, Scope};
 mod domains;
 pub use domains::{DomainIndex, Rooms, Semantics};
 

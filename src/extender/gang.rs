@@ -46,7 +46,7 @@ pub use planner::{GangPlanner, PLAN_TTL, Plan, Plans};
 pub use preemption::preemption_nodes;
 pub use prefer::{Prefer, prefer};
 
-use crate::cache::cluster_index::{ClusterState, DomainIndex, Rejection};
+use crate::cache::cluster_index::{ChainError, ClusterState, DomainIndex, GroupObject, Rejection};
 use crate::model::refs::GroupRef;
 use crate::pods::fit::{self, Amounts};
 use hierarchy::*;

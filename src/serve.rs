@@ -821,12 +821,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
             namespace: args
                 .leader_elect_namespace
                 .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
-                .unwrap_or_else(|| "kruntimes-system".into()),
+                .unwrap_or_else(crate::cluster::own_namespace),
             identity: id.clone(),
             lease_duration: args.leader_elect_duration,
             grace: (args.leader_elect_duration / 3).max(Duration::from_secs(1)),

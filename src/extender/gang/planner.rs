@@ -311,6 +311,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert!(v.wide.is_none());
         let rack = v.domain()[0].1.clone();
@@ -341,6 +342,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert_eq!(first.domain()[0].1, "r1", "best fit for 2");
         let before = planner.get(&g("g")).expect("plan");
@@ -354,6 +356,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert!(v.wide.is_none(), "{:?}", v.wide);
         assert_eq!(v.domain()[0].1, "r2");

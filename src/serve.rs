@@ -721,7 +721,7 @@ pub async fn cluster_with(
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(ClusterIndex::new());
-    let watchers = crate::cluster::watch::spawn(
+    let watchers = crate::cluster::kinds::spawn(
         client.clone(),
         Arc::clone(&cache),
         Arc::clone(&nodes),

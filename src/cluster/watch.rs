@@ -1,6 +1,7 @@
 //! Watchers that feed the caches in cluster mode: one generic watcher
 //! ([`watch`]) over the one index trait ([`Index`]), one task per kind,
-//! wired from the kind table ([`super::kinds`]).
+//! wired from the kind table ([`super::kinds`], whose [`spawn`](super::kinds::spawn)
+//! starts them).
 //!
 //! A watcher runs `kube-runtime`'s watcher (list, then watch from the
 //! list's resourceVersion; a closed watch is resumed from there), strips
@@ -24,10 +25,8 @@
 //! object whose handling panicked is skipped, at that resourceVersion, by
 //! the restarted watch, so one bad object cannot keep a kind down.
 
-use super::kinds::Kind;
-use crate::cache::RunCache;
-use crate::cache::cluster_index::{ClusterIndex, Key};
-use crate::cache::index::{Index, Indexes};
+use crate::cache::cluster_index::Key;
+use crate::cache::index::Index;
 use crate::health::{self, Exit, Health};
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -421,46 +420,13 @@ pub struct Watches {
     pub priority_classes: bool,
 }
 
-/// Starts the watchers of every kind in the kind table this process reads;
-/// returns their tasks. `/readyz` turns true once each watched kind has
-/// been listed, and tells `health` how each watch fares.
-pub async fn spawn(
-    client: Client,
-    cache: Arc<RunCache>,
-    nodes: Arc<ClusterIndex>,
-    watches: Watches,
-    health: Arc<Health>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let ix = Indexes::new(Arc::clone(&cache), nodes);
-    let mut planned = Vec::new();
-    for kind in Kind::ALL {
-        planned.extend(kind.plan_watch(&client, &ix, &watches).await);
-    }
-    // Every watched kind is pending before any watcher starts, so the
-    // first to list cannot declare the caches synced alone.
-    if planned.is_empty() {
-        cache.set_synced(true);
-    }
-    for (kind, _) in &planned {
-        health.watch_planned(kind);
-    }
-    let sync = Arc::new(
-        SyncTracker::new(planned.iter().map(|(k, _)| *k), {
-            let cache = Arc::clone(&cache);
-            move || cache.set_synced(true)
-        })
-        .with_health(Arc::clone(&health)),
-    );
-    planned
-        .into_iter()
-        .map(|(_, start)| start(Arc::clone(&sync), Arc::clone(&health)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cache::CacheConfig;
+    use crate::cache::RunCache;
+    use crate::cache::cluster_index::ClusterIndex;
+    use crate::cache::index::Indexes;
     use crate::metrics::Metrics;
     use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
     use crate::runs::queue::WorkQueue;

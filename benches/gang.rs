@@ -127,7 +127,8 @@ fn decisions(cache: &ClusterIndex, pods: &[Pod], names: &[&str]) {
             .expect("requests");
         let (node, _) = {
             let snap = cache.read();
-            let gate = gang::filter_gate(&snap, &PLANNER, p, &req, names);
+            let gate =
+                gang::filter_gate(&snap, &PLANNER, p, &req, names, tokio::time::Instant::now());
             assert!(gate.wide.is_none());
             let prefer = gang::prefer(&snap, &PLANNER, p, &req).expect("a domain");
             let domain = gate.domain();

@@ -417,7 +417,7 @@ pub fn standalone(
 }
 
 /// Builds the standalone service from a `--state` file or directory, as
-/// [`standalone`] of [`load_state`]'s objects would, reading and storing
+/// [`standalone`] of `load_state`'s objects would, reading and storing
 /// one object at a time: the snapshot is never held whole, as text of
 /// more than one file or as trees ([`load::for_each_in_path`],
 /// [`StandaloneStore::preload`]). Returns the objects stored and what was
@@ -565,6 +565,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// Reads a `--state` file or directory, leaving out (and logging, in one
 /// line by kind) the objects of kinds the scheduler does not model, so a
 /// `kubectl get -A -o json` snapshot of a whole cluster loads.
+#[cfg(any(test, feature = "testkit"))]
 pub fn load_state(
     path: &std::path::Path,
 ) -> anyhow::Result<(Vec<serde_json::Value>, crate::cluster::load::Skipped)> {
@@ -784,12 +785,6 @@ pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// A kube client as kube-rs discovers its configuration, or from `--kubeconfig`.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = kube_config(kubeconfig).await?;
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 /// The client configuration as kube-rs discovers it, or from `--kubeconfig`.
 pub async fn kube_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
     Ok(match kubeconfig {
@@ -852,7 +847,7 @@ pub async fn cluster_with(
         Arc::new(KubeWriter::new(client.clone(), Some(identity.to_owned())));
     let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::clone(&writer)));
     let nodes = Arc::new(ClusterIndex::new());
-    let watchers = crate::cluster::watch::spawn(
+    let watchers = crate::cluster::kinds::spawn(
         client.clone(),
         Arc::clone(&cache),
         Arc::clone(&nodes),
@@ -952,12 +947,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
             namespace: args
                 .leader_elect_namespace
                 .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
-                .unwrap_or_else(|| "kruntimes-system".into()),
+                .unwrap_or_else(crate::cluster::own_namespace),
             identity: id.clone(),
             lease_duration: args.leader_elect_duration,
             grace: (args.leader_elect_duration / 3).max(Duration::from_secs(1)),

@@ -42,7 +42,7 @@ mod claim_bindings;
 mod groups;
 
 pub use claim_bindings::{ClaimBinding, GatedDevice, ShareKey};
-pub use groups::Scope;
+pub use groups::{Chain, ChainError, GroupObject, Link, Scope};
 mod domains;
 pub use domains::{DomainIndex, Rooms, Semantics};
 
@@ -702,6 +702,7 @@ impl ClusterState {
     }
 
     /// Whether a pod is assumed (bound here, not yet seen bound).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
         self.assumed
             .contains_key(&(namespace.to_owned(), name.to_owned()))

@@ -13,7 +13,7 @@
 //!   ([`Kind::decode`]), and applying or deleting it in its index
 //!   ([`Kind::apply`], [`Kind::delete`]): the standalone store's dispatch;
 //! - the cluster-mode watch wiring ([`Kind::plan_watch`], run by
-//!   [`super::watch::spawn`] through the one generic watcher).
+//!   [`spawn`] through the one generic watcher).
 //!
 //! **Adding a kind** is one row here plus its `apply` / `delete` / `reset`:
 //! an [`Index`] impl for the new type on the cache that keeps it
@@ -21,9 +21,12 @@
 //! type's own kind and apiVersion and round-trip every kind through the
 //! standalone object store.
 
-use super::watch::{self, Watches};
+use super::watch::{self, SyncTracker, Watches};
+use crate::cache::RunCache;
+use crate::cache::cluster_index::ClusterIndex;
 use crate::cache::index::{Index, Indexes};
 use crate::crd::{Run, Runtime};
+use crate::health::Health;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -34,6 +37,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource as _};
 use serde::Deserialize;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Why a JSON object is not a valid object of its kind (with the path of
 /// the offending field).
@@ -234,6 +238,42 @@ impl Kind {
             l == n || l == format!("{n}s") || l == format!("{n}es")
         })
     }
+}
+
+/// Starts the watchers of every kind in the kind table this process reads;
+/// returns their tasks. `/readyz` turns true once each watched kind has
+/// been listed, and tells `health` how each watch fares.
+pub async fn spawn(
+    client: Client,
+    cache: Arc<RunCache>,
+    nodes: Arc<ClusterIndex>,
+    watches: Watches,
+    health: Arc<Health>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let ix = Indexes::new(Arc::clone(&cache), nodes);
+    let mut planned = Vec::new();
+    for kind in Kind::ALL {
+        planned.extend(kind.plan_watch(&client, &ix, &watches, &health).await);
+    }
+    // Every watched kind is pending before any watcher starts, so the
+    // first to list cannot declare the caches synced alone.
+    if planned.is_empty() {
+        cache.set_synced(true);
+    }
+    for (kind, _) in &planned {
+        health.watch_planned(kind);
+    }
+    let sync = Arc::new(
+        SyncTracker::new(planned.iter().map(|(k, _)| *k), {
+            let cache = Arc::clone(&cache);
+            move || cache.set_synced(true)
+        })
+        .with_health(Arc::clone(&health)),
+    );
+    planned
+        .into_iter()
+        .map(|(_, start)| start(Arc::clone(&sync), Arc::clone(&health)))
+        .collect()
 }
 
 #[cfg(test)]

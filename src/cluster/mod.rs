@@ -253,6 +253,16 @@ impl From<crate::runs::placement::PendingReason> for EventReason {
     }
 }
 
+/// The namespace this process runs in: `POD_NAMESPACE` (set from the
+/// Downward API), else `kruntimes-system`. The default namespace of the
+/// leader-election Lease and of the webhook Service and Secret.
+pub fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kruntimes-system".to_owned())
+}
+
 /// Logs an Event the way every writer that does not post it does.
 pub fn log_event(object: &ObjectRef, kind: EventKind, reason: EventReason, note: &str) {
     tracing::info!(kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name), event = ?kind, %reason, note, "event");

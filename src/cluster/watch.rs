@@ -1,6 +1,7 @@
 //! Watchers that feed the caches in cluster mode: one generic watcher
 //! ([`watch`]) over the one index trait ([`Index`]), one task per kind,
-//! wired from the kind table ([`super::kinds`]).
+//! wired from the kind table ([`super::kinds`], whose [`spawn`](super::kinds::spawn)
+//! starts them).
 //!
 //! A watcher runs `kube-runtime`'s watcher (list, then watch from the
 //! list's resourceVersion; a closed watch is resumed from there), strips
@@ -24,14 +25,10 @@
 //! object whose handling panicked is skipped, at that resourceVersion, by
 //! the restarted watch, so one bad object cannot keep a kind down.
 
-use super::kinds::Kind;
-use crate::cache::RunCache;
-use crate::cache::cluster_index::{ClusterIndex, Key};
-use crate::cache::index::{Index, Indexes};
+use crate::cache::cluster_index::Key;
+use crate::cache::index::Index;
 use crate::health::{self, Exit, Health};
-use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, DefaultBackoff, Event};
@@ -156,46 +153,6 @@ impl Drop for InFlight<'_> {
                 "handling this object panicked: the restarted watch skips this version of it");
             self.quarantine.add(key);
         }
-    }
-}
-
-/// Keeps only what scheduling reads of a Pod: name, namespace, uid,
-/// deletion, the runtime label, capacity annotations, phase and the two
-/// conditions. Container specs, managed fields and the rest are dropped, so
-/// a cached Pod stays small whatever the Pod looks like.
-pub fn strip_pod(pod: Pod, runtime_label_key: &str) -> Pod {
-    let m = pod.metadata;
-    let labels = m
-        .labels
-        .and_then(|l| l.into_iter().find(|(k, _)| k == runtime_label_key))
-        .map(|kv| [kv].into_iter().collect());
-    let annotations = m.annotations.map(|a| {
-        a.into_iter()
-            .filter(|(k, _)| k.starts_with(CAPACITY_PREFIX))
-            .collect()
-    });
-    let status = pod.status.map(|s| PodStatus {
-        phase: s.phase,
-        conditions: s.conditions.map(|c| {
-            c.into_iter()
-                .filter(|c| c.type_ == "Ready" || c.type_ == RUNTIMED_READY)
-                .collect()
-        }),
-        ..PodStatus::default()
-    });
-    Pod {
-        metadata: ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            deletion_timestamp: m.deletion_timestamp,
-            labels,
-            annotations,
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status,
     }
 }
 
@@ -496,51 +453,60 @@ pub struct Watches {
     pub priority_classes: bool,
 }
 
-/// Starts the watchers of every kind in the kind table this process reads;
-/// returns their tasks. `/readyz` turns true once each watched kind has
-/// been listed, and tells `health` how each watch fares.
-pub async fn spawn(
-    client: Client,
-    cache: Arc<RunCache>,
-    nodes: Arc<ClusterIndex>,
-    watches: Watches,
-    health: Arc<Health>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let ix = Indexes::new(Arc::clone(&cache), nodes);
-    let mut planned = Vec::new();
-    for kind in Kind::ALL {
-        planned.extend(kind.plan_watch(&client, &ix, &watches, &health).await);
-    }
-    // Every watched kind is pending before any watcher starts, so the
-    // first to list cannot declare the caches synced alone.
-    if planned.is_empty() {
-        cache.set_synced(true);
-    }
-    for (kind, _) in &planned {
-        health.watch_planned(kind);
-    }
-    let sync = Arc::new(
-        SyncTracker::new(planned.iter().map(|(k, _)| *k), {
-            let cache = Arc::clone(&cache);
-            move || cache.set_synced(true)
-        })
-        .with_health(Arc::clone(&health)),
-    );
-    planned
-        .into_iter()
-        .map(|(_, start)| start(Arc::clone(&sync), Arc::clone(&health)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cache::CacheConfig;
+    use crate::cache::RunCache;
+    use crate::cache::cluster_index::ClusterIndex;
+    use crate::cache::index::Indexes;
     use crate::metrics::Metrics;
+    use crate::model::runtime_pod::{CAPACITY_PREFIX, RUNTIMED_READY};
     use crate::runs::queue::WorkQueue;
     use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
     use k8s_openapi::jiff::Timestamp;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Keeps only what scheduling reads of a Pod: name, namespace, uid,
+    /// deletion, the runtime label, capacity annotations, phase and the two
+    /// conditions. Container specs, managed fields and the rest are dropped, so
+    /// a cached Pod stays small whatever the Pod looks like.
+    fn strip_pod(pod: Pod, runtime_label_key: &str) -> Pod {
+        let m = pod.metadata;
+        let labels = m
+            .labels
+            .and_then(|l| l.into_iter().find(|(k, _)| k == runtime_label_key))
+            .map(|kv| [kv].into_iter().collect());
+        let annotations = m.annotations.map(|a| {
+            a.into_iter()
+                .filter(|(k, _)| k.starts_with(CAPACITY_PREFIX))
+                .collect()
+        });
+        let status = pod.status.map(|s| PodStatus {
+            phase: s.phase,
+            conditions: s.conditions.map(|c| {
+                c.into_iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == RUNTIMED_READY)
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+        Pod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                deletion_timestamp: m.deletion_timestamp,
+                labels,
+                annotations,
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status,
+        }
+    }
 
     /// Records what reached it, in order.
     #[derive(Default)]

@@ -32,20 +32,21 @@
 pub mod explain;
 mod gate;
 mod hierarchy;
+mod planner;
 mod preemption;
 mod prefer;
 mod simulation;
 
-pub use super::planner::{GangPlanner, PLAN_TTL, Plan, Plans};
 pub use gate::{GroupVerdict, drop_plans, filter_gate};
 pub use hierarchy::{
     AllowedNodes, Level, Policy, Quorum, Spec, bounded, chain, chain_from, group_of, quorum,
     spec_of, tree_of,
 };
+pub use planner::{GangPlanner, PLAN_TTL, Plan, Plans};
 pub use preemption::preemption_nodes;
 pub use prefer::{Prefer, prefer};
 
-use crate::cache::cluster_index::{ClusterState, DomainIndex, Rejection};
+use crate::cache::cluster_index::{ChainError, ClusterState, DomainIndex, GroupObject, Rejection};
 use crate::model::refs::GroupRef;
 use crate::pods::fit::{self, Amounts};
 use hierarchy::*;

@@ -19,19 +19,19 @@
 //! ```
 //!
 //! Every plugin is pure over the read-only snapshot. The one state that
-//! outlives a request is the [`planner::GangPlanner`] (domain plans of
+//! outlives a request is the [`gang::GangPlanner`] (domain plans of
 //! groups not placed yet, under its own lock), consulted by the gang
 //! plugin and dropped from when a quorum binds. The group semantics the
 //! gang plugin applies are in [`gang`]. Bind (node check → assume → device
-//! gate → quorum hold → binding → forget on failure) is in [`hold`] and
-//! [`binding`]; preemption in [`preempt`], with the follow-up evictions of
+//! gate → quorum hold → binding → forget on failure) is in [`bind`], with
+//! the quorum hold in [`bind::permit`] and the device gate in
+//! [`bind::device_gate`]; preemption in [`preempt`], with the follow-up evictions of
 //! `All` groups across nodes in [`evict`].
 
 pub mod bind;
 pub mod evict;
 pub mod gang;
 pub mod limits;
-pub mod planner;
 pub mod plugins;
 pub mod preempt;
 pub mod scheduler_config;
@@ -233,6 +233,16 @@ impl Reasons {
     }
 }
 
+/// A candidate node as [`decide_filter`] checks it: a cache slot, or a
+/// node the request gave with its allocatable.
+#[derive(Clone, Copy)]
+enum FilterNode<'n> {
+    /// Cache-capable mode: the node's slot.
+    Cached(u32),
+    /// Full mode: the node's allocatable from the request.
+    Full(&'n Amounts),
+}
+
 /// The filter decision, pure over a snapshot (plans aside): PreFilter
 /// builds the pod's [`FilterState`]; then, per node, a pod-wide rejection,
 /// the gang plugin's domain and the fit plugin (on the DRA-adjusted
@@ -291,57 +301,53 @@ pub fn decide_filter<'a>(
         };
         list.0.push((Cow::Borrowed(name), why));
     };
+    // One node's verdict: the pod-wide rejection, else the gang domain,
+    // else the pod's requests on that node, else the fit.
+    let mut verdict = |name: &str, node: FilterNode<'_>| -> Result<(), (Arc<str>, bool)> {
+        if let Some(w) = &wide {
+            return Err((Arc::clone(&w.0), w.1));
+        }
+        if let Some(level) = plugins::gang::filter(&state.verdict, name) {
+            return Err((outside.get(&state.verdict, level), true));
+        }
+        let slot = match node {
+            FilterNode::Cached(slot) => Some(slot),
+            FilterNode::Full(_) => snap.find(name),
+        };
+        let resolved = state
+            .requests
+            .on(slot)
+            .map_err(|r| (r.message.as_str().into(), r.unresolvable))?;
+        match node {
+            FilterNode::Cached(slot) => match fit::filter(snap, slot, resolved) {
+                Fit::Fits => Ok(()),
+                Fit::Short {
+                    short,
+                    unresolvable,
+                } => Err((reasons.short(resolved, short), unresolvable)),
+                Fit::NotFound => Err((Arc::clone(&not_found), true)),
+                Fit::Other(r) => Err((r.message.into(), r.unresolvable)),
+            },
+            FilterNode::Full(alloc) => fit::check(snap, name, resolved, Some(alloc))
+                .map_err(|r| (r.message.into(), r.unresolvable)),
+        }
+    };
     match candidates {
         Candidates::Cached(refs) => {
             for (name, slot) in refs.iter() {
-                if let Some(w) = &wide {
-                    reject(&mut out, name, (Arc::clone(&w.0), w.1));
-                    continue;
-                }
-                if let Some(level) = plugins::gang::filter(&state.verdict, name) {
-                    reject(&mut out, name, (outside.get(&state.verdict, level), true));
-                    continue;
-                }
-                let resolved = match state.requests.on(Some(slot)) {
-                    Ok(r) => r,
-                    Err(r) => {
-                        reject(&mut out, name, (r.message.as_str().into(), r.unresolvable));
-                        continue;
-                    }
-                };
-                match fit::filter(snap, slot, resolved) {
-                    Fit::Fits => {
+                match verdict(name, FilterNode::Cached(slot)) {
+                    Ok(()) => {
                         if let Some(names) = &mut out.node_names {
                             names.push(name);
                         }
                     }
-                    Fit::Short {
-                        short,
-                        unresolvable,
-                    } => reject(
-                        &mut out,
-                        name,
-                        (reasons.short(resolved, short), unresolvable),
-                    ),
-                    Fit::NotFound => reject(&mut out, name, (Arc::clone(&not_found), true)),
-                    Fit::Other(r) => reject(&mut out, name, (r.message.into(), r.unresolvable)),
+                    Err(why) => reject(&mut out, name, why),
                 }
             }
         }
         Candidates::Full(list) => {
             for (i, (name, alloc)) in list.iter().enumerate() {
-                let verdict = match &wide {
-                    Some(w) => Err((Arc::clone(&w.0), w.1)),
-                    None if let Some(level) = plugins::gang::filter(&state.verdict, name) => {
-                        Err((outside.get(&state.verdict, level), true))
-                    }
-                    None => match state.requests.on(snap.find(name)) {
-                        Ok(req) => fit::check(snap, name, req, Some(alloc))
-                            .map_err(|r| (r.message.into(), r.unresolvable)),
-                        Err(r) => Err((r.message.as_str().into(), r.unresolvable)),
-                    },
-                };
-                match verdict {
+                match verdict(name, FilterNode::Full(alloc)) {
                     Ok(()) => {
                         if let (Some(list), Some(src)) = (&mut out.nodes, &args.nodes)
                             && let Some(item) = src.items.get(i)

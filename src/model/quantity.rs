@@ -266,11 +266,13 @@ impl ParsedQuantity {
 }
 
 /// A quantity in milli-units rounded up (`MilliValue()`), e.g. cpu `"250m"` → 250.
+#[cfg(test)]
 pub fn parse_milli(s: &str) -> Result<u64, QuantityError> {
     parse(s)?.to_scaled_ceil(3)
 }
 
 /// A quantity rounded up to an integer (`Value()`), e.g. memory `"1.5"` → 2.
+#[cfg(test)]
 pub fn parse_ceil(s: &str) -> Result<u64, QuantityError> {
     parse(s)?.to_scaled_ceil(0)
 }
@@ -293,11 +295,6 @@ pub fn parse_amount(s: &str) -> Result<u64, QuantityError> {
 /// [`parse_amount`] for a `k8s-openapi` [`Quantity`].
 pub fn amount_of(q: &Quantity) -> Result<u64, QuantityError> {
     parse_amount(&q.0)
-}
-
-/// An amount written back as a Kubernetes quantity (plain integer string).
-pub fn to_quantity(amount: u64) -> Quantity {
-    Quantity(amount.to_string())
 }
 
 /// Checked addition of amounts within [`MAX_AMOUNT`].

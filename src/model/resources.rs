@@ -389,6 +389,7 @@ impl PodResources {
     }
 
     /// No usage and no reservation counted here.
+    #[cfg(test)]
     pub fn is_unused(&self) -> bool {
         self.0.iter().all(|l| l.actual == 0 && l.assumed == 0)
     }

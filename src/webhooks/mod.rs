@@ -206,12 +206,7 @@ impl ManageWebhookArgs {
         let namespace = self
             .webhook_namespace
             .clone()
-            .or_else(|| {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| "kruntimes-system".to_owned());
+            .unwrap_or_else(crate::cluster::own_namespace);
         for (flag, value) in [
             ("webhook-service", &self.webhook_service),
             ("webhook-namespace", &namespace),
@@ -583,6 +578,7 @@ impl ManagedTls {
     }
 
     /// The chain (PEM) served now.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn serving_chain(&self) -> String {
         self.shared.current.lock().tls_crt.clone()
     }

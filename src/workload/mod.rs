@@ -51,12 +51,14 @@
 mod build;
 pub mod cli;
 mod field;
+mod options;
 mod rules;
 mod tree;
 mod validate;
 
-pub use build::{BuildOptions, Builder, Group};
+pub use build::{Builder, Group};
 pub use field::{FieldError, FieldErrorKind};
+pub use options::BuildOptions;
 pub use rules::{
     DisruptionModeOption, HIGHEST_USER_DEFINABLE_PRIORITY, MAX_DEPTH, MAX_RESOURCE_CLAIMS,
     MAX_TEMPLATES, MAX_TOPOLOGY_CONSTRAINTS, PREEMPTION_POLICIES, PolicyOption, is_dns_label,

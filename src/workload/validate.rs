@@ -6,8 +6,8 @@
 
 use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
 
-use super::build::BuildOptions;
 use super::field::{FieldError, child, index};
+use super::options::BuildOptions;
 use super::rules::{
     self, ClaimView, DisruptionView, Errors, NameNode, PolicyView, PriorityPaths, PriorityView,
     check_all_not_with_basic, check_claims, check_depth, check_disruption,
@@ -159,7 +159,7 @@ fn check_owner(
     owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     errs: &mut Errors,
 ) {
-    if let Some(group) = super::build::api_group(&owner.api_version)
+    if let Some(group) = super::options::api_group(&owner.api_version)
         && !group.is_empty()
         && !rules::is_dns_subdomain(&group)
     {

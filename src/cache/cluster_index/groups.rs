@@ -1,13 +1,166 @@
-//! Reads for group-aware preemption: the pods counted on a node, and how a
-//! PodGroup may be disrupted (its own `disruptionMode`, or `All` on any
-//! CompositePodGroup above it, following `parentCompositePodGroupName`).
+//! The group hierarchy as the snapshot holds it: the one walk from a group
+//! up `parentCompositePodGroupName` to its root ([`ClusterState::chain`],
+//! with its cycle and depth errors), and the reads for group-aware
+//! preemption over it: the pods counted on a node, and how a PodGroup may
+//! be disrupted (its own `disruptionMode`, or `All` on any
+//! CompositePodGroup above it).
 
 use super::{ClusterState, Key, PodEntry};
+use crate::model::refs::{self, GroupRef, MAX_GROUP_DEPTH};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use smallvec::SmallVec;
 
-/// Parent references followed at most (the one hierarchy depth limit; a
-/// cycle of bad references ends here).
-use crate::model::refs::MAX_GROUP_DEPTH as MAX_DEPTH;
+/// A group object of the snapshot: a PodGroup or a CompositePodGroup.
+#[derive(Debug, Clone, Copy)]
+pub enum GroupObject<'a> {
+    /// A PodGroup (the first level of a pod's chain).
+    Pod(&'a PodGroup),
+    /// A CompositePodGroup (every parent).
+    Composite(&'a CompositePodGroup),
+}
+
+impl<'a> GroupObject<'a> {
+    /// `parentCompositePodGroupName`, when set and not empty.
+    pub fn parent(&self) -> Option<&'a str> {
+        match self {
+            GroupObject::Pod(g) => g.spec.parent_composite_pod_group_name.as_deref(),
+            GroupObject::Composite(c) => c.spec.parent_composite_pod_group_name.as_deref(),
+        }
+        .filter(|p| !p.is_empty())
+    }
+}
+
+/// One level of a chain: a group that exists, innermost first.
+#[derive(Debug, Clone, Copy)]
+pub struct Link<'s, 'n> {
+    /// The namespace of the whole chain (parents are in the child's).
+    pub namespace: &'n str,
+    /// The group's name.
+    pub name: &'n str,
+    /// The object the snapshot holds for it.
+    pub object: GroupObject<'s>,
+}
+
+impl Link<'_, '_> {
+    /// The group as a reference.
+    pub fn group(&self) -> GroupRef {
+        match self.object {
+            GroupObject::Pod(_) => GroupRef::group(self.namespace, self.name),
+            GroupObject::Composite(_) => GroupRef::composite(self.namespace, self.name),
+        }
+    }
+}
+
+/// Why a chain ends before its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainError {
+    /// A group on the way is not in the snapshot (it may still come).
+    Missing(GroupRef),
+    /// A parent reference comes back to a group already on the chain: the
+    /// groups from that one on, and it again.
+    Cycle(Vec<GroupRef>),
+    /// The chain is longer than [`MAX_GROUP_DEPTH`] levels: the groups
+    /// walked and the parent that would be one too many.
+    TooDeep(Vec<GroupRef>),
+}
+
+impl ChainError {
+    /// The message users see for a broken hierarchy (`None` for a missing
+    /// group, which each caller words for itself).
+    pub fn broken_message(&self) -> Option<String> {
+        match self {
+            ChainError::Missing(_) => None,
+            ChainError::Cycle(path) => Some(refs::cycle_message(path)),
+            ChainError::TooDeep(path) => Some(refs::too_deep_message(path)),
+        }
+    }
+}
+
+/// The walk from a group to its root (see [`ClusterState::chain`]).
+pub struct Chain<'s, 'n> {
+    /// The snapshot walked.
+    snap: &'s ClusterState,
+    /// The namespace of every level.
+    namespace: &'n str,
+    /// Whether the first level is a CompositePodGroup.
+    first_composite: bool,
+    /// What the next call yields.
+    next: Step<'n>,
+    /// Names of the levels yielded so far, innermost first.
+    seen: SmallVec<[&'n str; MAX_GROUP_DEPTH]>,
+}
+
+/// What a [`Chain`] does next.
+enum Step<'a> {
+    /// Visits the group of this name.
+    Visit(&'a str),
+    /// Ends with this error (after yielding the level that revealed it).
+    Fail(ChainError),
+    /// Has ended.
+    Done,
+}
+
+impl Chain<'_, '_> {
+    /// The reference of the level at `i` (levels past the first are composites).
+    fn group_at(&self, i: usize, name: &str) -> GroupRef {
+        if i == 0 && !self.first_composite {
+            GroupRef::group(self.namespace, name)
+        } else {
+            GroupRef::composite(self.namespace, name)
+        }
+    }
+
+    /// The levels from `from` on and then `next`, as references.
+    fn path(&self, from: usize, next: &str) -> Vec<GroupRef> {
+        let mut path: Vec<GroupRef> = (from..self.seen.len())
+            .map(|i| self.group_at(i, self.seen[i]))
+            .collect();
+        path.push(GroupRef::composite(self.namespace, next));
+        path
+    }
+}
+
+impl<'s: 'n, 'n> Iterator for Chain<'s, 'n> {
+    type Item = Result<Link<'s, 'n>, ChainError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let name = match std::mem::replace(&mut self.next, Step::Done) {
+            Step::Visit(name) => name,
+            Step::Fail(e) => return Some(Err(e)),
+            Step::Done => return None,
+        };
+        let level = self.seen.len();
+        let object = if level == 0 && !self.first_composite {
+            self.snap.group(self.namespace, name).map(GroupObject::Pod)
+        } else {
+            self.snap
+                .composite(self.namespace, name)
+                .map(GroupObject::Composite)
+        };
+        let Some(object) = object else {
+            return Some(Err(ChainError::Missing(self.group_at(level, name))));
+        };
+        self.seen.push(name);
+        if let Some(parent) = object.parent() {
+            // A parent is a composite: only a composite level can be it again.
+            let again = (0..self.seen.len())
+                .find(|&i| (i > 0 || self.first_composite) && self.seen[i] == parent);
+            self.next = if let Some(i) = again {
+                Step::Fail(ChainError::Cycle(self.path(i, parent)))
+            } else if self.seen.len() >= MAX_GROUP_DEPTH {
+                Step::Fail(ChainError::TooDeep(self.path(0, parent)))
+            } else {
+                Step::Visit(parent)
+            };
+        }
+        Some(Ok(Link {
+            namespace: self.namespace,
+            name,
+            object,
+        }))
+    }
+}
 
 /// The set of pods a victim's disruption takes with it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,6 +177,27 @@ pub enum Scope {
 // === impl ClusterState ===
 
 impl ClusterState {
+    /// The walk from a group (a CompositePodGroup when `composite`) up
+    /// `parentCompositePodGroupName` to its root, innermost first. It ends
+    /// with an error at a group the snapshot does not hold, at a parent
+    /// reference that comes back to a group already walked (a cycle), or
+    /// when a parent would make the chain longer than [`MAX_GROUP_DEPTH`]
+    /// levels.
+    pub fn chain<'s, 'n>(
+        &'s self,
+        namespace: &'n str,
+        composite: bool,
+        name: &'n str,
+    ) -> Chain<'s, 'n> {
+        Chain {
+            snap: self,
+            namespace,
+            first_composite: composite,
+            next: Step::Visit(name),
+            seen: SmallVec::new(),
+        }
+    }
+
     /// Pods counted on a node (bound or assumed there), assumed versions first.
     pub fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = (&'a Key, &'a PodEntry)> {
         self.nodes
@@ -31,11 +205,6 @@ impl ClusterState {
             .into_iter()
             .flat_map(|s| s.pods.iter())
             .filter_map(|k| self.counted(k).map(|e| (k, e)))
-    }
-
-    /// The node a pod is counted on (bound or assumed; not terminal).
-    pub fn counted_on(&self, key: &Key) -> Option<&str> {
-        self.counted(key).and_then(|e| e.node.as_deref())
     }
 
     /// How a PodGroup may be disrupted. An unknown PodGroup is `Single`,
@@ -66,50 +235,33 @@ impl ClusterState {
         scope
     }
 
-    /// The CompositePodGroups above a PodGroup, innermost first, following
-    /// `parentCompositePodGroupName` while the parents exist.
-    fn ancestors<'a>(
-        &'a self,
-        namespace: &'a str,
-        group: &str,
-    ) -> impl Iterator<Item = (&'a str, &'a CompositePodGroup)> + 'a {
-        let first = self
-            .group(namespace, group)
-            .and_then(|g| g.spec.parent_composite_pod_group_name.as_deref());
-        std::iter::successors(
-            first.and_then(|n| Some((n, self.composite(namespace, n)?))),
-            move |(_, c)| {
-                let n = c.spec.parent_composite_pod_group_name.as_deref()?;
-                Some((n, self.composite(namespace, n)?))
-            },
-        )
-        .take(MAX_DEPTH)
+    /// The CompositePodGroups above a PodGroup, innermost first, as far as
+    /// its [`chain`](ClusterState::chain) goes.
+    fn ancestors<'s: 'n, 'n>(
+        &'s self,
+        namespace: &'n str,
+        group: &'n str,
+    ) -> impl Iterator<Item = (&'n str, &'s CompositePodGroup)> + 'n {
+        self.chain(namespace, false, group)
+            .map_while(Result::ok)
+            .filter_map(|l| match l.object {
+                GroupObject::Composite(c) => Some((l.name, c)),
+                GroupObject::Pod(_) => None,
+            })
     }
 
     /// The root CompositePodGroup above a PodGroup (`None` when the group
     /// has no parent, or the walk meets a missing parent or a cycle): the
     /// object whose priority is authoritative for the whole hierarchy.
-    pub fn root_composite<'a>(
-        &'a self,
-        namespace: &'a str,
-        group: &str,
-    ) -> Option<&'a CompositePodGroup> {
-        let mut seen: Vec<&str> = Vec::new();
+    pub fn root_composite(&self, namespace: &str, group: &str) -> Option<&CompositePodGroup> {
         let mut root = None;
-        for (name, c) in self.ancestors(namespace, group) {
-            if seen.contains(&name) {
-                return None;
-            }
-            seen.push(name);
-            root = Some(c);
+        for link in self.chain(namespace, false, group) {
+            root = Some(link.ok()?.object);
         }
-        let root = root?;
-        // The walk stopped at a root only when it has no parent.
-        root.spec
-            .parent_composite_pod_group_name
-            .as_deref()
-            .is_none_or(str::is_empty)
-            .then_some(root)
+        match root? {
+            GroupObject::Composite(c) => Some(c),
+            GroupObject::Pod(_) => None,
+        }
     }
 
     /// Whether a PodGroup lies beneath a CompositePodGroup.

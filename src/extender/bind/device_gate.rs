@@ -173,6 +173,7 @@ impl BindingGate {
     }
 
     /// The gate with another wall clock (tests).
+    #[cfg(test)]
     pub fn with_wall_clock(config: BindingConfig, wall: WallClock) -> Self {
         BindingGate {
             wall,
@@ -228,6 +229,7 @@ impl BindingGate {
     }
 
     /// [`BindingGate::wait`] with the failure as its message.
+    #[cfg(test)]
     pub async fn wait_for_devices(
         &self,
         nodes: &ClusterIndex,

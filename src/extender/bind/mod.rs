@@ -39,9 +39,8 @@
 pub mod device_gate;
 pub mod permit;
 
-use crate::cache::cluster_index::{ClusterIndex, ClusterState};
+use crate::cache::cluster_index::{ChainError, ClusterIndex, ClusterState};
 use crate::cluster::{BindError, ClusterWriter, PodBinding};
-use crate::extender::gang;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
 use crate::model::refs::GroupRef;
 use crate::tls::park::Park;
@@ -225,21 +224,13 @@ pub fn check_cached(
         });
     }
     if let Some(group) = pod.group.as_deref().filter(|g| !g.is_empty()) {
-        let mut at = GroupRef::group(namespace, group);
-        let mut seen: Vec<GroupRef> = Vec::new();
-        loop {
-            let Some(spec) = gang::spec_of(snap, &at) else {
-                return Err(BindFailure::NotCached(Missing::Group(at)));
-            };
-            seen.push(at);
-            let Some(parent) = spec.parent.filter(|p| !p.is_empty()) else {
-                break;
-            };
-            let next = GroupRef::composite(namespace, &parent);
-            if seen.contains(&next) || seen.len() >= crate::model::refs::MAX_GROUP_DEPTH {
-                break;
-            }
-            at = next;
+        // A broken hierarchy (a cycle, too deep) is the quorum's to refuse.
+        let missing = snap.chain(namespace, false, group).find_map(|l| match l {
+            Err(ChainError::Missing(g)) => Some(g),
+            _ => None,
+        });
+        if let Some(g) = missing {
+            return Err(BindFailure::NotCached(Missing::Group(g)));
         }
     }
     if let Some(c) = pod.claims.iter().find(|c| !snap.claim_allocated(&c.claim)) {

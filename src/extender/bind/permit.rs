@@ -349,6 +349,7 @@ impl Gangs {
     }
 
     /// Whether a member's bind is held now.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_held(&self, namespace: &str, pod: &str) -> bool {
         let member = (namespace.to_owned(), pod.to_owned());
         self.table

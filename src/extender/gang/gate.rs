@@ -67,13 +67,15 @@ impl GroupVerdict {
 /// up to the unit ([`enough_pods`]); every keyed level has a domain, fixed
 /// by placed members or planned ([`domains_of`], [`make_plan`]); the
 /// group's remaining pods still fit in it ([`remaining_fit`]). A plan whose
-/// room was taken since is made again once.
+/// room was taken since is made again once. `now`: the time plans are
+/// consulted, made and lapse at.
 pub fn filter_gate(
     snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,
     candidates: &[&str],
+    now: Instant,
 ) -> GroupVerdict {
     let Some((namespace, group)) = group_of(pod) else {
         return GroupVerdict::default();
@@ -118,7 +120,6 @@ pub fn filter_gate(
     if let Err(verdict) = enough_pods(snap, planner, &levels, this) {
         return verdict;
     }
-    let now = Instant::now();
     let mut replanned = false;
     loop {
         let (domain, from_plan) = match domains_of(snap, planner, &levels, now) {

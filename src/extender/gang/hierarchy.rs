@@ -25,37 +25,48 @@ pub struct Spec {
 
 /// The spec of a group or composite in the snapshot.
 pub fn spec_of(snap: &ClusterState, r: &GroupRef) -> Option<Spec> {
-    if r.composite {
-        let composite = snap.composite(&r.namespace, &r.name)?;
-        let spec = &composite.spec;
-        Some(Spec::of(
-            spec.scheduling_policy
-                .gang
-                .as_ref()
-                .map(|g| g.min_group_count),
-            spec.scheduling_constraints
-                .as_ref()
-                .and_then(|c| c.topology.as_ref())
-                .and_then(|t| t.first())
-                .map(|t| &t.key),
-            &spec.parent_composite_pod_group_name,
-        ))
+    let object = if r.composite {
+        GroupObject::Composite(snap.composite(&r.namespace, &r.name)?)
     } else {
-        let group = snap.group(&r.namespace, &r.name)?;
-        let spec = &group.spec;
-        Some(Spec::of(
-            spec.scheduling_policy.gang.as_ref().map(|g| g.min_count),
-            spec.scheduling_constraints
-                .as_ref()
-                .and_then(|c| c.topology.as_ref())
-                .and_then(|t| t.first())
-                .map(|t| &t.key),
-            &spec.parent_composite_pod_group_name,
-        ))
-    }
+        GroupObject::Pod(snap.group(&r.namespace, &r.name)?)
+    };
+    Some(Spec::from_object(object))
 }
 
 impl Spec {
+    /// The spec of a group object.
+    pub fn from_object(object: GroupObject<'_>) -> Spec {
+        match object {
+            GroupObject::Composite(composite) => {
+                let spec = &composite.spec;
+                Spec::of(
+                    spec.scheduling_policy
+                        .gang
+                        .as_ref()
+                        .map(|g| g.min_group_count),
+                    spec.scheduling_constraints
+                        .as_ref()
+                        .and_then(|c| c.topology.as_ref())
+                        .and_then(|t| t.first())
+                        .map(|t| &t.key),
+                    &spec.parent_composite_pod_group_name,
+                )
+            }
+            GroupObject::Pod(group) => {
+                let spec = &group.spec;
+                Spec::of(
+                    spec.scheduling_policy.gang.as_ref().map(|g| g.min_count),
+                    spec.scheduling_constraints
+                        .as_ref()
+                        .and_then(|c| c.topology.as_ref())
+                        .and_then(|t| t.first())
+                        .map(|t| &t.key),
+                    &spec.parent_composite_pod_group_name,
+                )
+            }
+        }
+    }
+
     /// From the fields PodGroup and CompositePodGroup share (k8s-openapi
     /// gives them distinct types): the gang minimum (`minCount` /
     /// `minGroupCount`, at least 1), the first topology key (empty is
@@ -92,66 +103,30 @@ pub fn chain_from(snap: &ClusterState, start: GroupRef) -> Result<Vec<Level>, Re
     walk(snap, start).map_err(|(r, _)| r)
 }
 
-/// [`chain_from`]; the error says whether an object is only missing (it
-/// may still come) rather than the hierarchy being broken.
+/// [`chain_from`] over the snapshot's [`chain`](ClusterState::chain); the
+/// error says whether an object is only missing (it may still come) rather
+/// than the hierarchy being broken.
 pub(super) fn walk(snap: &ClusterState, start: GroupRef) -> Result<Vec<Level>, (Rejection, bool)> {
     let mut out: Vec<Level> = Vec::new();
-    let mut at = start;
-    loop {
-        let Some(spec) = spec_of(snap, &at) else {
-            return Err((
-                Rejection {
-                    message: bounded(format!("waiting for {at} to exist")),
-                    unresolvable: true,
-                },
-                true,
-            ));
+    for link in snap.chain(&start.namespace, start.composite, &start.name) {
+        let (message, missing) = match link {
+            Ok(link) => {
+                out.push(Level {
+                    group: link.group(),
+                    spec: Spec::from_object(link.object),
+                });
+                continue;
+            }
+            Err(ChainError::Missing(at)) => (format!("waiting for {at} to exist"), true),
+            Err(broken) => (broken.broken_message().unwrap_or_default(), false),
         };
-        let parent = spec.parent.clone().filter(|p| !p.is_empty());
-        let namespace = at.namespace.clone();
-        out.push(Level { group: at, spec });
-        let Some(p) = parent else {
-            return Ok(out);
+        let rejection = Rejection {
+            message: bounded(message),
+            unresolvable: true,
         };
-        let next = GroupRef::composite(&namespace, &p);
-        if let Some(i) = out.iter().position(|l| l.group == next) {
-            return Err((
-                Rejection {
-                    message: bounded(format!(
-                        "parent cycle: {}",
-                        path_of(out[i..].iter().map(|l| &l.group).chain([&next]))
-                    )),
-                    unresolvable: true,
-                },
-                false,
-            ));
-        }
-        if out.len() >= MAX_DEPTH {
-            return Err((
-                Rejection {
-                    message: bounded(format!(
-                        "group hierarchy deeper than {MAX_DEPTH} levels: {}",
-                        path_of(out.iter().map(|l| &l.group).chain([&next]))
-                    )),
-                    unresolvable: true,
-                },
-                false,
-            ));
-        }
-        at = next;
+        return Err((rejection, missing));
     }
-}
-
-/// `pod group ns/a → composite pod group ns/b → …`.
-pub(super) fn path_of<'a>(groups: impl IntoIterator<Item = &'a GroupRef>) -> String {
-    let mut s = String::new();
-    for (i, g) in groups.into_iter().enumerate() {
-        if i > 0 {
-            s.push_str(" → ");
-        }
-        s.push_str(&g.to_string());
-    }
-    s
+    Ok(out)
 }
 
 /// Truncates a message to [`MAX_MESSAGE`] bytes on a char boundary.

@@ -134,6 +134,7 @@ pub fn check(
 }
 
 /// [`check`] of the cached node at a slot index.
+#[cfg(test)]
 pub fn check_at(snap: &ClusterState, slot: u32, req: &Resolved) -> Result<(), Rejection> {
     match filter(snap, slot, req) {
         Fit::Fits => Ok(()),

@@ -10,8 +10,10 @@ use crate::extender::gang::{self, GangPlanner, GroupVerdict, Prefer};
 use crate::pods::fit::Amounts;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::Arc;
+use tokio::time::Instant;
 
-/// The group verdict for the pod. `candidates`: the node names of the
+/// The group verdict for the pod, at the time of the request (plans are
+/// consulted, made and lapse by it). `candidates`: the node names of the
 /// request (the domain of a group without topology, and the nodes the pod
 /// itself may use).
 pub fn prefilter(
@@ -21,7 +23,7 @@ pub fn prefilter(
     requests: &Amounts,
     candidates: &[&str],
 ) -> GroupVerdict {
-    gang::filter_gate(snap, planner, pod, requests, candidates)
+    gang::filter_gate(snap, planner, pod, requests, candidates, Instant::now())
 }
 
 /// Why a node is rejected by the verdict: the first domain level it is

@@ -1,6 +1,6 @@
 //! The gang planner: the topology domain chosen for each group not yet
 //! placed (its *plan*), so the whole-cluster search of
-//! [`gang`](super::gang) runs once per group, not once per member.
+//! [`gang`](super) runs once per group, not once per member.
 //!
 //! The planner is owned by the extender's state, next to the snapshot and
 //! never inside it: filter calls run concurrently under the cluster index's
@@ -311,6 +311,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert!(v.wide.is_none());
         let rack = v.domain()[0].1.clone();
@@ -341,6 +342,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert_eq!(first.domain()[0].1, "r1", "best fit for 2");
         let before = planner.get(&g("g")).expect("plan");
@@ -354,6 +356,7 @@ mod tests {
             &pods[0],
             &member_requests(&pods[0]),
             &names,
+            Instant::now(),
         );
         assert!(v.wide.is_none(), "{:?}", v.wide);
         assert_eq!(v.domain()[0].1, "r2");

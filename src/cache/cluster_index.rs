@@ -299,7 +299,7 @@ impl PodEntry {
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let demand = spec.map_or(Some((Amounts::new(), PodLevel::new())), |s| {
-            fit::pod_demand(s).ok()
+            fit::pod_demand_of(s, pod.status.as_ref()).ok()
         });
         let (requests, level) = match demand {
             Some((r, l)) => (Some(r), l),

@@ -108,6 +108,39 @@ async fn pod_level_requests_with_a_dra_claim_fit_a_node_exactly() {
     assert_eq!(why(&failed, &unresolvable, "n1"), "Insufficient cpu");
 }
 
+/// Upstream `PodRequests` row "Pod Level Resources overrides the claim
+/// request", as kube-scheduler sends such a pod: the pod's status records a
+/// node-allocatable claim mapping 3 cpu to its container, the pod-level
+/// request (2 cpu) is not overridden by it, so the pod asks 2 cpu / 1Gi and
+/// fits a node with exactly that. A recorded mapping of a resource the pod
+/// level does not name (memory) is added on top.
+#[tokio::test]
+async fn pod_level_requests_are_not_overridden_by_a_recorded_claim_mapping() {
+    let app = cluster(vec![
+        node("n1").allocatable("2", "1Gi"),
+        node("n0").allocatable("1999m", "8Gi"),
+    ])
+    .await;
+    let recorded = |mapping: Value| json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c"], "mapping": mapping}]);
+    let p = pod("p")
+        .requests(&[("cpu", "1"), ("memory", "1Gi")])
+        .set(&["spec", "resources"], json!({"requests": {"cpu": "2"}}))
+        .set(
+            &["status", "nodeAllocatableResourceClaimStatuses"],
+            recorded(json!([{"name": "cpu", "quantity": "3"}])),
+        );
+    let (names, failed, unresolvable, error) = filter(&app, &p, &["n1", "n0"]).await;
+    assert_eq!(names, ["n1"], "{failed} {unresolvable} {error}");
+    assert_eq!(why(&failed, &unresolvable, "n0"), "Insufficient cpu");
+    let more = p.set(
+        &["status", "nodeAllocatableResourceClaimStatuses"],
+        recorded(json!([{"name": "cpu", "quantity": "3"}, {"name": "memory", "quantity": "1Mi"}])),
+    );
+    let (names, failed, unresolvable, _) = filter(&app, &more, &["n1"]).await;
+    assert!(names.is_empty());
+    assert_eq!(why(&failed, &unresolvable, "n1"), "Insufficient memory");
+}
+
 // === mapped claims are not shared ===
 
 const NOT_SHARED: &str =

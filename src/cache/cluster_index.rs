@@ -1017,6 +1017,21 @@ impl ClusterState {
         &self.device_classes
     }
 
+    /// Where each published device no allocated claim holds is available:
+    /// what a DRA-backed extended resource can still be allocated from.
+    pub fn free_devices(&self) -> crate::pods::dra::FreeDevices {
+        let held: HashSet<&DeviceKey> = self
+            .claims
+            .values()
+            .flat_map(|c| c.devices.iter().map(|(k, _)| k))
+            .collect();
+        self.devices
+            .iter()
+            .filter(|(k, _)| !held.contains(k))
+            .map(|(_, d)| &d.reach)
+            .collect()
+    }
+
     /// What a pending pod's own allocated claims would add on each node:
     /// their overhead, and the mapping of each claim not already counted
     /// there through another pod sharing it. The same on every node but

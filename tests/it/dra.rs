@@ -263,10 +263,12 @@ async fn an_extended_resource_backed_by_a_device_class_passes_filter() {
             .on_node("plugin")
             .requests(&[("example.com/gpu", "1")]),
         device_class("gpu.example.com", Some("example.com/gpu")),
+        slice("s1", "gpu.example.com", "n1", &["g0", "g1"]),
     ])
     .await;
     // An explicit extendedResourceName: DRA satisfies it on n1, which
-    // offers none; the device-plugin node is counted as usual (full).
+    // offers none but has devices; the device-plugin node is counted as
+    // usual (full).
     let p = pod("p").requests(&[("example.com/gpu", "1")]);
     let (names, failed, _, _) = filter(&app, &p, &["n1", "plugin"]).await;
     assert_eq!(names, ["n1"]);
@@ -291,6 +293,43 @@ async fn an_extended_resource_backed_by_a_device_class_passes_filter() {
         why(&failed, &unresolvable, "n1"),
         "Insufficient example.com/gpu"
     );
+}
+
+/// Upstream `dynamicresources` test "extended-resource-name-no-resource":
+/// a DeviceClass backs the extended resource, no ResourceSlice offers a
+/// device, so the node is unresolvable ("cannot allocate all claims"); a
+/// node with enough unallocated devices takes the pod, one whose devices
+/// are all allocated does not, and a node offering the resource itself is
+/// judged by its allocatable alone.
+#[tokio::test]
+async fn an_extended_resource_backed_by_dra_needs_a_device() {
+    let app = cluster(vec![
+        node("bare"),
+        node("n1"),
+        node("n2"),
+        node("plugin").set(&["status", "allocatable", "example.com/gpu"], "4"),
+        device_class("gpu.example.com", Some("example.com/gpu")),
+        slice("s1", "gpu.example.com", "n1", &["g0", "g1"]),
+        slice("s2", "gpu.example.com", "n2", &["g0"]),
+        claim("taken", "gpu.example.com")
+            .namespace("ml")
+            .allocated(&[("gpu.example.com", "n2", "g0")]),
+    ])
+    .await;
+    let p = pod("p").requests(&[("example.com/gpu", "1")]);
+    let (names, failed, unresolvable, error) =
+        filter(&app, &p, &["bare", "n1", "n2", "plugin"]).await;
+    assert_eq!(names, ["n1", "plugin"], "{failed} {unresolvable} {error}");
+    assert_eq!(unresolvable["bare"], "cannot allocate all claims");
+    assert_eq!(unresolvable["n2"], "cannot allocate all claims");
+    // Two units take two devices: n1 has them, three it has not.
+    let two = pod("p").requests(&[("example.com/gpu", "2")]);
+    let (names, ..) = filter(&app, &two, &["n1"]).await;
+    assert_eq!(names, ["n1"]);
+    let three = pod("p").requests(&[("example.com/gpu", "3")]);
+    let (names, _, unresolvable, _) = filter(&app, &three, &["n1", "plugin"]).await;
+    assert_eq!(names, ["plugin"]);
+    assert_eq!(unresolvable["n1"], "cannot allocate all claims");
 }
 
 #[tokio::test]

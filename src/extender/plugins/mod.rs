@@ -63,7 +63,7 @@ impl FilterState {
         Ok(FilterState {
             wide,
             verdict,
-            requests: dra::prefilter(snap, &claims, &requests, &level),
+            requests: dra::prefilter(snap, &claims, &requests, &level, candidates),
         })
     }
 }

@@ -283,7 +283,12 @@ async fn schedule_all(
             .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
             .collect()
     };
-    let name = |p: &Value| p["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let name = |p: &Value| {
+        p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
     let mut queue = pods.to_vec();
     let mut left = BTreeMap::new();
     for _ in 0..rounds {
@@ -471,7 +476,13 @@ fn zone_block_rack() -> (Vec<Value>, Vec<Value>) {
                 .value()
         })
         .collect();
-    objs.push(testkit::composite("cpg-root").gang(2).topology("zone").priority(100).value());
+    objs.push(
+        testkit::composite("cpg-root")
+            .gang(2)
+            .topology("zone")
+            .priority(100)
+            .value(),
+    );
     for sub in ["cpg-sub1", "cpg-sub2"] {
         objs.push(
             testkit::composite(sub)
@@ -482,7 +493,12 @@ fn zone_block_rack() -> (Vec<Value>, Vec<Value>) {
                 .value(),
         );
     }
-    for (pg, sub) in [("pg1", "cpg-sub1"), ("pg2", "cpg-sub1"), ("pg3", "cpg-sub2"), ("pg4", "cpg-sub2")] {
+    for (pg, sub) in [
+        ("pg1", "cpg-sub1"),
+        ("pg2", "cpg-sub1"),
+        ("pg3", "cpg-sub2"),
+        ("pg4", "cpg-sub2"),
+    ] {
         objs.push(
             testkit::pod_group(pg)
                 .gang(2)
@@ -516,8 +532,10 @@ fn one_domain(b: &BTreeMap<String, String>, pods: &[&str], level: usize) -> bool
             .find(|n| n.0 == node)
             .map(|n| [n.1, n.2, n.3][..level].join("/"))
     };
-    let domains: std::collections::BTreeSet<Option<String>> =
-        pods.iter().map(|p| b.get(*p).and_then(|n| chain(n))).collect();
+    let domains: std::collections::BTreeSet<Option<String>> = pods
+        .iter()
+        .map(|p| b.get(*p).and_then(|n| chain(n)))
+        .collect();
     domains.len() == 1 && !domains.contains(&None)
 }
 

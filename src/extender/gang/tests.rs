@@ -217,17 +217,40 @@ fn zone_block_rack() -> ClusterIndex {
                 .typed(),
         );
     }
-    c.apply_composite(&level(testkit::composite("root").namespace("ns").topology("zone"), true, 2, None).typed());
+    c.apply_composite(
+        &level(
+            testkit::composite("root").namespace("ns").topology("zone"),
+            true,
+            2,
+            None,
+        )
+        .typed(),
+    );
     for sub in ["sub1", "sub2"] {
         c.apply_composite(
-            &level(testkit::composite(sub).namespace("ns").topology("block"), true, 2, Some("root"))
-                .typed(),
+            &level(
+                testkit::composite(sub).namespace("ns").topology("block"),
+                true,
+                2,
+                Some("root"),
+            )
+            .typed(),
         );
     }
-    for (pg, sub) in [("pg1", "sub1"), ("pg2", "sub1"), ("pg3", "sub2"), ("pg4", "sub2")] {
+    for (pg, sub) in [
+        ("pg1", "sub1"),
+        ("pg2", "sub1"),
+        ("pg3", "sub2"),
+        ("pg4", "sub2"),
+    ] {
         c.apply_pod_group(
-            &level(testkit::pod_group(pg).namespace("ns").topology("rack"), true, 2, Some(sub))
-                .typed(),
+            &level(
+                testkit::pod_group(pg).namespace("ns").topology("rack"),
+                true,
+                2,
+                Some(sub),
+            )
+            .typed(),
         );
     }
     for i in 1..=8 {
@@ -260,7 +283,9 @@ fn three_keyed_levels_plan_each_domain_by_its_whole_chain() {
         assert_eq!(keys, ["zone", "block", "rack"], "p{i}");
         assert_eq!(d[0].1, "zone-1", "only zone-1 holds 8 pods (p{i})");
         let block = if i <= 4 { "sub1" } else { "sub2" };
-        let planned = planner.get(&GroupRef::composite("ns", block)).expect("sub plan");
+        let planned = planner
+            .get(&GroupRef::composite("ns", block))
+            .expect("sub plan");
         assert_eq!(d[1].1, planned.value, "p{i}");
         // The nodes of the chain: exactly one, with room for the leaf.
         let chain: Vec<&str> = ZBR
@@ -273,7 +298,12 @@ fn three_keyed_levels_plan_each_domain_by_its_whole_chain() {
     }
     // Four leaves, four distinct racks of zone-1; the two blocks differ.
     assert_eq!(racks.len(), 4, "{racks:?}");
-    let sub = |n| planner.get(&GroupRef::composite("ns", n)).expect("plan").value;
+    let sub = |n| {
+        planner
+            .get(&GroupRef::composite("ns", n))
+            .expect("plan")
+            .value
+    };
     assert_ne!(sub("sub1"), sub("sub2"));
 }
 
@@ -297,6 +327,7 @@ fn preemption_domains_are_chains_of_every_keyed_level() {
         ]
     );
     // A placed member fixes its levels: pg1's rack and every level above.
+    drop(snap);
     c.apply_pod(&pod("p1", "pg1", Some("node5-z2-g1-r1")));
     let snap = c.read();
     let levels = chain(&snap, "ns", "pg1").expect("chain");

@@ -609,12 +609,19 @@ pub(super) fn reserve_others(
         .map(|(r, _)| r)
         .collect();
     keys.sort();
-    let mine: Option<BTreeSet<&str>> = overlap.map(|m| m.iter().copied().collect());
     for r in keys {
         let Some(p) = plans.get(r) else { continue };
         let ix = snap.domain_index(&p.key);
+        // Cheap first: no node of `overlap` carries the value at all.
+        if let Some(mine) = overlap
+            && !mine
+                .iter()
+                .any(|n| ix.value_of(n) == Some(p.value.as_str()))
+        {
+            continue;
+        }
         let nodes = plan_nodes(snap, plans, r, p, &ix);
-        if let Some(mine) = &mine
+        if let Some(mine) = overlap
             && !nodes.iter().any(|n| mine.contains(n))
         {
             continue;

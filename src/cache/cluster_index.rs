@@ -299,7 +299,7 @@ impl PodEntry {
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let demand = spec.map_or(Some((Amounts::new(), PodLevel::new())), |s| {
-            fit::pod_demand(s).ok()
+            fit::pod_demand_of(s, pod.status.as_ref()).ok()
         });
         let (requests, level) = match demand {
             Some((r, l)) => (Some(r), l),
@@ -1016,6 +1016,21 @@ impl ClusterState {
     /// The DeviceClasses (which extended resources DRA satisfies).
     pub fn device_classes(&self) -> &DeviceClasses {
         &self.device_classes
+    }
+
+    /// Where each published device no allocated claim holds is available:
+    /// what a DRA-backed extended resource can still be allocated from.
+    pub fn free_devices(&self) -> crate::pods::dra::FreeDevices {
+        let held: HashSet<&DeviceKey> = self
+            .claims
+            .values()
+            .flat_map(|c| c.devices.iter().map(|(k, _)| k))
+            .collect();
+        self.devices
+            .iter()
+            .filter(|(k, _)| !held.contains(k))
+            .map(|(_, d)| &d.reach)
+            .collect()
     }
 
     /// What a pending pod's own allocated claims would add on each node:

@@ -110,6 +110,51 @@ impl DeviceClasses {
     }
 }
 
+/// Unallocated devices by where they are available, counted once per call
+/// (upstream's DynamicResources allocates a DRA-backed extended resource
+/// from these: one device per unit requested).
+#[derive(Debug, Clone, Default)]
+pub struct FreeDevices {
+    /// Devices available on every node.
+    everywhere: u64,
+    /// Devices of one node, by node name.
+    by_node: BTreeMap<String, u64>,
+    /// Devices available where a node selector matches.
+    selected: Vec<crate::pods::fit::Reach>,
+}
+
+impl<'a> FromIterator<&'a crate::pods::fit::Reach> for FreeDevices {
+    fn from_iter<I: IntoIterator<Item = &'a crate::pods::fit::Reach>>(reaches: I) -> Self {
+        use crate::pods::fit::Reach;
+        let mut out = FreeDevices::default();
+        for r in reaches {
+            match r {
+                Reach::All => out.everywhere += 1,
+                Reach::Node(n) => *out.by_node.entry(n.clone()).or_insert(0) += 1,
+                Reach::Selector(_) => out.selected.push(r.clone()),
+                Reach::Nowhere => {}
+            }
+        }
+        out
+    }
+}
+
+impl FreeDevices {
+    /// How many unallocated devices a node of this name and labels can use.
+    pub fn on(&self, node: &str, labels: &BTreeMap<String, String>) -> u64 {
+        let selected = self
+            .selected
+            .iter()
+            .filter(|r| r.matches(node, labels))
+            .count() as u64;
+        self.everywhere + self.by_node.get(node).copied().unwrap_or(0) + selected
+    }
+}
+
+/// Why a node is refused a DRA-backed extended resource no device of it
+/// can satisfy (upstream's DynamicResources Filter, unresolvable).
+pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+
 /// A consumer in a claim's `status.reservedFor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumer {

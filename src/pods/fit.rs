@@ -104,6 +104,65 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Amounts, FitError> {
 /// [`pod_requests`], with the pod-level resources and their headroom for
 /// DRA amounts ([`PodLevel`]).
 pub fn pod_demand(spec: &PodSpec) -> Result<(Amounts, PodLevel), FitError> {
+    demand(spec, &Amounts::new())
+}
+
+/// [`pod_demand`] as upstream's `PodRequests` with
+/// `UseDRANodeAllocatableResourceClaimStatus` counts it: the amounts
+/// `status.nodeAllocatableResourceClaimStatuses` records for claims the
+/// spec does not name (so that no allocation of the pod's own accounts for
+/// them, see [`status_dra`]) join the containers' aggregate, and pod-level
+/// requests then replace that aggregate for the resources they name: a
+/// claim's mapping never overrides them.
+pub fn pod_demand_of(
+    spec: &PodSpec,
+    status: Option<&PodStatus>,
+) -> Result<(Amounts, PodLevel), FitError> {
+    demand(spec, &status_dra(spec, status)?)
+}
+
+/// What `status.nodeAllocatableResourceClaimStatuses` records for claims
+/// that are not among the pod's own (`spec.resourceClaims`, resolved as
+/// [`pod_claims`] does): each claim's mapping once, its per-pod overhead
+/// once and its per-container overhead for every container it lists. The
+/// pod's own claims are counted from their current allocations instead
+/// (the DRA plugin recomputes the status, as upstream's does).
+pub fn status_dra(spec: &PodSpec, status: Option<&PodStatus>) -> Result<Amounts, FitError> {
+    let mut out = Amounts::new();
+    let Some(entries) = status.and_then(|s| s.node_allocatable_resource_claim_statuses.as_ref())
+    else {
+        return Ok(out);
+    };
+    let own = pod_claims(spec, status);
+    for (i, e) in entries.iter().enumerate() {
+        if own.iter().any(|c| c.claim == e.resource_claim_name) {
+            continue;
+        }
+        let at = |field: String| move |source| FitError { field, source };
+        let base = format!("status.nodeAllocatableResourceClaimStatuses[{i}]");
+        for (j, m) in e.mapping.iter().flatten().enumerate() {
+            let v = amount(&m.name, &m.quantity).map_err(at(format!("{base}.mapping[{j}]")))?;
+            add_into(&mut out, &m.name, v);
+        }
+        let containers = e.containers.as_ref().map_or(0, Vec::len) as u64;
+        for (j, o) in e.overhead.iter().flatten().enumerate() {
+            let field = format!("{base}.overhead[{j}]");
+            if let Some(q) = &o.per_pod {
+                let v = amount(&o.name, q).map_err(at(format!("{field}.perPod")))?;
+                add_into(&mut out, &o.name, v);
+            }
+            if let Some(q) = &o.per_container {
+                let v = amount(&o.name, q).map_err(at(format!("{field}.perContainer")))?;
+                add_into(&mut out, &o.name, v.saturating_mul(containers));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The pod's demand with `dra` (amounts recorded in its status) added to
+/// the containers' aggregate before pod-level requests replace it.
+fn demand(spec: &PodSpec, dra: &Amounts) -> Result<(Amounts, PodLevel), FitError> {
     let mut reqs = Amounts::new();
     for (i, c) in spec.containers.iter().enumerate() {
         add_amounts(
@@ -134,12 +193,16 @@ pub fn pod_demand(spec: &PodSpec) -> Result<(Amounts, PodLevel), FitError> {
         }
     }
     max_amounts(&mut reqs, &init_peak);
+    // The headroom for the pod's own claims is what the containers leave:
+    // amounts recorded for other claims are not checked against it.
+    add_amounts(&mut reqs, dra);
     let mut level = PodLevel::new();
     if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
         let pod_level = parse_list(Some(pod_level), "spec.resources.requests")?;
         for (k, v) in pod_level {
             if pod_level_supported(&k) {
-                let aggregate = reqs.get(&k).copied().unwrap_or(0);
+                let total = reqs.get(&k).copied().unwrap_or(0);
+                let aggregate = total.saturating_sub(dra.get(&k).copied().unwrap_or(0));
                 level.insert(k.clone(), v.saturating_sub(aggregate));
                 reqs.insert(k, v);
             }

@@ -361,6 +361,101 @@ fn pod_level_requests_hold_dra_amounts() {
     }
 }
 
+/// Upstream `TestPodResourceRequestsWithDRANodeAllocatableClaims`
+/// (`staging/src/k8s.io/component-helpers/resource/helpers_test.go`), the
+/// rows whose claims the spec does not name: the amounts the pod's
+/// `status.nodeAllocatableResourceClaimStatuses` records join the
+/// containers' aggregate, and pod-level requests replace it for the
+/// resources they name ("Pod Level Resources overrides the claim
+/// request"). Rows whose claims the spec names are counted from the
+/// claims' allocations (`claim_mapping`, `claim_overhead`, the DRA
+/// plugin), which is where upstream's scheduler takes them from too.
+#[test]
+fn upstream_pod_requests_with_node_allocatable_claim_statuses() {
+    let gi: u64 = 1 << 30;
+    let mi: u64 = 1 << 20;
+    let status = |v: Value| -> k8s_openapi::api::core::v1::PodStatus {
+        serde_json::from_value(json!({"nodeAllocatableResourceClaimStatuses": v})).unwrap()
+    };
+    let cases: Vec<(&str, Value, Value, Amounts)> = vec![
+        (
+            "No claims",
+            json!({"containers": [c("c1", json!({"cpu": "100m", "memory": "1Gi"}))]}),
+            json!([]),
+            amounts(&[("cpu", 100), ("memory", gi)]),
+        ),
+        (
+            "Pod Level Resources overrides the claim request",
+            json!({"resources": {"requests": {"cpu": "2"}},
+                   "containers": [c("c1", json!({"cpu": "1", "memory": "1Gi"}))]}),
+            json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c1"],
+                    "mapping": [{"name": "cpu", "quantity": "3"}]}]),
+            amounts(&[("cpu", 2000), ("memory", gi)]),
+        ),
+        (
+            "Pod with DRA claim specifying Overhead mapping",
+            json!({"containers": [c("c1", json!({"cpu": "100m", "memory": "1Gi"})),
+                                  c("c2", json!({"cpu": "100m", "memory": "1Gi"}))]}),
+            json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c1", "c2"],
+                    "overhead": [{"name": "memory", "perPod": "1Gi", "perContainer": "500Mi"}]}]),
+            amounts(&[("cpu", 200), ("memory", 3 * gi + 1000 * mi)]),
+        ),
+        (
+            "Pod with DRA claim specifying Overhead mapping, PerPod only",
+            json!({"containers": [c("c1", json!({"memory": "1Gi"}))]}),
+            json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c1"],
+                    "overhead": [{"name": "memory", "perPod": "1Gi"}]}]),
+            amounts(&[("memory", 2 * gi)]),
+        ),
+        (
+            "Pod with DRA claim specifying Overhead mapping, PerContainer only",
+            json!({"containers": [c("c1", json!({"memory": "1Gi"}))]}),
+            json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c1"],
+                    "overhead": [{"name": "memory", "perContainer": "500Mi"}]}]),
+            amounts(&[("memory", gi + 500 * mi)]),
+        ),
+        (
+            // Not an upstream row: a mapping of a resource the pod level
+            // does not name is added, one it names is not.
+            "pod level names cpu, the mapping adds memory",
+            json!({"resources": {"requests": {"cpu": "2"}},
+                   "containers": [c("c1", json!({"cpu": "1", "memory": "1Gi"}))]}),
+            json!([{"resourceClaimName": "x", "containers": ["c1"],
+                    "mapping": [{"name": "cpu", "quantity": "3"}, {"name": "memory", "quantity": "512Mi"}]}]),
+            amounts(&[("cpu", 2000), ("memory", gi + 512 * mi)]),
+        ),
+    ];
+    for (name, s, st, want) in cases {
+        let s = spec(s);
+        let (got, level) = pod_demand_of(&s, Some(&status(st))).unwrap();
+        assert_eq!(got, want, "{name}");
+        // The recorded amounts never eat the headroom the pod's own
+        // claims have inside the pod-level budget.
+        assert_eq!(level, pod_demand(&s).unwrap().1, "{name}");
+    }
+    // A claim the spec names is counted from its allocation, not twice.
+    let own = spec(json!({
+        "containers": [{"name": "c1", "image": "i",
+            "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "claim-1"}]}}],
+        "resourceClaims": [{"name": "claim-1", "resourceClaimName": "node-allocatable-claim-1"}]}));
+    let st = status(
+        json!([{"resourceClaimName": "node-allocatable-claim-1", "containers": ["c1"],
+        "mapping": [{"name": "cpu", "quantity": "50m"}]}]),
+    );
+    assert_eq!(
+        pod_demand_of(&own, Some(&st)).unwrap().0,
+        amounts(&[("cpu", 100)])
+    );
+    // A recorded quantity that does not parse names its field.
+    let bad = status(json!([{"resourceClaimName": "x", "containers": ["c1"],
+        "mapping": [{"name": "cpu", "quantity": "lots"}]}]));
+    let err = pod_demand_of(&spec(json!({"containers": []})), Some(&bad)).unwrap_err();
+    assert_eq!(
+        err.field,
+        "status.nodeAllocatableResourceClaimStatuses[0].mapping[0]"
+    );
+}
+
 #[test]
 fn only_node_resources_are_node_allocatable_targets() {
     for (name, valid) in [

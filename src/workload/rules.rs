@@ -587,27 +587,29 @@ pub fn check_immutable<T: PartialEq + serde::Serialize>(
     }
 }
 
-/// A scheduling policy's variant may not change on update. Besides the
-/// error at the policy block (`path`), the API server names the variant
-/// fields themselves: one newly set is immutable, one that was set cannot be
-/// cleared. Returns whether the variants differ.
+/// Whether a scheduling policy's variant (which of `basic` and `gang` is
+/// set) differs between two versions.
+pub fn policy_variant_changed(new: Option<PolicyView>, old: Option<PolicyView>) -> bool {
+    let set = |v: Option<PolicyView>| v.map_or((false, false), |v| (v.basic, v.gang.is_some()));
+    set(new) != set(old)
+}
+
+/// A scheduling policy's variant may not change on update. The API server
+/// names the variant fields themselves, not the policy block (`path`) above
+/// them: one newly set is immutable, one that was set cannot be cleared
+/// (upstream `TestDeclarativeValidateUpdate` for Workload, "invalid update
+/// from gang to basic policy"). Returns whether the variants differ.
 pub fn check_policy_variant(
     new: Option<PolicyView>,
     old: Option<PolicyView>,
     path: &str,
     errs: &mut Errors,
 ) -> bool {
-    let set = |v: Option<PolicyView>| v.map_or((false, false), |v| (v.basic, v.gang.is_some()));
-    let (n, o) = (set(new), set(old));
-    if n == o {
+    if !policy_variant_changed(new, old) {
         return false;
     }
-    check_immutable(
-        &new.and_then(|v| v.option()),
-        &old.and_then(|v| v.option()),
-        path,
-        errs,
-    );
+    let set = |v: Option<PolicyView>| v.map_or((false, false), |v| (v.basic, v.gang.is_some()));
+    let (n, o) = (set(new), set(old));
     for (option, now, before) in [
         (PolicyOption::Basic, n.0, o.0),
         (PolicyOption::Gang, n.1, o.1),

@@ -293,7 +293,6 @@ items:
 #[case::policy_variant_is_not(
     ZONE_RACK.replace("{gang: {minCount: 1}}", "{basic: {}}"),
     vec![
-        e("items[0].children[1].schedulingPolicy", Invalid),
         e("items[0].children[1].schedulingPolicy.basic", Invalid),
         e("items[0].children[1].schedulingPolicy.gang", Invalid),
     ]
@@ -500,7 +499,6 @@ fn job_update_checks_immutability_against_stored_config() {
     assert_eq!(
         paths(switched.validate(&ValidationInput { old: Some(&old) })),
         vec![
-            e("spec.schedulingPolicy", Invalid),
             e("spec.schedulingPolicy.basic", Invalid),
             e("spec.schedulingPolicy.gang", Invalid),
         ]
@@ -713,7 +711,6 @@ fn workload_rules(#[case] yaml: String, #[case] expected: Vec<(String, FieldErro
 #[case::variant_is_not(
     WORKLOAD, WORKLOAD.replace("{basic: {}}", "{gang: {minCount: 1}}"),
     vec![
-        e("spec.podGroupTemplates[1].schedulingPolicy", Invalid),
         e("spec.podGroupTemplates[1].schedulingPolicy.basic", Invalid),
         e("spec.podGroupTemplates[1].schedulingPolicy.gang", Invalid),
     ]

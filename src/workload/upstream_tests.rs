@@ -3,8 +3,7 @@
 //! lists the exact field paths and error types the API server reports.
 //!
 //! Where the scheduler says more than the API server, the extra error is
-//! listed and commented (a changed policy variant is also reported at the
-//! `schedulingPolicy` block). Cases about feature gates and object metadata
+//! listed and commented. Cases about feature gates and object metadata
 //! have no counterpart here: the webhook judges specs of an API server that
 //! already accepted the metadata.
 
@@ -1116,13 +1115,10 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
         &[("spec.podGroupTemplates", Forbidden)],
     ),
     (
-        // The scheduler also names the block (`schedulingPolicy`), twice:
-        // once for the empty union, once for the changed variant.
         "invalid update with neither basic nor gang",
         &[],
         &[|v| at(v, PG0)["schedulingPolicy"] = json!({})],
         &[
-            ("spec.podGroupTemplates[0].schedulingPolicy", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy.gang", Invalid),
         ],
@@ -1132,7 +1128,6 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
         &[],
         &[|v| at(v, PG0)["schedulingPolicy"]["basic"] = json!({})],
         &[
-            ("spec.podGroupTemplates[0].schedulingPolicy", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy.basic", Invalid),
         ],
@@ -1151,7 +1146,6 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
         &[],
         &[|v| at(v, PG0)["schedulingPolicy"] = json!({"basic": {}})],
         &[
-            ("spec.podGroupTemplates[0].schedulingPolicy", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy.basic", Invalid),
             ("spec.podGroupTemplates[0].schedulingPolicy.gang", Invalid),
         ],
@@ -1381,10 +1375,6 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
                 Invalid,
             ),
             (
-                "spec.compositePodGroupTemplates[0].schedulingPolicy",
-                Invalid,
-            ),
-            (
                 "spec.compositePodGroupTemplates[0].schedulingPolicy.basic",
                 Invalid,
             ),
@@ -1397,10 +1387,6 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
             at(v, CPG0)["schedulingPolicy"] = json!({})
         }],
         &[
-            (
-                "spec.compositePodGroupTemplates[0].schedulingPolicy",
-                Invalid,
-            ),
             (
                 "spec.compositePodGroupTemplates[0].schedulingPolicy",
                 Invalid,
@@ -1419,11 +1405,24 @@ const WORKLOAD_UPDATES: &[UpdateCase] = &[
         }],
         &[
             (
-                "spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy",
+                "spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.basic",
                 Invalid,
             ),
             (
-                "spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.basic",
+                "spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang",
+                Invalid,
+            ),
+        ],
+    ),
+    (
+        "invalid update nested pg with neither basic nor gang",
+        &[to_composite],
+        &[to_composite, |v| {
+            at(v, NESTED0)["schedulingPolicy"] = json!({})
+        }],
+        &[
+            (
+                "spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy",
                 Invalid,
             ),
             (
@@ -1805,6 +1804,117 @@ fn upstream_composite_pod_group_cases() {
         let cpg: CompositePodGroup = run(composite_pod_group, edits, name);
         validate_composite_pod_group(&cpg, None)
     });
+}
+
+/// Upstream's `mkValidCompositePodGroup` has the basic policy.
+fn basic_policy(v: &mut Value) {
+    at(v, SPEC)["schedulingPolicy"] = json!({"basic": {}});
+}
+
+fn remove_workload_ref(v: &mut Value) {
+    if let Some(s) = at(v, SPEC).as_object_mut() {
+        s.remove("workloadRef");
+    }
+}
+
+/// Upstream `TestDeclarativeValidateUpdate` for CompositePodGroup
+/// (`pkg/registry/scheduling/compositepodgroup/declarative_validation_test.go`):
+/// every spec field is immutable, and a changed `schedulingPolicy` is named
+/// only at the block, never at its variant fields.
+const COMPOSITE_UPDATES: &[UpdateCase] = &[
+    ("valid update", &[basic_policy], &[basic_policy], &[]),
+    (
+        "invalid parentCompositePodGroupName update",
+        &[basic_policy, |v| {
+            at(v, SPEC)["parentCompositePodGroupName"] = json!("parent1")
+        }],
+        &[basic_policy, |v| {
+            at(v, SPEC)["parentCompositePodGroupName"] = json!("parent2")
+        }],
+        &[("spec.parentCompositePodGroupName", Invalid)],
+    ),
+    (
+        "invalid priority update",
+        &[basic_policy, |v| at(v, SPEC)["priority"] = json!(100)],
+        &[basic_policy, |v| at(v, SPEC)["priority"] = json!(200)],
+        &[("spec.priority", Invalid)],
+    ),
+    (
+        "invalid priorityClassName update",
+        &[basic_policy, |v| {
+            at(v, SPEC)["priorityClassName"] = json!("low-priority")
+        }],
+        &[basic_policy, |v| {
+            at(v, SPEC)["priorityClassName"] = json!("high-priority")
+        }],
+        &[("spec.priorityClassName", Invalid)],
+    ),
+    (
+        "invalid schedulingPolicy update",
+        &[basic_policy],
+        &[|v| at(v, SPEC)["schedulingPolicy"] = json!({"gang": {"minGroupCount": 5}})],
+        &[("spec.schedulingPolicy", Invalid)],
+    ),
+    (
+        "invalid workloadRef update",
+        &[basic_policy],
+        &[basic_policy, remove_workload_ref],
+        &[
+            ("spec.workloadRef", Required),
+            ("spec.workloadRef", Invalid),
+        ],
+    ),
+    (
+        "invalid workloadRef.templateName update",
+        &[basic_policy],
+        &[basic_policy, |v| {
+            at(v, SPEC)["workloadRef"]["templateName"] = json!("other-template")
+        }],
+        &[("spec.workloadRef", Invalid)],
+    ),
+    (
+        "invalid workloadRef.workloadName update",
+        &[basic_policy],
+        &[basic_policy, |v| {
+            at(v, SPEC)["workloadRef"]["workloadName"] = json!("other-workload")
+        }],
+        &[("spec.workloadRef", Invalid)],
+    ),
+    // Not an upstream row: the other direction and a changed minimum are
+    // reported the same way.
+    (
+        "gang to basic",
+        &[],
+        &[basic_policy],
+        &[("spec.schedulingPolicy", Invalid)],
+    ),
+    (
+        "minGroupCount changed",
+        &[],
+        &[|v| at(v, SPEC)["schedulingPolicy"]["gang"]["minGroupCount"] = json!(3)],
+        &[("spec.schedulingPolicy", Invalid)],
+    ),
+];
+
+#[test]
+fn upstream_composite_pod_group_update_cases() {
+    let mut failures = Vec::new();
+    for (name, old_edits, new_edits, expected) in COMPOSITE_UPDATES {
+        let old: CompositePodGroup = run(composite_pod_group, old_edits, name);
+        let new: CompositePodGroup = run(composite_pod_group, new_edits, name);
+        let got: Vec<(String, FieldErrorKind)> = validate_composite_pod_group(&new, Some(&old))
+            .into_iter()
+            .map(|e| (e.path, e.kind))
+            .collect();
+        let want: Vec<(String, FieldErrorKind)> = expected
+            .iter()
+            .map(|(p, k)| ((*p).to_owned(), *k))
+            .collect();
+        if got != want {
+            failures.push(format!("{name}:\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
 
 #[test]

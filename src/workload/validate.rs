@@ -964,6 +964,19 @@ pub fn validate_pod_group(
         rules::check_dns_subdomain(parent, "spec.parentCompositePodGroupName", &mut errs);
     }
     if let Some(old) = old {
+        // A PodGroup also names the policy block when its variant changes.
+        let (n, o) = (
+            Some(pod_policy_view(&spec.scheduling_policy)),
+            Some(pod_policy_view(&old.spec.scheduling_policy)),
+        );
+        if rules::policy_variant_changed(n, o) {
+            check_immutable(
+                &n.and_then(|v| v.option()),
+                &o.and_then(|v| v.option()),
+                &paths.policy,
+                &mut errs,
+            );
+        }
         fields.check_update(&PodFields::of_spec(&old.spec), &paths, &mut errs);
         check_immutable(
             &spec.workload_ref,
@@ -1019,9 +1032,11 @@ pub fn validate_composite_pod_group(
     }
     if let Some(old) = old {
         let o = &old.spec;
-        check_composite_policy_update(
-            view.policy,
-            composite_spec_view(o).policy,
+        // The policy is immutable as a whole and reported only there: the
+        // API server's check on the block short-circuits the variant fields
+        // (upstream `TestDeclarativeValidateUpdate` for CompositePodGroup,
+        // "invalid schedulingPolicy update").
+        check_immutable(
             &spec.scheduling_policy,
             &o.scheduling_policy,
             &paths.policy,

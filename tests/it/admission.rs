@@ -776,8 +776,8 @@ async fn workload_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
 
 /// Upstream-shaped cases through the real handler: the causes name exactly
 /// the fields, in order and with the error types, that the API server's
-/// own validation tests expect (plus the scheduler's `schedulingPolicy`
-/// line on a variant change).
+/// own validation tests expect (`TestDeclarativeValidate` and
+/// `TestDeclarativeValidateUpdate` for Workload).
 #[rstest]
 #[case::duplicate_in_one_list(
     "workload-create.json",
@@ -836,9 +836,24 @@ async fn workload_update(#[case] edits: Vec<Edit>, #[case] expect: Expect) {
     "workload-update.json",
     vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({"basic": {}}))],
     &[
-        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid"),
         ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.basic", "FieldValueInvalid"),
         ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang", "FieldValueInvalid"),
+    ]
+)]
+#[case::nested_policy_cleared(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/podGroupTemplates/0/schedulingPolicy", json!({}))],
+    &[
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].podGroupTemplates[0].schedulingPolicy.gang", "FieldValueInvalid"),
+    ]
+)]
+#[case::composite_policy_cleared(
+    "workload-update.json",
+    vec![set("/request/object/spec/compositePodGroupTemplates/0/schedulingPolicy", json!({}))],
+    &[
+        ("spec.compositePodGroupTemplates[0].schedulingPolicy", "FieldValueInvalid"),
+        ("spec.compositePodGroupTemplates[0].schedulingPolicy.gang", "FieldValueInvalid"),
     ]
 )]
 #[tokio::test]
@@ -847,8 +862,66 @@ async fn upstream_shaped_workload_cases(
     #[case] edits: Vec<Edit>,
     #[case] expected: &[(&str, &str)],
 ) {
-    let review = apply_edits(fixture(fixture_name), &edits);
-    let resp = response_of(&send(state(), VALIDATE_WL, &review).await, &review);
+    exact_causes(VALIDATE_WL, fixture_name, &edits, expected).await;
+}
+
+/// Upstream `TestDeclarativeValidateUpdate` for CompositePodGroup through
+/// the real handler: a changed `schedulingPolicy` is named at the block
+/// only, whichever way it changed.
+#[rstest]
+#[case::gang_to_basic(
+    vec![
+        set("/request/object/spec/schedulingPolicy", json!({"basic": {}})),
+        set("/request/object/spec/disruptionMode", json!({"single": {}})),
+        set("/request/oldObject/spec/disruptionMode", json!({"single": {}})),
+    ],
+    &[("spec.schedulingPolicy", "FieldValueInvalid")]
+)]
+#[case::basic_to_gang(
+    vec![
+        set("/request/oldObject/spec/schedulingPolicy", json!({"basic": {}})),
+        set("/request/oldObject/spec/disruptionMode", json!({"single": {}})),
+        set("/request/object/spec/schedulingPolicy", json!({"gang": {"minGroupCount": 5}})),
+        set("/request/object/spec/disruptionMode", json!({"single": {}})),
+    ],
+    &[("spec.schedulingPolicy", "FieldValueInvalid")]
+)]
+#[case::min_group_count(
+    vec![set("/request/object/spec/schedulingPolicy/gang/minGroupCount", json!(3))],
+    &[("spec.schedulingPolicy", "FieldValueInvalid")]
+)]
+#[case::priority(
+    vec![
+        set("/request/oldObject/spec/priority", json!(100)),
+        remove("/request/oldObject/spec/priorityClassName"),
+        set("/request/object/spec/priority", json!(200)),
+        remove("/request/object/spec/priorityClassName"),
+    ],
+    &[("spec.priority", "FieldValueInvalid")]
+)]
+#[case::workload_ref_removed(
+    vec![remove("/request/object/spec/workloadRef")],
+    &[("spec.workloadRef", "FieldValueRequired"), ("spec.workloadRef", "FieldValueInvalid")]
+)]
+#[tokio::test]
+async fn upstream_shaped_composite_pod_group_updates(
+    #[case] edits: Vec<Edit>,
+    #[case] expected: &[(&str, &str)],
+) {
+    exact_causes(
+        VALIDATE_CPG,
+        "compositepodgroup-update.json",
+        &edits,
+        expected,
+    )
+    .await;
+}
+
+/// Sends the edited fixture to `path` and asserts a 422 denial whose causes
+/// are exactly `expected` (field, reason), in order.
+async fn exact_causes(path: &str, fixture_name: &str, edits: &[Edit], expected: &[(&str, &str)]) {
+    let review = apply_edits(fixture(fixture_name), edits);
+    let resp = response_of(&send(state(), path, &review).await, &review);
     assert_eq!(resp["allowed"], false, "{resp:#}");
     assert_eq!(resp["status"]["code"], 422, "{resp:#}");
     let causes: Vec<(&str, &str)> = resp["status"]["details"]["causes"]

@@ -108,6 +108,39 @@ async fn pod_level_requests_with_a_dra_claim_fit_a_node_exactly() {
     assert_eq!(why(&failed, &unresolvable, "n1"), "Insufficient cpu");
 }
 
+/// Upstream `PodRequests` row "Pod Level Resources overrides the claim
+/// request", as kube-scheduler sends such a pod: the pod's status records a
+/// node-allocatable claim mapping 3 cpu to its container, the pod-level
+/// request (2 cpu) is not overridden by it, so the pod asks 2 cpu / 1Gi and
+/// fits a node with exactly that. A recorded mapping of a resource the pod
+/// level does not name (memory) is added on top.
+#[tokio::test]
+async fn pod_level_requests_are_not_overridden_by_a_recorded_claim_mapping() {
+    let app = cluster(vec![
+        node("n1").allocatable("2", "1Gi"),
+        node("n0").allocatable("1999m", "8Gi"),
+    ])
+    .await;
+    let recorded = |mapping: Value| json!([{"resourceClaimName": "node-allocatable-claim", "containers": ["c"], "mapping": mapping}]);
+    let p = pod("p")
+        .requests(&[("cpu", "1"), ("memory", "1Gi")])
+        .set(&["spec", "resources"], json!({"requests": {"cpu": "2"}}))
+        .set(
+            &["status", "nodeAllocatableResourceClaimStatuses"],
+            recorded(json!([{"name": "cpu", "quantity": "3"}])),
+        );
+    let (names, failed, unresolvable, error) = filter(&app, &p, &["n1", "n0"]).await;
+    assert_eq!(names, ["n1"], "{failed} {unresolvable} {error}");
+    assert_eq!(why(&failed, &unresolvable, "n0"), "Insufficient cpu");
+    let more = p.set(
+        &["status", "nodeAllocatableResourceClaimStatuses"],
+        recorded(json!([{"name": "cpu", "quantity": "3"}, {"name": "memory", "quantity": "1Mi"}])),
+    );
+    let (names, failed, unresolvable, _) = filter(&app, &more, &["n1"]).await;
+    assert!(names.is_empty());
+    assert_eq!(why(&failed, &unresolvable, "n1"), "Insufficient memory");
+}
+
 // === mapped claims are not shared ===
 
 const NOT_SHARED: &str =
@@ -230,10 +263,12 @@ async fn an_extended_resource_backed_by_a_device_class_passes_filter() {
             .on_node("plugin")
             .requests(&[("example.com/gpu", "1")]),
         device_class("gpu.example.com", Some("example.com/gpu")),
+        slice("s1", "gpu.example.com", "n1", &["g0", "g1"]),
     ])
     .await;
     // An explicit extendedResourceName: DRA satisfies it on n1, which
-    // offers none; the device-plugin node is counted as usual (full).
+    // offers none but has devices; the device-plugin node is counted as
+    // usual (full).
     let p = pod("p").requests(&[("example.com/gpu", "1")]);
     let (names, failed, _, _) = filter(&app, &p, &["n1", "plugin"]).await;
     assert_eq!(names, ["n1"]);
@@ -258,6 +293,43 @@ async fn an_extended_resource_backed_by_a_device_class_passes_filter() {
         why(&failed, &unresolvable, "n1"),
         "Insufficient example.com/gpu"
     );
+}
+
+/// Upstream `dynamicresources` test "extended-resource-name-no-resource":
+/// a DeviceClass backs the extended resource, no ResourceSlice offers a
+/// device, so the node is unresolvable ("cannot allocate all claims"); a
+/// node with enough unallocated devices takes the pod, one whose devices
+/// are all allocated does not, and a node offering the resource itself is
+/// judged by its allocatable alone.
+#[tokio::test]
+async fn an_extended_resource_backed_by_dra_needs_a_device() {
+    let app = cluster(vec![
+        node("bare"),
+        node("n1"),
+        node("n2"),
+        node("plugin").set(&["status", "allocatable", "example.com/gpu"], "4"),
+        device_class("gpu.example.com", Some("example.com/gpu")),
+        slice("s1", "gpu.example.com", "n1", &["g0", "g1"]),
+        slice("s2", "gpu.example.com", "n2", &["g0"]),
+        claim("taken", "gpu.example.com")
+            .namespace("ml")
+            .allocated(&[("gpu.example.com", "n2", "g0")]),
+    ])
+    .await;
+    let p = pod("p").requests(&[("example.com/gpu", "1")]);
+    let (names, failed, unresolvable, error) =
+        filter(&app, &p, &["bare", "n1", "n2", "plugin"]).await;
+    assert_eq!(names, ["n1", "plugin"], "{failed} {unresolvable} {error}");
+    assert_eq!(unresolvable["bare"], "cannot allocate all claims");
+    assert_eq!(unresolvable["n2"], "cannot allocate all claims");
+    // Two units take two devices: n1 has them, three it has not.
+    let two = pod("p").requests(&[("example.com/gpu", "2")]);
+    let (names, ..) = filter(&app, &two, &["n1"]).await;
+    assert_eq!(names, ["n1"]);
+    let three = pod("p").requests(&[("example.com/gpu", "3")]);
+    let (names, _, unresolvable, _) = filter(&app, &three, &["n1", "plugin"]).await;
+    assert_eq!(names, ["plugin"]);
+    assert_eq!(unresolvable["n1"], "cannot allocate all claims");
 }
 
 #[tokio::test]

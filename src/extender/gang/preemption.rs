@@ -10,9 +10,9 @@ use super::*;
 /// a pod counted on a node may not be preempted.
 ///
 /// Checked for the preemptor's own PodGroup in its innermost topology
-/// domain (fixed by placed members, else every domain of that key); a
-/// broken hierarchy or members in an unknown or conflicting domain leave
-/// nothing that helps.
+/// domain, identified by its whole chain of keyed levels up to the root
+/// ([`chained_domains`]); a broken hierarchy or members in an unknown or
+/// conflicting domain leave nothing that helps.
 pub fn preemption_nodes(
     snap: &ClusterState,
     pod: &Pod,
@@ -33,21 +33,8 @@ pub fn preemption_nodes(
     if required == 0 {
         return None;
     }
-    let domains: Vec<Vec<String>> = match levels.iter().find_map(|l| {
-        l.spec
-            .topology
-            .as_ref()
-            .map(|k| (l.group.clone(), k.clone()))
-    }) {
-        None => vec![snap.node_names()],
-        Some((g, key)) => {
-            let ix = snap.domain_index(&key);
-            match fixed_domain(snap, &g, &key, &ix) {
-                Err(_) => return Some(BTreeSet::new()),
-                Ok(Some(v)) => vec![ix.nodes(&v).to_vec()],
-                Ok(None) => ix.domains().map(|(_, n)| n.to_vec()).collect(),
-            }
-        }
+    let Some(domains) = chained_domains(snap, &levels) else {
+        return Some(BTreeSet::new());
     };
     let dims = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let need = Demand::new(&dims, &reqs, required);
@@ -75,4 +62,44 @@ pub fn preemption_nodes(
         }
     }
     Some(out)
+}
+
+/// The nodes of each innermost domain of a chain of groups, a domain being
+/// the values of every keyed level from the root down (so `rack-1` of
+/// `block-1` and `rack-1` of `block-2` are two domains); a level whose
+/// placed members fix its value admits only that value. No keyed level:
+/// every cached node, one domain. `None`: members in an unknown or
+/// conflicting domain.
+pub(super) fn chained_domains(snap: &ClusterState, levels: &[Level]) -> Option<Vec<Vec<String>>> {
+    let mut keyed: Vec<(Arc<DomainIndex>, Option<String>)> = Vec::new();
+    for l in levels.iter().rev() {
+        let Some(key) = &l.spec.topology else {
+            continue;
+        };
+        let ix = snap.domain_index(key);
+        let fixed = fixed_domain(snap, &l.group, key, &ix).ok()?;
+        keyed.push((ix, fixed));
+    }
+    let Some((inner, inner_fixed)) = keyed.last() else {
+        return Some(vec![snap.node_names()]);
+    };
+    let mut by_chain: BTreeMap<Vec<&str>, Vec<String>> = BTreeMap::new();
+    for (value, nodes) in inner.domains() {
+        if inner_fixed.as_deref().is_some_and(|f| f != value) {
+            continue;
+        }
+        for n in nodes {
+            let chain: Option<Vec<&str>> = keyed
+                .iter()
+                .map(|(ix, fixed)| {
+                    let v = ix.value_of(n)?;
+                    fixed.as_deref().is_none_or(|f| f == v).then_some(v)
+                })
+                .collect();
+            if let Some(chain) = chain {
+                by_chain.entry(chain).or_default().push(n.clone());
+            }
+        }
+    }
+    Some(by_chain.into_values().collect())
 }

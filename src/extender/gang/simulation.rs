@@ -612,10 +612,17 @@ pub(super) fn reserve_others(
     for r in keys {
         let Some(p) = plans.get(r) else { continue };
         let ix = snap.domain_index(&p.key);
+        // Cheap first: no node of `overlap` carries the value at all.
         if let Some(mine) = overlap
             && !mine
                 .iter()
                 .any(|n| ix.value_of(n) == Some(p.value.as_str()))
+        {
+            continue;
+        }
+        let nodes = plan_nodes(snap, plans, r, p, &ix);
+        if let Some(mine) = overlap
+            && !nodes.iter().any(|n| mine.contains(n))
         {
             continue;
         }
@@ -625,6 +632,57 @@ pub(super) fn reserve_others(
         }
         let reqs: Vec<(&Amounts, AllowedNodes)> = reqs.into_iter().take(required).collect();
         let need = Demand::new(dims, &reqs, required);
-        free.fill(ix.nodes(&p.value).iter().map(String::as_str), &need);
+        free.fill(nodes.iter().copied(), &need);
     }
+}
+
+/// The nodes of the domain a group's plan names. A label value names a
+/// domain only together with its whole chain of parent values (`rack-1`
+/// may exist in every block, `block-1` in every zone), so the plan's value
+/// is bounded by the domain of each keyed ancestor of the group, however
+/// deep: fixed by the ancestor's placed members, else its plan. An
+/// ancestor with neither (or a broken chain) bounds nothing.
+pub(super) fn plan_nodes<'i>(
+    snap: &ClusterState,
+    plans: &HashMap<GroupRef, Plan>,
+    group: &GroupRef,
+    plan: &Plan,
+    ix: &'i DomainIndex,
+) -> Vec<&'i str> {
+    let bounds = ancestor_bounds(snap, plans, group);
+    ix.nodes(&plan.value)
+        .iter()
+        .map(String::as_str)
+        .filter(|n| bounds.admits(n))
+        .collect()
+}
+
+/// The domains of a group's keyed ancestors ([`plan_nodes`]).
+pub(super) fn ancestor_bounds(
+    snap: &ClusterState,
+    plans: &HashMap<GroupRef, Plan>,
+    group: &GroupRef,
+) -> DomainBounds {
+    let Ok(levels) = chain_from(snap, group.clone()) else {
+        return DomainBounds::default();
+    };
+    let mut bounds = Vec::new();
+    for level in levels.iter().skip(1) {
+        let Some(key) = &level.spec.topology else {
+            continue;
+        };
+        let ix = snap.domain_index(key);
+        let value = match fixed_domain(snap, &level.group, key, &ix) {
+            Ok(Some(v)) => Some(v),
+            Ok(None) => plans
+                .get(&level.group)
+                .filter(|p| &p.key == key)
+                .map(|p| p.value.clone()),
+            Err(_) => None,
+        };
+        if let Some(v) = value {
+            bounds.push((ix, v));
+        }
+    }
+    DomainBounds(bounds)
 }

@@ -188,3 +188,151 @@ fn a_chain_deeper_than_the_limit_is_unresolvable() {
         "waiting for composite pod group ns/gone to exist"
     );
 }
+
+// === three keyed levels with repeated label values ===
+
+/// Upstream's zone → block → rack nodes ("3-level CPG hierarchy: all
+/// levels have topology constraints"): 2 cpu each; `rack-1` is in three
+/// blocks, `block-1` in both zones.
+const ZBR: [(&str, &str, &str, &str); 6] = [
+    ("node1-z1-g1-r1", "zone-1", "block-1", "rack-1"),
+    ("node2-z1-g1-r2", "zone-1", "block-1", "rack-2"),
+    ("node3-z1-g2-r1", "zone-1", "block-2", "rack-1"),
+    ("node4-z1-g2-r2", "zone-1", "block-2", "rack-2"),
+    ("node5-z2-g1-r1", "zone-2", "block-1", "rack-1"),
+    ("node6-z2-g1-r1", "zone-2", "block-1", "rack-1"),
+];
+
+/// root (zone, gang of 2) → sub1, sub2 (block, gang of 2) → pg1..pg4
+/// (rack, gang of 2), pods p1..p8 of 1 cpu.
+fn zone_block_rack() -> ClusterIndex {
+    let c = ClusterIndex::new();
+    for (n, z, b, r) in ZBR {
+        c.apply_node(
+            &testkit::node(n)
+                .label("zone", z)
+                .label("block", b)
+                .label("rack", r)
+                .allocatable("2", "8Gi")
+                .typed(),
+        );
+    }
+    c.apply_composite(
+        &level(
+            testkit::composite("root").namespace("ns").topology("zone"),
+            true,
+            2,
+            None,
+        )
+        .typed(),
+    );
+    for sub in ["sub1", "sub2"] {
+        c.apply_composite(
+            &level(
+                testkit::composite(sub).namespace("ns").topology("block"),
+                true,
+                2,
+                Some("root"),
+            )
+            .typed(),
+        );
+    }
+    for (pg, sub) in [
+        ("pg1", "sub1"),
+        ("pg2", "sub1"),
+        ("pg3", "sub2"),
+        ("pg4", "sub2"),
+    ] {
+        c.apply_pod_group(
+            &level(
+                testkit::pod_group(pg).namespace("ns").topology("rack"),
+                true,
+                2,
+                Some(sub),
+            )
+            .typed(),
+        );
+    }
+    for i in 1..=8 {
+        c.apply_pod(&pod(&format!("p{i}"), &format!("pg{}", (i + 1) / 2), None));
+    }
+    c
+}
+
+/// Upstream "3-level CPG hierarchy: all levels have topology constraints
+/// (root=zone, sub=block, leaf=rack)"
+/// (`test/integration/scheduler/topologyawarescheduling`): one filter of
+/// the first member plans every level, each domain identified by its whole
+/// chain; every member then follows its own chain, and what the other
+/// leaves' plans reserve (`rack-1` of block-2 is not `rack-1` of block-1)
+/// never takes its own room.
+#[test]
+fn three_keyed_levels_plan_each_domain_by_its_whole_chain() {
+    let c = zone_block_rack();
+    let planner = GangPlanner::new();
+    let names: Vec<&str> = ZBR.iter().map(|n| n.0).collect();
+    let snap = c.read();
+    let mut racks = BTreeSet::new();
+    for i in 1..=8 {
+        let p = pod(&format!("p{i}"), &format!("pg{}", (i + 1) / 2), None);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        let v = filter_gate(&snap, &planner, &p, &req, &names);
+        assert!(v.wide.is_none(), "p{i}: {:?}", v.wide);
+        let d = v.domain();
+        let keys: Vec<&str> = d.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["zone", "block", "rack"], "p{i}");
+        assert_eq!(d[0].1, "zone-1", "only zone-1 holds 8 pods (p{i})");
+        let block = if i <= 4 { "sub1" } else { "sub2" };
+        let planned = planner
+            .get(&GroupRef::composite("ns", block))
+            .expect("sub plan");
+        assert_eq!(d[1].1, planned.value, "p{i}");
+        // The nodes of the chain: exactly one, with room for the leaf.
+        let chain: Vec<&str> = ZBR
+            .iter()
+            .filter(|n| (n.1, n.2, n.3) == (d[0].1.as_str(), d[1].1.as_str(), d[2].1.as_str()))
+            .map(|n| n.0)
+            .collect();
+        assert_eq!(chain.len(), 1, "p{i}: {d:?}");
+        racks.insert(chain[0]);
+    }
+    // Four leaves, four distinct racks of zone-1; the two blocks differ.
+    assert_eq!(racks.len(), 4, "{racks:?}");
+    let sub = |n| {
+        planner
+            .get(&GroupRef::composite("ns", n))
+            .expect("plan")
+            .value
+    };
+    assert_ne!(sub("sub1"), sub("sub2"));
+}
+
+#[test]
+fn preemption_domains_are_chains_of_every_keyed_level() {
+    let c = zone_block_rack();
+    let snap = c.read();
+    let levels = chain(&snap, "ns", "pg1").expect("chain");
+    let mut domains = preemption::chained_domains(&snap, &levels).expect("domains");
+    domains.sort();
+    // rack-1 is three domains (two blocks of zone-1, block-1 of zone-2),
+    // rack-2 two: five, not the two a rack value alone would give.
+    assert_eq!(
+        domains,
+        [
+            vec!["node1-z1-g1-r1"],
+            vec!["node2-z1-g1-r2"],
+            vec!["node3-z1-g2-r1"],
+            vec!["node4-z1-g2-r2"],
+            vec!["node5-z2-g1-r1", "node6-z2-g1-r1"],
+        ]
+    );
+    // A placed member fixes its levels: pg1's rack and every level above.
+    drop(snap);
+    c.apply_pod(&pod("p1", "pg1", Some("node5-z2-g1-r1")));
+    let snap = c.read();
+    let levels = chain(&snap, "ns", "pg1").expect("chain");
+    assert_eq!(
+        preemption::chained_domains(&snap, &levels).expect("domains"),
+        [vec!["node5-z2-g1-r1", "node6-z2-g1-r1"]]
+    );
+}

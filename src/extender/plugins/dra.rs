@@ -34,15 +34,66 @@ pub struct ClaimRequests {
     everywhere: NodeRequest,
     /// On these slots instead.
     special: Vec<(u32, NodeRequest)>,
+    /// Slots (sorted) that do not offer the pod's DRA-backed extended
+    /// resources themselves and have too few unallocated devices for them
+    /// ([`extended_short`]), with the rejection.
+    no_devices: Option<(Vec<u32>, Rejection)>,
 }
 
 impl ClaimRequests {
     /// The request on a node's slot (`None`: a node the cache does not know).
     pub fn on(&self, slot: Option<u32>) -> Result<&Resolved, &Rejection> {
+        if let (Some(slot), Some((slots, why))) = (slot, &self.no_devices)
+            && slots.binary_search(&slot).is_ok()
+        {
+            return Err(why);
+        }
         slot.and_then(|slot| self.special.iter().find(|(s, _)| *s == slot))
             .map_or(&self.everywhere, |(_, r)| r)
             .as_ref()
     }
+}
+
+/// How many devices a request's DRA-backed extended resources take on a
+/// node that does not offer them itself: one per unit of each resource a
+/// DeviceClass backs and the node's allocatable does not list.
+fn extended_need(snap: &ClusterState, slot: u32, requests: &Amounts) -> u64 {
+    requests
+        .iter()
+        .filter(|(name, want)| **want > 0 && snap.device_classes().backing(name).is_some())
+        .filter(|(name, _)| {
+            snap.resource_id(name)
+                .is_none_or(|id| snap.amounts_at(id, slot)[0] == 0)
+        })
+        .map(|(_, want)| *want)
+        .sum()
+}
+
+/// The candidate slots, sorted, where the pod's DRA-backed extended
+/// resources cannot be allocated: the node does not offer them itself
+/// (then the fit plugin counts them) and fewer unallocated devices are
+/// available there than the units requested (upstream's DynamicResources
+/// Filter: "cannot allocate all claims", unresolvable; `dynamicresources`
+/// test "extended-resource-name-no-resource"). Empty, at no cost, for a
+/// pod without such resources.
+pub fn extended_short(snap: &ClusterState, requests: &Amounts, candidates: &[&str]) -> Vec<u32> {
+    let classes = snap.device_classes();
+    if classes.is_empty() || !requests.keys().any(|r| classes.backing(r).is_some()) {
+        return Vec::new();
+    }
+    let free = snap.free_devices();
+    let mut out: Vec<u32> = candidates
+        .iter()
+        .filter_map(|name| {
+            let slot = snap.find(name)?;
+            let node = snap.slot_at(slot)?.node.as_ref()?;
+            let need = extended_need(snap, slot, requests);
+            (need > free.on(name, &node.labels)).then_some(slot)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The pod's PodGroup (with its `namespace/name`) when the group has
@@ -174,11 +225,23 @@ pub fn prefilter(
     claims: &[ClaimRef],
     requests: &Amounts,
     level: &PodLevel,
+    candidates: &[&str],
 ) -> ClaimRequests {
+    let short = extended_short(snap, requests, candidates);
+    let no_devices = (!short.is_empty()).then(|| {
+        (
+            short,
+            Rejection {
+                message: rules::CANNOT_ALLOCATE.to_owned(),
+                unresolvable: true,
+            },
+        )
+    });
     if claims.is_empty() {
         return ClaimRequests {
             everywhere: Ok(fit::resolve(snap, requests)),
             special: Vec::new(),
+            no_devices,
         };
     }
     let load = snap.pending_claims_load(claims);
@@ -193,5 +256,68 @@ pub fn prefilter(
     ClaimRequests {
         everywhere: plus(&load.everywhere),
         special,
+        no_devices,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::cluster_index::ClusterIndex;
+    use crate::extender::plugins::testing::node;
+    use serde_json::json;
+
+    /// Upstream `dynamicresources` tests with `enableDRAExtendedResource`
+    /// (`pkg/scheduler/framework/plugins/dynamicresources/dynamicresources_test.go`):
+    /// "extended-resource-name-no-resource" (a DeviceClass names the
+    /// resource, no ResourceSlice: the node is unresolvable) and
+    /// "extended-resource-name-with-resources" (a device on the node: it
+    /// fits); a pod without such resources is never refused here.
+    #[test]
+    fn upstream_extended_resource_cases() {
+        let gpu = "extended.resource.dra.io/something";
+        let class = serde_json::from_value(json!({"metadata": {"name": "device-class-name"},
+            "spec": {"extendedResourceName": gpu}}))
+        .expect("class");
+        let slice = serde_json::from_value(json!({"metadata": {"name": "worker-slice"},
+            "spec": {"driver": "some-driver", "nodeName": "worker",
+                "pool": {"name": "worker", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "instance-1"}]}}))
+        .expect("slice");
+        let want = |units: u64| -> Amounts { [(gpu.to_owned(), units)].into_iter().collect() };
+        let cpu: Amounts = [("cpu".to_owned(), 1000)].into_iter().collect();
+        // (name, with slice, request, worker refused)
+        let cases = [
+            ("extended-resource-name-no-resource", false, want(1), true),
+            (
+                "extended-resource-name-with-resources",
+                true,
+                want(1),
+                false,
+            ),
+            ("more units than devices", true, want(2), true),
+            ("no DRA-backed resource", false, cpu, false),
+        ];
+        for (name, with_slice, request, refused) in cases {
+            let c = ClusterIndex::new();
+            c.apply_node(&node("worker", None, "4", "110"));
+            c.apply_device_class(&class);
+            if with_slice {
+                c.apply_slice(&slice);
+            }
+            let s = c.read();
+            let slot = s.find("worker").expect("slot");
+            let short = extended_short(&s, &request, &["worker"]);
+            assert_eq!(short == [slot], refused, "{name}");
+            let r = prefilter(&s, &[], &request, &PodLevel::new(), &["worker"]);
+            match r.on(Some(slot)) {
+                Err(why) if refused => {
+                    assert_eq!(why.message, rules::CANNOT_ALLOCATE, "{name}");
+                    assert!(why.unresolvable, "{name}");
+                }
+                Ok(_) if !refused => {}
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 }

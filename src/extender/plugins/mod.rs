@@ -45,7 +45,8 @@ impl FilterState {
         pod: &Pod,
         candidates: &[&str],
     ) -> Result<FilterState, String> {
-        let (requests, level) = match pod.spec.as_ref().map(pod_fit::pod_demand).transpose() {
+        let demand = |s| pod_fit::pod_demand_of(s, pod.status.as_ref());
+        let (requests, level) = match pod.spec.as_ref().map(demand).transpose() {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => return Err(format!("pod requests: {e}")),
         };
@@ -62,7 +63,7 @@ impl FilterState {
         Ok(FilterState {
             wide,
             verdict,
-            requests: dra::prefilter(snap, &claims, &requests, &level),
+            requests: dra::prefilter(snap, &claims, &requests, &level, candidates),
         })
     }
 }

@@ -276,7 +276,14 @@ fn three_keyed_levels_plan_each_domain_by_its_whole_chain() {
     for i in 1..=8 {
         let p = pod(&format!("p{i}"), &format!("pg{}", (i + 1) / 2), None);
         let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
-        let v = filter_gate(&snap, &planner, &p, &req, &names);
+        let v = filter_gate(
+            &snap,
+            &planner,
+            &p,
+            &req,
+            &names,
+            tokio::time::Instant::now(),
+        );
         assert!(v.wide.is_none(), "p{i}: {:?}", v.wide);
         let d = v.domain();
         let keys: Vec<&str> = d.iter().map(|(k, _)| k.as_str()).collect();

@@ -107,10 +107,10 @@ pub fn affinity_labels(j: usize) -> Vec<(String, String)> {
         ("cohort".to_owned(), format!("c-{}", j % COHORTS)),
         ("tier".to_owned(), ["web", "batch", "ml"][j % 3].to_owned()),
     ];
-    if j % 3 == 0 {
+    if j.is_multiple_of(3) {
         l.push(("team".to_owned(), format!("t-{}", j % 17)));
     }
-    if j % 10 == 0 {
+    if j.is_multiple_of(10) {
         l.push(("spot".to_owned(), "true".to_owned()));
     }
     l

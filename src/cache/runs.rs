@@ -7,7 +7,7 @@ use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
 use crate::model::runtime_pod::Freshness;
-use crate::runs::affinity::{self, Affinity};
+use crate::runs::affinity::{self, Affinity, TargetKey};
 use crate::runs::columns::Verdict;
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
@@ -108,7 +108,7 @@ pub fn has_terms(a: &crate::crd::RunAffinity) -> bool {
 /// a pod (Scheduled, Running or Ready with an `assignedPod`, as upstream's
 /// `isActiveAffinityTarget`) and of every assumed Run. The label index
 /// (`NsState::targets`) holds exactly these.
-fn affinity_targets(nss: &NsState) -> Vec<((String, bool), &str, &BTreeMap<String, String>)> {
+fn affinity_targets(nss: &NsState) -> Vec<(TargetKey, &str, &BTreeMap<String, String>)> {
     let mut out: Vec<_> = nss
         .runs
         .iter()

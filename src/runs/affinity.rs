@@ -158,6 +158,9 @@ pub type TargetKey = (String, bool);
 
 type Fast = foldhash::fast::RandomState;
 
+/// A target's pod and its Run's labels.
+type Target = (Arc<str>, BTreeMap<String, String>);
+
 /// The affinity targets of one namespace, indexed by label: for each
 /// `(key, value)` the targets carrying it, so a term reads the targets its
 /// most selective requirement names instead of every active Run. Kept in
@@ -167,7 +170,7 @@ type Fast = foldhash::fast::RandomState;
 pub struct Targets {
     ids: HashMap<TargetKey, u32>,
     /// By id: the pod and the Run's labels; `None` once removed.
-    slots: Vec<Option<(Arc<str>, BTreeMap<String, String>)>>,
+    slots: Vec<Option<Target>>,
     free: Vec<u32>,
     postings: HashMap<String, HashMap<String, HashSet<u32, Fast>>>,
 }

@@ -11,9 +11,6 @@
 //!   `NotIn`, `Exists`, `DoesNotExist`, `matchLabels`) over 10,000 Runtime
 //!   Pods holding 20,000 active Runs of 200 cohorts; plan at the default
 //!   limit, as `POST /v1/runs/plan` answers.
-//! - `affinity_terms/scan` and `affinity_terms/indexed`: compiling that
-//!   Run's terms against the 20,000 active Runs, by a scan of every Run per
-//!   term (the first implementation) and by the label index.
 
 mod common;
 
@@ -23,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use kruntimes_scheduler::cache::{CacheConfig, Decision};
 use kruntimes_scheduler::model::resources::effective_requests;
-use kruntimes_scheduler::runs::affinity::Affinity;
 use kruntimes_scheduler::runs::queue::RunKey;
 use kruntimes_scheduler::serve::standalone;
 use serde_json::json;
@@ -109,34 +105,6 @@ fn affinity(c: &mut Criterion) {
             black_box(p)
         })
     });
-    g.finish();
-
-    let mut targets = kruntimes_scheduler::runs::affinity::Targets::default();
-    let labelled: Vec<(String, std::collections::BTreeMap<String, String>)> = (0..RUNS)
-        .map(|j| {
-            (
-                format!("rp-{:05}", common::affinity_pod(j, PODS)),
-                common::affinity_labels(j).into_iter().collect(),
-            )
-        })
-        .collect();
-    for (j, (pod, labels)) in labelled.iter().enumerate() {
-        targets.set((format!("a-{j}"), false), Some((pod, labels)));
-    }
-    let mut g = c.benchmark_group("affinity_terms");
-    g.bench_function("scan", |b| {
-        b.iter(|| {
-            black_box(
-                Affinity::build(&aff, &own, labelled.iter().map(|(p, l)| (p.as_str(), l))).unwrap(),
-            )
-        })
-    });
-    g.bench_function("indexed", |b| {
-        b.iter(|| black_box(Affinity::build_indexed(&aff, &own, &targets).unwrap()))
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("affinity");
     let mut r = kruntimes_scheduler::testkit::run("r", &requests)
         .namespace("bench")
         .label("cohort", "c-7")

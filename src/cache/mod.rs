@@ -199,8 +199,6 @@ struct NsState {
     /// The Runtime Pods of each runtime (by interned id) as columns: what
     /// a decision scans. A copy of the slots' numbers, kept in step.
     columns: HashMap<u32, Columns>,
-    /// The Run affinity targets (active and assumed Runs) by label.
-    targets: crate::runs::affinity::Targets,
 }
 
 impl NsState {

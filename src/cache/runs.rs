@@ -7,7 +7,7 @@ use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
 use crate::model::runtime_pod::Freshness;
-use crate::runs::affinity::{self, Affinity, TargetKey};
+use crate::runs::affinity::{self, Affinity};
 use crate::runs::columns::Verdict;
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
@@ -103,44 +103,25 @@ pub fn has_terms(a: &crate::crd::RunAffinity) -> bool {
         })
 }
 
-/// The affinity targets of a namespace, recounted from the Run entries
-/// and reservations: `((run, assumed), pod, labels)` of every Run active on
-/// a pod (Scheduled, Running or Ready with an `assignedPod`, as upstream's
-/// `isActiveAffinityTarget`) and of every assumed Run. The label index
-/// (`NsState::targets`) holds exactly these.
-fn affinity_targets(nss: &NsState) -> Vec<(TargetKey, &str, &BTreeMap<String, String>)> {
-    let mut out: Vec<_> = nss
+/// The affinity targets of a namespace: `(pod, labels)` of every Run active
+/// on a pod (Scheduled, Running or Ready with an `assignedPod`, as
+/// upstream's `isActiveAffinityTarget`) and of every assumed Run.
+fn affinity_targets(nss: &NsState) -> Vec<(&str, &BTreeMap<String, String>)> {
+    let mut out: Vec<(&str, &BTreeMap<String, String>)> = nss
         .runs
-        .iter()
-        .filter_map(|(name, e)| Some(((name.clone(), false), active_on(e)?, &e.labels)))
+        .values()
+        .filter(|e| phase::is_active(e.status.phase.as_deref()))
+        .filter_map(|e| {
+            let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
+            Some((pod, &e.labels))
+        })
         .collect();
     for a in nss.assumed.values() {
         if let Some(e) = nss.runs.get(&a.run) {
-            out.push(((a.run.clone(), true), &*a.pod, &e.labels));
+            out.push((&*a.pod, &e.labels));
         }
     }
     out
-}
-
-/// The pod a Run is an active affinity target on.
-fn active_on(e: &RunEntry) -> Option<&str> {
-    if !phase::is_active(e.status.phase.as_deref()) {
-        return None;
-    }
-    e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())
-}
-
-/// Brings Run `name`'s entries of the label index in step with its entry
-/// and reservation (after any change to either).
-fn sync_targets(nss: &mut NsState, name: &str) {
-    let entry = nss.runs.get(name);
-    let active = entry.and_then(|e| Some((active_on(e)?, &e.labels)));
-    nss.targets.set((name.to_owned(), false), active);
-    let assumed = entry.and_then(|e| {
-        let a = nss.assumed.get(&e.uid).filter(|a| a.run == name)?;
-        Some((&*a.pod, &e.labels))
-    });
-    nss.targets.set((name.to_owned(), true), assumed);
 }
 
 /// Upstream's message for a Run whose affinity cannot be compiled.
@@ -384,7 +365,6 @@ impl RunCache {
                 .insert(name.to_owned());
         }
         nss.runs.insert(name.to_owned(), entry);
-        sync_targets(nss, name);
         if unscheduled {
             self.queue.add(RunKey::new(ns, name));
             self.metrics.wake(WakeCause::RunChanged, 1);
@@ -405,7 +385,6 @@ impl RunCache {
         };
         let mut released_on = Vec::new();
         self.forget_run(nss, name, old, &mut released_on);
-        sync_targets(nss, name);
         self.wake_released(nss, namespace, released_on);
         self.queue.add(RunKey::new(namespace, name));
     }
@@ -438,7 +417,6 @@ impl RunCache {
     /// ledger; returns the pod it was on.
     fn take_assumption(&self, nss: &mut NsState, uid: &str) -> Option<Arc<str>> {
         let a = nss.assumed.remove(uid)?;
-        nss.targets.set((a.run.clone(), true), None);
         if let Some(slot) = nss.pods.get_mut(&a.pod) {
             slot.res.sub_assumed(&a.amounts);
         }
@@ -527,7 +505,8 @@ impl RunCache {
             // With affinity: every fitting pod, filtered and ranked by the
             // terms against the active and assumed Runs, under this lock.
             (Some(aff), cols) => {
-                let built = match Affinity::build_indexed(aff, &entry.labels, &nss.targets) {
+                let targets = affinity_targets(nss);
+                let built = match Affinity::build(aff, &entry.labels, targets.iter().copied()) {
                     Ok(b) => b,
                     Err(e) => {
                         let status = status::selection_failed(&entry.status, &selection_failed(e));
@@ -622,7 +601,6 @@ impl RunCache {
                         amounts: request,
                     },
                 );
-                sync_targets(nss, &key.name);
                 self.metrics.assumed_reservations.inc();
                 Decision::Reserved {
                     uid,
@@ -742,10 +720,12 @@ impl RunCache {
         };
         let built = {
             let st = self.state.read();
-            match st.namespaces.get(namespace) {
-                Some(nss) => Affinity::build_indexed(aff, own, &nss.targets),
-                None => Affinity::build(aff, own, std::iter::empty()),
-            }
+            let targets = st
+                .namespaces
+                .get(namespace)
+                .map(affinity_targets)
+                .unwrap_or_default();
+            Affinity::build(aff, own, targets.iter().copied())
         }
         .map_err(selection_failed)?;
         let full = self.plan_top(namespace, runtime, requests, now, 0);
@@ -909,22 +889,6 @@ impl RunCache {
             }
             for cols in nss.columns.values() {
                 cols.check_groups().map_err(|e| format!("{ns}: {e}"))?;
-            }
-            let mut want: Vec<_> = affinity_targets(nss)
-                .into_iter()
-                .map(|(k, p, l)| (k, p.to_owned(), l.clone()))
-                .collect();
-            let mut have: Vec<_> = nss
-                .targets
-                .iter()
-                .map(|(k, p, l)| (k.clone(), p.to_owned(), l.clone()))
-                .collect();
-            want.sort();
-            have.sort();
-            if want != have {
-                return Err(format!(
-                    "{ns}: affinity label index {have:?} != recount {want:?}"
-                ));
             }
             let held: usize = nss.columns.values().map(|c| c.len()).sum();
             if held != members {

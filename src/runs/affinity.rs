@@ -16,8 +16,7 @@ use crate::crd::{RunAffinity, RunAffinityTerm, TOPOLOGY_RUNTIME_POD};
 use crate::runs::placement::Score;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
 
 /// Filter reason of a pod without the required cohort.
 pub const UNSATISFIED_AFFINITY: &str = "UnsatisfiedRunAffinity";
@@ -152,148 +151,6 @@ pub fn parse_selector(s: &LabelSelector) -> Result<Selector, String> {
     Ok(Selector { reqs })
 }
 
-/// A target of the affinity terms: a Run by name, active on a pod
-/// (`false`) or assumed there by this scheduler (`true`).
-pub type TargetKey = (String, bool);
-
-type Fast = foldhash::fast::RandomState;
-
-/// A target's pod and its Run's labels.
-type Target = (Arc<str>, BTreeMap<String, String>);
-
-/// The affinity targets of one namespace, indexed by label: for each
-/// `(key, value)` the targets carrying it, so a term reads the targets its
-/// most selective requirement names instead of every active Run. Kept in
-/// step with the Run entries and reservations by the cache; the answer of
-/// [`matching`](Self::matching) is exactly that of a scan of every target.
-#[derive(Debug, Default, Clone)]
-pub struct Targets {
-    ids: HashMap<TargetKey, u32>,
-    /// By id: the pod and the Run's labels; `None` once removed.
-    slots: Vec<Option<Target>>,
-    free: Vec<u32>,
-    postings: HashMap<String, HashMap<String, HashSet<u32, Fast>>>,
-}
-
-impl Targets {
-    /// How many targets are held.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// Sets target `key` to `(pod, labels)`, or removes it (`None`).
-    pub fn set(&mut self, key: TargetKey, target: Option<(&str, &BTreeMap<String, String>)>) {
-        if let Some(id) = self.ids.get(&key).copied() {
-            if let (Some((p, l)), Some(Some((pod, labels)))) = (target, self.slots.get(id as usize))
-                && **pod == *p
-                && labels == l
-            {
-                return;
-            }
-            self.ids.remove(&key);
-            if let Some((_, labels)) = self.slots[id as usize].take() {
-                for (k, v) in &labels {
-                    if let Some(values) = self.postings.get_mut(k) {
-                        if let Some(set) = values.get_mut(v) {
-                            set.remove(&id);
-                            if set.is_empty() {
-                                values.remove(v);
-                            }
-                        }
-                        if values.is_empty() {
-                            self.postings.remove(k);
-                        }
-                    }
-                }
-            }
-            self.free.push(id);
-        }
-        let Some((pod, labels)) = target else { return };
-        let id = match self.free.pop() {
-            Some(id) => id,
-            None => {
-                self.slots.push(None);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        for (k, v) in labels {
-            self.postings
-                .entry(k.clone())
-                .or_default()
-                .entry(v.clone())
-                .or_default()
-                .insert(id);
-        }
-        self.slots[id as usize] = Some((Arc::from(pod), labels.clone()));
-        self.ids.insert(key, id);
-    }
-
-    /// Every target as `(key, pod, labels)` (for checks against a recount).
-    pub fn iter(&self) -> impl Iterator<Item = (&TargetKey, &str, &BTreeMap<String, String>)> {
-        self.ids.iter().filter_map(|(k, &id)| {
-            let (pod, labels) = self.slots[id as usize].as_ref()?;
-            Some((k, &**pod, labels))
-        })
-    }
-
-    /// The posting lists a requirement selects from (a superset of the
-    /// targets it matches), or `None` when it names no label a target must
-    /// carry (`NotIn`, `DoesNotExist`).
-    fn candidates(&self, r: &Requirement) -> Option<Vec<&HashSet<u32, Fast>>> {
-        let values = |k: &str| self.postings.get(k);
-        Some(match r {
-            Requirement::Equals(k, v) => values(k).and_then(|m| m.get(v)).into_iter().collect(),
-            Requirement::In(k, vs) => match values(k) {
-                Some(m) => {
-                    let mut seen: Vec<&str> = Vec::new();
-                    vs.iter()
-                        .filter(|v| {
-                            let new = !seen.contains(&v.as_str());
-                            seen.push(v);
-                            new
-                        })
-                        .filter_map(|v| m.get(v))
-                        .collect()
-                }
-                None => Vec::new(),
-            },
-            Requirement::Exists(k) => values(k).into_iter().flat_map(|m| m.values()).collect(),
-            Requirement::NotIn(..) | Requirement::DoesNotExist(_) => return None,
-        })
-    }
-
-    /// Pods holding a target `sel` matches: the targets of its most
-    /// selective requirement, each checked against the whole selector; a
-    /// scan of every target when no requirement names a label to carry.
-    pub fn matching(&self, sel: &Selector) -> HashSet<String> {
-        let mut best: Option<(usize, Vec<&HashSet<u32, Fast>>)> = None;
-        for r in &sel.reqs {
-            if let Some(lists) = self.candidates(r) {
-                let n = lists.iter().map(|l| l.len()).sum();
-                if best.as_ref().is_none_or(|(m, _)| n < *m) {
-                    best = Some((n, lists));
-                }
-            }
-        }
-        let hit = |id: u32| {
-            let (pod, labels) = self.slots[id as usize].as_ref()?;
-            sel.matches(labels).then(|| pod.to_string())
-        };
-        match best {
-            Some((_, lists)) => lists
-                .into_iter()
-                .flat_map(|l| l.iter().copied())
-                .filter_map(hit)
-                .collect(),
-            None => (0..self.slots.len() as u32).filter_map(hit).collect(),
-        }
-    }
-}
-
 /// One term, evaluated against the namespace's active Runs.
 #[derive(Debug, Clone, Default)]
 struct Rule {
@@ -331,40 +188,20 @@ fn term_selector(term: &RunAffinityTerm) -> Result<Selector, String> {
 impl Affinity {
     /// Builds the rules of `affinity` for a Run labelled `own`, against
     /// `targets`: `(pod, labels)` of every active or assumed Run of the
-    /// namespace, scanned once per term. An error fails the Run (upstream:
-    /// `pod selection failed: pre-filter run affinity: ...`).
+    /// namespace. An error fails the Run (upstream: `pod selection
+    /// failed: pre-filter run affinity: ...`).
     pub fn build<'a>(
         affinity: &RunAffinity,
         own: &BTreeMap<String, String>,
         targets: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
     ) -> Result<Affinity, String> {
-        Self::build_with(affinity, own, |sel| {
-            targets
+        let build = |term: &RunAffinityTerm, weight: i64, allow_seed: bool| {
+            let sel = term_selector(term)?;
+            let pods: HashSet<String> = targets
                 .clone()
                 .filter(|(_, l)| sel.matches(l))
                 .map(|(p, _)| p.to_owned())
-                .collect()
-        })
-    }
-
-    /// [`build`](Self::build) against the label index of the targets:
-    /// the same rules, without reading every target.
-    pub fn build_indexed(
-        affinity: &RunAffinity,
-        own: &BTreeMap<String, String>,
-        targets: &Targets,
-    ) -> Result<Affinity, String> {
-        Self::build_with(affinity, own, |sel| targets.matching(sel))
-    }
-
-    fn build_with(
-        affinity: &RunAffinity,
-        own: &BTreeMap<String, String>,
-        matching: impl Fn(&Selector) -> HashSet<String>,
-    ) -> Result<Affinity, String> {
-        let build = |term: &RunAffinityTerm, weight: i64, allow_seed: bool| {
-            let sel = term_selector(term)?;
-            let pods = matching(&sel);
+                .collect();
             let seedable = allow_seed && pods.is_empty() && sel.matches(own);
             Ok::<_, String>(Rule {
                 weight,
@@ -687,138 +524,5 @@ mod tests {
         let got: Vec<(&str, i64)> = ranked.iter().map(|r| (r.pod, r.affinity)).collect();
         assert_eq!(got, [("pod-b", 100), ("pod-c", 100), ("pod-a", 50)]);
         assert!(ranked.iter().all(|r| r.least_loaded == MAX_SCORE));
-    }
-}
-
-/// The label index answers as a scan of every target, whatever the
-/// targets went through and whatever the selector.
-#[cfg(test)]
-mod indexed {
-    use super::*;
-    use proptest::prelude::*;
-
-    const KEYS: [&str; 3] = ["a", "b", "c"];
-    const VALUES: [&str; 3] = ["x", "y", "z"];
-
-    fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
-        proptest::collection::vec(proptest::option::of(0..VALUES.len()), KEYS.len()).prop_map(
-            |vs| {
-                KEYS.iter()
-                    .zip(vs)
-                    .filter_map(|(k, v)| Some(((*k).to_owned(), VALUES[v?].to_owned())))
-                    .collect()
-            },
-        )
-    }
-
-    fn requirement() -> impl Strategy<Value = Requirement> {
-        let key = (0..KEYS.len()).prop_map(|k| KEYS[k].to_owned());
-        let values =
-            proptest::collection::vec((0..VALUES.len()).prop_map(|v| VALUES[v].to_owned()), 1..3);
-        (0..5u8, key, values).prop_map(|(op, k, vs)| match op {
-            0 => Requirement::Equals(k, vs[0].clone()),
-            1 => Requirement::In(k, vs),
-            2 => Requirement::NotIn(k, vs),
-            3 => Requirement::Exists(k),
-            _ => Requirement::DoesNotExist(k),
-        })
-    }
-
-    type Op = (usize, bool, Option<(usize, BTreeMap<String, String>)>);
-
-    fn ops() -> impl Strategy<Value = Vec<Op>> {
-        proptest::collection::vec(
-            (
-                0..8usize,
-                any::<bool>(),
-                proptest::option::weighted(0.7, (0..4usize, labels())),
-            ),
-            0..40,
-        )
-    }
-
-    proptest! {
-        #[test]
-        fn indexed_equals_scan(
-            ops in ops(),
-            sels in proptest::collection::vec(proptest::collection::vec(requirement(), 0..4), 1..6),
-            own in labels(),
-        ) {
-            let mut index = Targets::default();
-            let mut reference: BTreeMap<TargetKey, (String, BTreeMap<String, String>)> = BTreeMap::new();
-            for (run, assumed, target) in ops {
-                let key = (format!("r{run}"), assumed);
-                let target = target.map(|(p, l)| (format!("p{p}"), l));
-                index.set(key.clone(), target.as_ref().map(|(p, l)| (p.as_str(), l)));
-                match target {
-                    Some(t) => reference.insert(key, t),
-                    None => reference.remove(&key),
-                };
-            }
-            prop_assert_eq!(index.len(), reference.len());
-            let scan = || reference.values().map(|(p, l)| (p.as_str(), l));
-            for reqs in &sels {
-                let sel = Selector { reqs: reqs.clone() };
-                let want: HashSet<String> = scan()
-                    .filter(|(_, l)| sel.matches(l))
-                    .map(|(p, _)| p.to_owned())
-                    .collect();
-                prop_assert_eq!(index.matching(&sel), want, "{:?}", sel);
-            }
-            // Whole affinities: the same rules either way.
-            let term = |reqs: &Vec<Requirement>| {
-                let mut s = LabelSelector::default();
-                let mut exprs = Vec::new();
-                for r in reqs {
-                    let (key, operator, values) = match r {
-                        Requirement::Equals(k, v) => {
-                            s.match_labels.get_or_insert_default().insert(k.clone(), v.clone());
-                            continue;
-                        }
-                        Requirement::In(k, vs) => (k, "In", Some(vs.clone())),
-                        Requirement::NotIn(k, vs) => (k, "NotIn", Some(vs.clone())),
-                        Requirement::Exists(k) => (k, "Exists", None),
-                        Requirement::DoesNotExist(k) => (k, "DoesNotExist", None),
-                    };
-                    exprs.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                        key: key.clone(),
-                        operator: operator.into(),
-                        values,
-                    });
-                }
-                s.match_expressions = (!exprs.is_empty()).then_some(exprs);
-                RunAffinityTerm {
-                    label_selector: Some(s),
-                    topology_key: TOPOLOGY_RUNTIME_POD.into(),
-
-                }
-            };
-            let terms: Vec<RunAffinityTerm> = sels.iter().map(term).collect();
-            let weighted = |ts: &[RunAffinityTerm]| {
-                ts.iter()
-                    .enumerate()
-                    .map(|(i, t)| crate::crd::WeightedRunAffinityTerm {
-                        weight: i as i32 + 1,
-                        run_affinity_term: t.clone(),
-                    })
-                    .collect::<Vec<_>>()
-            };
-            let half = terms.len() / 2;
-            let rules = |req: &[RunAffinityTerm], pref: &[RunAffinityTerm]| crate::crd::RunAffinityRules {
-                required_during_scheduling_ignored_during_execution: req.to_vec(),
-                preferred_during_scheduling_ignored_during_execution: weighted(pref),
-            };
-            let aff = RunAffinity {
-                run_affinity: Some(rules(&terms[..half], &terms[half..])),
-                run_anti_affinity: Some(rules(&terms[half..], &terms[..half])),
-            };
-            let by_scan = Affinity::build(&aff, &own, scan()).unwrap();
-            let by_index = Affinity::build_indexed(&aff, &own, &index).unwrap();
-            for p in 0..5 {
-                let pod = format!("p{p}");
-                prop_assert_eq!(by_scan.filter(&pod), by_index.filter(&pod));
-                prop_assert_eq!(by_scan.preferred_score(&pod), by_index.preferred_score(&pod));
-            }
-        }
     }
 }

@@ -6,10 +6,15 @@
 //!   reserve) followed by releasing the reservation.
 //! - `loop/runs_bound`: the standalone scheduling loop binding 2,000 Runs on
 //!   200 Runtime Pods, status writes included; Runs/s = 2000 / time.
+//! - `affinity/plan/10000` and `affinity/decide/10000`: the same for a Run
+//!   with required and preferred affinity and anti-affinity terms (`In`,
+//!   `NotIn`, `Exists`, `DoesNotExist`, `matchLabels`) over 10,000 Runtime
+//!   Pods holding 20,000 active Runs of 200 cohorts; plan at the default
+//!   limit, as `POST /v1/runs/plan` answers.
 
 mod common;
 
-use common::{run, runtime_pod, runtime_pods};
+use common::{affinity_cache, bench_affinity, run, runtime_pod, runtime_pods};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
@@ -61,6 +66,58 @@ fn plan(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+}
+
+fn affinity(c: &mut Criterion) {
+    const PODS: usize = 10_000;
+    const RUNS: usize = 20_000;
+    let now = Timestamp::now();
+    let cache = affinity_cache(PODS, RUNS, now);
+    let aff: kruntimes_scheduler::crd::RunAffinity =
+        serde_json::from_value(bench_affinity()).unwrap();
+    let own: std::collections::BTreeMap<String, String> =
+        [("cohort".to_owned(), "c-7".to_owned())].into();
+    let requests = [("runs", "1"), ("gpu", "1"), ("mem", "4Gi")];
+    let req = effective_requests(Some(
+        &requests
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    ))
+    .unwrap();
+    let mut g = c.benchmark_group("affinity");
+    g.throughput(Throughput::Elements(PODS as u64));
+    g.bench_function(BenchmarkId::new("plan", PODS), |b| {
+        b.iter(|| {
+            let p = cache
+                .plan_top_for(
+                    "bench",
+                    "py",
+                    &req,
+                    Some(&aff),
+                    &own,
+                    now,
+                    kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,
+                )
+                .unwrap();
+            assert!(p.selected().is_some());
+            black_box(p)
+        })
+    });
+    let mut r = kruntimes_scheduler::testkit::run("r", &requests)
+        .namespace("bench")
+        .label("cohort", "c-7")
+        .set(&["spec", "affinity"], bench_affinity());
+    r = r.set(&["metadata", "uid"], "uid-r");
+    cache.apply_run(&r.typed());
+    let key = RunKey::new("bench", "r");
+    g.bench_function(BenchmarkId::new("decide", PODS), |b| {
+        b.iter(|| match cache.schedule_one(&key, now) {
+            Decision::Reserved { uid, pod, .. } => black_box(cache.release("bench", &uid, &pod)),
+            other => panic!("expected a reservation: {other:?}"),
+        })
+    });
     g.finish();
 }
 
@@ -154,5 +211,5 @@ fn plan_http(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, plan, plan_http, scheduling_loop);
+criterion_group!(benches, plan, affinity, plan_http, scheduling_loop);
 criterion_main!(benches);

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo bench --bench scale -- decide     # decision p50/p99 at 100 / 1k / 10k / 50k Runtime Pods
 //! cargo bench --bench scale -- plan       # POST /v1/runs/plan at 10k pods (default limit and limit=0)
+//! cargo bench --bench scale -- plan-affinity  # the same for a Run with affinity terms, 20,000 active Runs
 //! cargo bench --bench scale -- bulk       # 20,000 Runs in one POST /v1/objects List onto 10,000 pods
 //!                                         #   (KRS_SCALE_BULK_PODS=100: onto 100 bigger pods)
 //! cargo bench --bench scale -- load       # standalone --state with 50,000 Pods at 50 and 1,000 pods per node
@@ -56,12 +57,15 @@ fn main() {
     match mode.as_str() {
         "decide" => decide(),
         "plan" => plan(),
+        "plan-affinity" => plan_affinity(),
         "bulk" => bulk(),
         "load" => load(),
         "rss" => rss_standalone(),
         "rss-cluster" => rss_cluster(),
         _ => {
-            eprintln!("usage: cargo bench --bench scale -- decide|plan|bulk|load|rss|rss-cluster");
+            eprintln!(
+                "usage: cargo bench --bench scale -- decide|plan|plan-affinity|bulk|load|rss|rss-cluster"
+            );
         }
     }
 }
@@ -364,6 +368,66 @@ fn plan() {
             ms(percentile(&t, 0.99))
         );
     }
+    let _ = std::fs::remove_file(path);
+}
+
+/// `POST /v1/runs/plan` (default limit) of a Run with required and
+/// preferred affinity and anti-affinity terms, at 10,000 Runtime Pods
+/// holding 20,000 active Runs of 200 cohorts (`common::affinity_labels`).
+fn plan_affinity() {
+    const PODS: usize = 10_000;
+    const RUNS: usize = 20_000;
+    const REQUESTS: usize = 500;
+    let stamp = kube_time(Timestamp::now());
+    let mut items: Vec<Value> = (0..PODS)
+        .map(|i| runtime_pod_json(&format!("rp-{i:05}"), "bench", None, &stamp))
+        .collect();
+    for j in 0..RUNS {
+        let labels: serde_json::Map<String, Value> = common::affinity_labels(j)
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        items.push(json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+            "metadata": {"name": format!("a-{j}"), "namespace": "bench", "uid": format!("uid-a-{j}"), "labels": labels},
+            "spec": {"runtime": "py", "resources": {"requests": {"runs": "1"}}},
+            "status": {"phase": "Running", "assignedPod": format!("rp-{:05}", common::affinity_pod(j, PODS))}}));
+    }
+    let path = std::env::temp_dir().join(format!("krs-scale-plan-aff-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--state",
+        path.to_str().unwrap(),
+        "--heartbeat-stale-after",
+        "1h",
+    ]);
+    server.wait_ready(Instant::now());
+    let body = json!({"metadata": {"name": "r", "namespace": "bench", "labels": {"cohort": "c-7"}},
+        "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}},
+            "affinity": common::bench_affinity()}})
+    .to_string();
+    println!(
+        "POST /v1/runs/plan with affinity, {PODS} Runtime Pods, {RUNS} active Runs, one connection per request"
+    );
+    let mut t = Vec::new();
+    let mut len = 0;
+    for _ in 0..REQUESTS {
+        let start = Instant::now();
+        let (code, b) = http(server.port, "POST", "/v1/runs/plan", Some(&body)).unwrap();
+        t.push(start.elapsed());
+        assert_eq!(code, 200, "{b}");
+        assert!(b.contains("UnsatisfiedRunAffinity"), "{b}");
+        len = b.len();
+    }
+    t.sort();
+    println!(
+        "  /v1/runs/plan  p50 {} p99 {} ({len} bytes, {REQUESTS} requests)",
+        us(percentile(&t, 0.5)),
+        us(percentile(&t, 0.99))
+    );
     let _ = std::fs::remove_file(path);
 }
 

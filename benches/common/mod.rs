@@ -95,3 +95,80 @@ pub fn racked_cluster(
     }
     cache
 }
+
+/// Cohorts of the affinity benches' active Runs (`cohort: c-<i>`).
+pub const COHORTS: usize = 200;
+
+/// The affinity benches' labels of active Run `j`: one of
+/// [`COHORTS`] cohorts, a tier, a team on every third Run, a `spot` marker on
+/// every tenth.
+pub fn affinity_labels(j: usize) -> Vec<(String, String)> {
+    let mut l = vec![
+        ("cohort".to_owned(), format!("c-{}", j % COHORTS)),
+        ("tier".to_owned(), ["web", "batch", "ml"][j % 3].to_owned()),
+    ];
+    if j.is_multiple_of(3) {
+        l.push(("team".to_owned(), format!("t-{}", j % 17)));
+    }
+    if j.is_multiple_of(10) {
+        l.push(("spot".to_owned(), "true".to_owned()));
+    }
+    l
+}
+
+/// The pod active Run `j` of `runs` is on, out of `pods`: spread so a
+/// cohort's Runs land on different pods.
+pub fn affinity_pod(j: usize, pods: usize) -> usize {
+    (j * 7919) % pods
+}
+
+/// The affinity of the benched Run, as JSON: required affinity to cohort
+/// `c-7` (`In`), required anti-affinity to `spot` Runs (`Exists`),
+/// preferred affinity to team Runs of tier `ml` (`matchLabels` + `Exists`),
+/// preferred anti-affinity to other cohorts' batch Runs (`NotIn`), and a
+/// preferred term for Runs without a team (`DoesNotExist`).
+pub fn bench_affinity() -> serde_json::Value {
+    let term = |sel: serde_json::Value| serde_json::json!({"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": sel});
+    serde_json::json!({
+        "runAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                term(serde_json::json!({"matchExpressions": [{"key": "cohort", "operator": "In", "values": ["c-7"]}]}))
+            ],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "runAffinityTerm": term(serde_json::json!({"matchLabels": {"tier": "ml"},
+                    "matchExpressions": [{"key": "team", "operator": "Exists"}]}))},
+                {"weight": 10, "runAffinityTerm": term(serde_json::json!({
+                    "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}))}
+            ]
+        },
+        "runAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                term(serde_json::json!({"matchExpressions": [{"key": "spot", "operator": "Exists"}]}))
+            ],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 30, "runAffinityTerm": term(serde_json::json!({"matchLabels": {"tier": "batch"},
+                    "matchExpressions": [{"key": "cohort", "operator": "NotIn", "values": ["c-7", "c-8"]}]}))}
+            ]
+        }
+    })
+}
+
+/// [`runtime_pods`]`(pods)` plus `runs` active Runs labelled by
+/// [`affinity_labels`], each Running on [`affinity_pod`] with one `runs`.
+pub fn affinity_cache(pods: usize, runs: usize, now: Timestamp) -> RunCache {
+    let cache = runtime_pods(pods, now);
+    for j in 0..runs {
+        let pod = format!("rp-{:05}", affinity_pod(j, pods));
+        let mut r = testkit::run(&format!("a-{j}"), &[("runs", "1")])
+            .namespace("bench")
+            .status("Running", Some(&pod));
+        for (k, v) in affinity_labels(j) {
+            r = r.label(&k, &v);
+        }
+        cache.apply_run(&r.typed());
+    }
+    while let Some(k) = cache.queue().try_next() {
+        cache.queue().done(&k);
+    }
+    cache
+}

@@ -371,7 +371,23 @@ impl Gangs {
     /// `minGroupCount` smallest of its children's.
     pub fn pods_to_hold(snap: &ClusterState, unit: &GroupRef) -> usize {
         let tree = gang::tree_of(snap, unit);
-        need_of(snap, unit, &tree, 0)
+        // Each group's children, found once: `need_of` then visits every
+        // group of the tree once instead of scanning the tree per composite.
+        let composites: HashMap<(&str, &str), &GroupRef> = tree
+            .iter()
+            .filter(|g| g.composite)
+            .map(|g| ((g.namespace.as_str(), g.name.as_str()), g))
+            .collect();
+        let mut children: HashMap<&GroupRef, Vec<&GroupRef>> = HashMap::new();
+        for c in &tree {
+            if let Some(parent) = gang::spec_of(snap, c).and_then(|s| s.parent)
+                && let Some(&p) = composites.get(&(c.namespace.as_str(), parent.as_str()))
+                && p != c
+            {
+                children.entry(p).or_default().push(c);
+            }
+        }
+        need_of(snap, unit, &children, 0)
     }
 
     /// Filter's early refusal: the pod's unit needs more members held at
@@ -906,7 +922,12 @@ fn placed(nodes: &ClusterIndex, m: &Member) -> (usize, usize) {
 }
 
 /// Pods a group needs placed at once (see [`Gangs::pods_to_hold`]).
-fn need_of(snap: &ClusterState, r: &GroupRef, tree: &[GroupRef], depth: usize) -> usize {
+fn need_of(
+    snap: &ClusterState,
+    r: &GroupRef,
+    children: &HashMap<&GroupRef, Vec<&GroupRef>>,
+    depth: usize,
+) -> usize {
     let Some(spec) = gang::spec_of(snap, r) else {
         return 1;
     };
@@ -920,15 +941,14 @@ fn need_of(snap: &ClusterState, r: &GroupRef, tree: &[GroupRef], depth: usize) -
     if depth >= gang::MAX_DEPTH {
         return 0;
     }
-    let mut needs: Vec<usize> = tree
-        .iter()
-        .filter(|c| {
-            c.namespace == r.namespace
-                && *c != r
-                && gang::spec_of(snap, c).and_then(|s| s.parent).as_deref() == Some(r.name.as_str())
+    let mut needs: Vec<usize> = children
+        .get(r)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| need_of(snap, c, children, depth + 1))
+                .collect()
         })
-        .map(|c| need_of(snap, c, tree, depth + 1))
-        .collect();
+        .unwrap_or_default();
     needs.sort_unstable();
     needs
         .iter()

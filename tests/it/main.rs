@@ -37,6 +37,7 @@ mod bind_cancel;
 mod bind_fail_closed;
 mod binding;
 mod cluster;
+mod cluster_sim;
 mod deploy;
 mod disruption;
 mod docs;

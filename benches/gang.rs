@@ -156,7 +156,11 @@ fn settle(cache: &ClusterIndex, name: &str) {
     if let Ok(Some(q)) = gang::quorum(&snap, "bench", name)
         && q.reached
     {
-        gang::drop_plans(&PLANNER, &gang::tree_of(&snap, &q.unit));
+        gang::drop_plans(
+            &PLANNER,
+            &gang::tree_of(&snap, &q.unit),
+            tokio::time::Instant::now(),
+        );
     }
 }
 

@@ -518,12 +518,12 @@ impl Gangs {
                 return Ok(Held::Free);
             };
             if q.reached {
+                let now = Instant::now();
                 t.reserved.remove(&member);
                 if let Some(u) = t.units.remove(&q.unit) {
                     u.tx.send_replace(Outcome::Go);
                     // Members kept stay assumed and counted until
                     // kube-scheduler retries them: they bind then.
-                    let now = Instant::now();
                     for m in u.kept {
                         if m != member {
                             t.reserved.insert(m, now);
@@ -533,7 +533,7 @@ impl Gangs {
                 t.recount();
                 drop(t);
                 let snap = nodes.read();
-                gang::drop_plans(&self.planner, &gang::tree_of(&snap, &q.unit));
+                gang::drop_plans(&self.planner, &gang::tree_of(&snap, &q.unit), now);
                 return Ok(Held::Quorum);
             }
             let known = t.reserved.contains_key(&member)

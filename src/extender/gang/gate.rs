@@ -434,7 +434,7 @@ pub(super) fn make_plan(
 }
 
 /// Drops the plans of a unit's groups (its quorum was reached), and every
-/// lapsed plan.
-pub fn drop_plans(planner: &GangPlanner, groups: &[GroupRef]) {
-    planner.drop(groups, Instant::now());
+/// plan lapsed by `now`.
+pub fn drop_plans(planner: &GangPlanner, groups: &[GroupRef], now: Instant) {
+    planner.drop(groups, now);
 }

@@ -325,8 +325,25 @@ mod tests {
             .expect("hierarchy")
             .expect("a gang");
         assert!(q.reached);
-        gang::drop_plans(&planner, &tree_of(&snap, &q.unit));
+        gang::drop_plans(&planner, &tree_of(&snap, &q.unit), Instant::now());
         assert!(planner.get(&g("g")).is_none());
+    }
+
+    #[test]
+    fn drop_plans_lapses_plans_by_the_clock_it_is_given() {
+        let planner = GangPlanner::new();
+        let t0 = Instant::now();
+        assert!(record(&planner, "done", "r1", 1, t0));
+        assert!(record(&planner, "waiting", "r2", 1, t0));
+        // Before the waiting group's plan lapses: only the unit's plans go.
+        let before = t0 + PLAN_TTL - Duration::from_secs(1);
+        gang::drop_plans(&planner, &[g("done")], before);
+        assert!(planner.get(&g("done")).is_none());
+        assert!(planner.get(&g("waiting")).is_some());
+        // At its expiry by the clock passed in (the wall clock is still
+        // near t0): lapsed, and dropped.
+        gang::drop_plans(&planner, &[], t0 + PLAN_TTL);
+        assert!(planner.is_empty());
     }
 
     #[test]

@@ -21,7 +21,10 @@
 //! same room). Among domains that can hold what the group needs, the one
 //! left with the least room for another pod of the group's largest shape
 //! wins (best fit: the least fragmentation, big empty domains stay whole
-//! for big groups); ties go to the smallest label value.
+//! for big groups); ties go to the smallest label value. When
+//! kube-scheduler sent a sample of the nodes that stopped inside a domain
+//! that can hold the group, that domain wins over best fit: its next
+//! cycle's sample starts there ([`simulation::SampleEnd`]).
 //!
 //! Files: [`hierarchy`] (specs, the chain walk, members, quorum),
 //! [`simulation`] (rooms, demand, the group tree and domain trials),

@@ -965,9 +965,10 @@ fn assert_gangs_in_one_rack(bound: &std::collections::BTreeMap<String, String>) 
 /// The shipped profile filters every node; an operator's profile that
 /// leaves `percentageOfNodesToScore` unset makes kube-scheduler send a
 /// rotating sample (at 300 nodes: 48 percent, 144 nodes). Driven both ways
-/// through the shipped extender container, 40 gangs of 4 converge in about
-/// as many scheduling cycles: a group with no member placed yet chooses its
-/// domain among the nodes it was offered.
+/// through the shipped extender container, 40 gangs of 4 converge within
+/// 1.5 times the scheduling cycles: a group with no member placed yet
+/// chooses its domain among the nodes it was offered, the one the sample
+/// ends inside, which the next cycle's sample starts in.
 #[tokio::test]
 async fn gangs_converge_under_kube_schedulers_node_sampling() {
     let Some(objs) = rendered() else { return };
@@ -1012,13 +1013,23 @@ async fn gangs_converge_under_kube_schedulers_node_sampling() {
     eprintln!(
         "scheduling cycles for {GANGS} gangs of {GANG_SIZE} at {SAMPLED_NODES} nodes: every node {every}, sampled {sampled}"
     );
-    // Every node: one cycle per pod. Sampled: a gang's first member
-    // chooses its rack among its sample; each later member passes when its
-    // own sample covers that rack (about half of them at 48 percent), so
-    // about 1.8 cycles per pod (285 here; 3,478 when a member outside its
-    // sample dropped the gang's plan).
+    // Every node: one cycle per pod. Sampled: kube-scheduler starts each
+    // cycle's sample where the last one stopped, so (nodes in name order,
+    // racks contiguous) a gang's members in three consecutive cycles are
+    // offered [s, s+144), [s+144, s+288) and [s+288, s+432) mod 300, that
+    // is [s-12, s+132). A rack of 10 meeting the second and third windows
+    // spans s+288 (where it misses the first) or s+131..s+144 (14 nodes):
+    // none meets all three, so at least one member per gang fails once, a
+    // floor of 200 cycles; a retry passes only if its cycle's window meets
+    // the rack (12 or 13 of the 25 windows of the rotation). A gang's first
+    // member plans the rack its sample ends inside, where the second
+    // member's sample starts: 229 cycles (the second member fails 16
+    // times, the third 43, the fourth 10). By best fit alone (the fullest
+    // rack offered, which the next window misses) it was 285 (the second
+    // member failed 82 times, the fourth 43); dropping the plan when a
+    // member's sample missed it, 3,478.
     assert!(
-        sampled <= 2 * every,
+        2 * sampled <= 3 * every,
         "sampling must not multiply the cycles: every node {every}, sampled {sampled}"
     );
 }

@@ -126,9 +126,16 @@ pub fn filter_gate(
             Err(verdict) => return verdict,
             Ok(DomainWalk::Unplanned { level, outer }) => {
                 // Plan the highest level without a domain, inside the outer ones.
-                if let Err((message, unresolvable)) =
-                    make_plan(snap, planner, &levels, level, &outer, this, now)
-                {
+                if let Err((message, unresolvable)) = make_plan(
+                    snap,
+                    planner,
+                    &levels,
+                    level,
+                    &outer,
+                    this,
+                    candidates.last().copied(),
+                    now,
+                ) {
                     note(snap, planner, &levels[level].group, &message);
                     return GroupVerdict::reject(message, unresolvable);
                 }
@@ -375,7 +382,10 @@ pub(super) fn remaining_fit(
 
 /// Chooses and records domains for `levels[at]` and every keyed group below
 /// it, inside `outer`. Err: why nothing fits, and whether removing pods
-/// could not help.
+/// could not help. `last_offered`: the last node of the filter request, in
+/// kube-scheduler's order; when the request is a sample that ends inside a
+/// domain that holds the group, that domain is chosen ([`SampleEnd`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn make_plan(
     snap: &ClusterState,
     planner: &GangPlanner,
@@ -383,12 +393,20 @@ pub(super) fn make_plan(
     at: usize,
     outer: &[(String, Arc<DomainIndex>, String)],
     this: FilteredPod<'_, '_>,
+    last_offered: Option<&str>,
     now: Instant,
 ) -> Result<(), (String, bool)> {
     let root = &levels[at].group;
     // Members of the pod's own chain below `at` are in the subtree.
     let reqs = subtree_requests(snap, root, this);
     let axes = ResourceAxes::of(snap, reqs.iter().copied());
+    let sample = this.and_then(|(_, _, requests, offered)| {
+        Some(SampleEnd {
+            last: last_offered?,
+            offered: offered.as_deref()?,
+            shape: axes.shape(requests),
+        })
+    });
     let Some(tree) = build_tree(snap, root, &axes, this, 0) else {
         return Err((format!("waiting for {root} to exist"), true));
     };
@@ -405,7 +423,7 @@ pub(super) fn make_plan(
         let mut free = FreeRooms::new(snap, &axes, false);
         reserve_others(snap, plans, &own, &axes, &mut free, None, now);
         let mut record = Vec::new();
-        match tree.place(&bounds, &mut free, &mut record) {
+        match tree.place(&bounds, &mut free, &mut record, sample.as_ref()) {
             Some(trial) if trial.satisfied => Some(
                 record
                     .into_iter()
@@ -424,7 +442,7 @@ pub(super) fn make_plan(
     let key = levels[at].spec.topology.clone().unwrap_or_default();
     let mut empty = FreeRooms::new(snap, &axes, true);
     let fits_empty = tree
-        .place(&bounds, &mut empty, &mut Vec::new())
+        .place(&bounds, &mut empty, &mut Vec::new(), None)
         .is_some_and(|trial| trial.satisfied);
     let n = tree.required();
     Err((

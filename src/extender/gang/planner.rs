@@ -346,6 +346,54 @@ mod tests {
         assert!(planner.is_empty());
     }
 
+    /// The rack a fresh group plans, offered `sample` (node names in
+    /// kube-scheduler's order).
+    fn planned_rack(cache: &crate::cache::cluster_index::ClusterIndex, sample: &[&str]) -> String {
+        let planner = GangPlanner::new();
+        let p = crate::extender::plugins::testing::pod("g-0", Some("g"), "1", None);
+        let v = filter_gate(
+            &cache.read(),
+            &planner,
+            &p,
+            &member_requests(&p),
+            sample,
+            Instant::now(),
+        );
+        assert!(v.wide.is_none(), "{:?}", v.wide);
+        v.domain()[0].1.clone()
+    }
+
+    #[test]
+    fn under_a_sample_a_fresh_group_plans_the_domain_the_sample_ends_inside() {
+        // Three empty racks of three nodes; a gang of two one-cpu pods fits
+        // in any of them.
+        let cache = racks(&[("r1", 3, "4"), ("r2", 3, "4"), ("r3", 3, "4")]);
+        gang(&cache, "g", 2, "1", true);
+        let names = all_nodes(&cache);
+        let every: Vec<&str> = names.iter().map(String::as_str).collect();
+        // Every node offered: best fit, the first of equal racks.
+        assert_eq!(planned_rack(&cache, &every), "r1");
+        // kube-scheduler's sample stopped inside r2 (r2-2 has room and was
+        // not offered): its next cycle starts at r2-2, so r2 is planned.
+        assert_eq!(
+            planned_rack(&cache, &["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"]),
+            "r2"
+        );
+        // Wrapped around past the last node: the sample ends inside r1
+        // (best fit alone would take r2, the first rack offered).
+        assert_eq!(
+            planned_rack(&cache, &["r2-2", "r3-0", "r3-1", "r3-2", "r1-0"]),
+            "r1"
+        );
+        assert_eq!(planned_rack(&cache, &["r2-2", "r3-0", "r3-1"]), "r3");
+        // A sample that ends on a rack's last node straddles no rack: best
+        // fit among the racks the pod was offered.
+        assert_eq!(
+            planned_rack(&cache, &["r2-0", "r2-1", "r2-2", "r3-0", "r3-1", "r3-2"]),
+            "r2"
+        );
+    }
+
     #[test]
     fn a_spec_change_makes_the_plan_stale_and_it_is_made_again() {
         let cache = racks(&[("r1", 2, "4"), ("r2", 3, "4")]);

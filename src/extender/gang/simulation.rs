@@ -270,6 +270,51 @@ impl DomainBounds {
     }
 }
 
+/// Where kube-scheduler's node sample ended, when a filter call was sent
+/// fewer nodes than have room (an operator's profile without
+/// `percentageOfNodesToScore: 100`): kube-scheduler filters from a
+/// rotating start index, stops after `numFeasibleNodesToFind` feasible
+/// nodes, and starts its next cycle right after the last node it
+/// processed. A domain the sample ends inside (its last node is there, and
+/// so are nodes with room the sample did not reach) is the one the next
+/// members' samples most likely reach too; a domain wholly inside the
+/// sample is most likely wholly outside the next one.
+pub(super) struct SampleEnd<'a> {
+    /// The last node of the request, in kube-scheduler's order.
+    pub(super) last: &'a str,
+    /// Every node of the request.
+    pub(super) offered: &'a BTreeSet<String>,
+    /// The filtered pod's shape over the simulation's axes.
+    pub(super) shape: Vec<u64>,
+}
+
+impl SampleEnd<'_> {
+    /// The value of the domain of `ix` (inside `within`) the sample ends
+    /// inside, if the last node lies in one that also holds a node with
+    /// room for the pod the sample did not offer.
+    pub(super) fn ends_inside(
+        &self,
+        ix: &DomainIndex,
+        within: &DomainBounds,
+        free: &FreeRooms<'_>,
+    ) -> Option<String> {
+        if !within.admits(self.last) {
+            return None;
+        }
+        let value = ix.value_of(self.last)?;
+        ix.nodes(value)
+            .iter()
+            .any(|n| {
+                !self.offered.contains(n)
+                    && within.admits(n)
+                    && free
+                        .get(n)
+                        .is_some_and(|room| max_fit(&room, &self.shape) > 0)
+            })
+            .then(|| value.to_owned())
+    }
+}
+
 /// A group's subtree prepared for simulation.
 pub(super) struct GroupTree {
     pub(super) group: GroupRef,
@@ -300,17 +345,25 @@ impl GroupTree {
     /// Places the tree within `within`; the best domain is committed to
     /// `free`, and `record` receives the chosen `(group, key, value)` of
     /// every level with a topology key.
+    ///
+    /// Domains are compared by whether the tree is satisfied there, then
+    /// how many pods fit, then (with `sample`) whether kube-scheduler's
+    /// sample ends inside the domain ([`SampleEnd`]), then best fit (least
+    /// room left over).
     pub(super) fn place(
         &self,
         within: &DomainBounds,
         free: &mut FreeRooms<'_>,
         record: &mut Vec<(GroupRef, String, String)>,
+        sample: Option<&SampleEnd<'_>>,
     ) -> Option<TrialResult> {
         let Some((key, ix)) = &self.key else {
             // No key: the domain is what the parent allows.
-            return self.place_in(None, within, free, record);
+            return self.place_in(None, within, free, record, sample);
         };
-        let mut best: Option<(TrialResult, &str)> = None;
+        // The one domain of this level the sample ends inside, if any.
+        let follows = sample.and_then(|s| s.ends_inside(ix, within, free));
+        let mut best: Option<(TrialResult, bool, &str)> = None;
         let (mut buf, mut scratch_room) = (Vec::new(), Vec::new());
         for (value, nodes) in ix.domains() {
             if self.fixed.as_deref().is_some_and(|f| f != value) {
@@ -331,34 +384,37 @@ impl GroupTree {
                     let inner = within.with(Arc::clone(ix), value);
                     let mark = free.mark();
                     let mut scratch = Vec::new();
-                    let nested = self.place_in(Some(value), &inner, free, &mut scratch);
+                    let nested = self.place_in(Some(value), &inner, free, &mut scratch, sample);
                     free.rollback(mark);
                     nested
                 }
             };
             let Some(trial) = trial else { continue };
+            let here = follows.as_deref() == Some(value);
             let better = match best {
                 None => true,
-                Some((kept, _)) => {
+                Some((kept, kept_here, _)) => {
                     (
                         trial.satisfied,
                         trial.placed,
+                        here,
                         std::cmp::Reverse(trial.leftover),
                     ) > (
                         kept.satisfied,
                         kept.placed,
+                        kept_here,
                         std::cmp::Reverse(kept.leftover),
                     )
                 }
             };
             if better {
-                best = Some((trial, value));
+                best = Some((trial, here, value));
             }
         }
-        let (chosen, value) = best?;
+        let (chosen, _, value) = best?;
         let inner = within.with(Arc::clone(ix), value);
         record.push((self.group.clone(), key.clone(), value.to_owned()));
-        self.place_in(Some(value), &inner, free, record);
+        self.place_in(Some(value), &inner, free, record, sample);
         Some(chosen)
     }
 
@@ -368,6 +424,7 @@ impl GroupTree {
         within: &DomainBounds,
         free: &mut FreeRooms<'_>,
         record: &mut Vec<(GroupRef, String, String)>,
+        sample: Option<&SampleEnd<'_>>,
     ) -> Option<TrialResult> {
         let nodes: Vec<&str> = match (&self.key, value) {
             (Some((_, ix)), Some(v)) => ix
@@ -403,7 +460,7 @@ impl GroupTree {
                 let mut satisfied = 0;
                 let mut placed = 0;
                 for c in children {
-                    if let Some(child) = c.place(within, free, record) {
+                    if let Some(child) = c.place(within, free, record, sample) {
                         satisfied += usize::from(child.satisfied);
                         placed += child.placed;
                     }

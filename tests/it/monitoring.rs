@@ -370,3 +370,116 @@ fn the_component_renders_with_the_shape_the_operator_needs() {
     let text = String::from_utf8(default.stdout).unwrap();
     assert!(!text.contains("kind: ServiceMonitor") && !text.contains("grafana_dashboard"));
 }
+
+/// The `httpTimeout` (seconds) of the extender entry that serves each
+/// verb, from the shipped kube-scheduler configuration.
+fn entry_timeouts() -> Vec<(&'static str, f64)> {
+    let text =
+        std::fs::read_to_string(root().join("manifests/kube-scheduler/scheduler-config.yaml"))
+            .unwrap();
+    let config: Value = serde_saphyr::from_str(&text).expect("scheduler-config.yaml parses");
+    let mut out = Vec::new();
+    for entry in config["extenders"].as_array().expect("extenders") {
+        let timeout = entry["httpTimeout"].as_str().expect("httpTimeout is set");
+        let seconds: f64 = timeout
+            .strip_suffix('s')
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("httpTimeout {timeout:?}: whole seconds expected"));
+        for (field, verb) in [
+            ("filterVerb", "Filter"),
+            ("prioritizeVerb", "Prioritize"),
+            ("preemptVerb", "Preempt"),
+            ("bindVerb", "Bind"),
+        ] {
+            if entry[field].is_string() {
+                out.push((verb, seconds));
+            }
+        }
+    }
+    out
+}
+
+/// `(verbs its selectors admit, threshold)` of each `... > number` branch
+/// of an alert expression joined by `or`.
+fn verb_thresholds(e: &Expr, verbs: &[&'static str], out: &mut Vec<(Vec<&'static str>, f64)>) {
+    fn selected(e: &Expr, verbs: &[&'static str], out: &mut BTreeSet<&'static str>) {
+        match e {
+            Expr::Aggregate(a) => selected(&a.expr, verbs, out),
+            Expr::Paren(p) => selected(&p.expr, verbs, out),
+            Expr::Call(c) => c.args.args.iter().for_each(|a| selected(a, verbs, out)),
+            Expr::MatrixSelector(m) => {
+                let matchers = m.vs.matchers.find_matchers("verb");
+                out.extend(
+                    verbs
+                        .iter()
+                        .filter(|v| matchers.iter().all(|m| m.is_match(v))),
+                );
+            }
+            _ => {}
+        }
+    }
+    match e {
+        Expr::Paren(p) => verb_thresholds(&p.expr, verbs, out),
+        Expr::Binary(b) if b.op.to_string() == "or" => {
+            verb_thresholds(&b.lhs, verbs, out);
+            verb_thresholds(&b.rhs, verbs, out);
+        }
+        Expr::Binary(b) if b.op.to_string() == ">" => {
+            let Expr::NumberLiteral(n) = &*b.rhs else {
+                panic!("a threshold is a number: {e}");
+            };
+            let mut admitted = BTreeSet::new();
+            selected(&b.lhs, verbs, &mut admitted);
+            out.push((admitted.into_iter().collect(), n.val));
+        }
+        other => panic!("not a thresholded branch: {other}"),
+    }
+}
+
+/// Only bind may legitimately be slow (gang quorum, DRA binding
+/// conditions): the latency alert holds each verb to 80% of the
+/// `httpTimeout` of the extender entry that serves it, and the histogram
+/// has finite buckets past every threshold (a quantile in the `+Inf` bucket
+/// reads as the highest finite bound, so a threshold above it never fires).
+#[test]
+fn the_latency_alert_holds_each_verb_to_its_own_entrys_timeout() {
+    let timeouts = entry_timeouts();
+    let verbs: Vec<&'static str> = timeouts.iter().map(|(v, _)| *v).collect();
+    assert_eq!(verbs.len(), 4, "every verb is served: {timeouts:?}");
+    let expr = rule()["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .find(|r| r["alert"] == "KruntimesExtenderLatencyHigh")
+        .and_then(|r| r["expr"].as_str())
+        .expect("the latency alert")
+        .to_owned();
+    let ast = parser::parse(&expr).unwrap();
+    let mut branches = Vec::new();
+    verb_thresholds(&ast, &verbs, &mut branches);
+    let top = kruntimes_scheduler::metrics::EXTENDER_SLOW_BUCKETS
+        .iter()
+        .copied()
+        .fold(0.0, f64::max);
+    for (verb, timeout) in &timeouts {
+        let of_verb: Vec<f64> = branches
+            .iter()
+            .filter(|(vs, _)| vs.contains(verb))
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(of_verb.len(), 1, "{verb}: one threshold: {branches:?}");
+        let threshold = of_verb[0];
+        assert!(
+            (threshold - 0.8 * timeout).abs() < 1e-9,
+            "{verb}: threshold {threshold}s, entry timeout {timeout}s"
+        );
+        assert!(
+            top >= *timeout,
+            "{verb}: the histogram's last finite bucket ({top}s) is below the timeout {timeout}s"
+        );
+    }
+    // Not vacuous: the short verbs and bind have different thresholds.
+    let distinct: BTreeSet<u64> = branches.iter().map(|(_, t)| t.to_bits()).collect();
+    assert_eq!(distinct.len(), 2, "{branches:?}");
+}

@@ -400,10 +400,13 @@ pub(super) fn make_plan(
     // Members of the pod's own chain below `at` are in the subtree.
     let reqs = subtree_requests(snap, root, this);
     let axes = ResourceAxes::of(snap, reqs.iter().copied());
-    let sample = this.and_then(|(_, _, requests, offered)| {
+    let sample = this.and_then(|(_, name, requests, offered)| {
         Some(SampleEnd {
             last: last_offered?,
             offered: offered.as_deref()?,
+            eligible: snap
+                .pod(&levels[0].group.namespace, name)
+                .and_then(|p| eligible(snap, p)),
             shape: axes.shape(requests),
         })
     });

@@ -346,16 +346,19 @@ mod tests {
         assert!(planner.is_empty());
     }
 
-    /// The rack a fresh group plans, offered `sample` (node names in
-    /// kube-scheduler's order).
-    fn planned_rack(cache: &crate::cache::cluster_index::ClusterIndex, sample: &[&str]) -> String {
+    /// The rack a fresh group plans for its member `p`, offered `sample`
+    /// (node names in kube-scheduler's order).
+    fn planned_rack(
+        cache: &crate::cache::cluster_index::ClusterIndex,
+        p: &Pod,
+        sample: &[&str],
+    ) -> String {
         let planner = GangPlanner::new();
-        let p = crate::extender::plugins::testing::pod("g-0", Some("g"), "1", None);
         let v = filter_gate(
             &cache.read(),
             &planner,
-            &p,
-            &member_requests(&p),
+            p,
+            &member_requests(p),
             sample,
             Instant::now(),
         );
@@ -368,30 +371,63 @@ mod tests {
         // Three empty racks of three nodes; a gang of two one-cpu pods fits
         // in any of them.
         let cache = racks(&[("r1", 3, "4"), ("r2", 3, "4"), ("r3", 3, "4")]);
-        gang(&cache, "g", 2, "1", true);
+        let pods = gang(&cache, "g", 2, "1", true);
         let names = all_nodes(&cache);
         let every: Vec<&str> = names.iter().map(String::as_str).collect();
         // Every node offered: best fit, the first of equal racks.
-        assert_eq!(planned_rack(&cache, &every), "r1");
+        assert_eq!(planned_rack(&cache, &pods[0], &every), "r1");
         // kube-scheduler's sample stopped inside r2 (r2-2 has room and was
         // not offered): its next cycle starts at r2-2, so r2 is planned.
         assert_eq!(
-            planned_rack(&cache, &["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"]),
+            planned_rack(&cache, &pods[0], &["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"]),
             "r2"
         );
         // Wrapped around past the last node: the sample ends inside r1
         // (best fit alone would take r2, the first rack offered).
         assert_eq!(
-            planned_rack(&cache, &["r2-2", "r3-0", "r3-1", "r3-2", "r1-0"]),
+            planned_rack(&cache, &pods[0], &["r2-2", "r3-0", "r3-1", "r3-2", "r1-0"]),
             "r1"
         );
-        assert_eq!(planned_rack(&cache, &["r2-2", "r3-0", "r3-1"]), "r3");
+        assert_eq!(
+            planned_rack(&cache, &pods[0], &["r2-2", "r3-0", "r3-1"]),
+            "r3"
+        );
         // A sample that ends on a rack's last node straddles no rack: best
         // fit among the racks the pod was offered.
         assert_eq!(
-            planned_rack(&cache, &["r2-0", "r2-1", "r2-2", "r3-0", "r3-1", "r3-2"]),
+            planned_rack(
+                &cache,
+                &pods[0],
+                &["r2-0", "r2-1", "r2-2", "r3-0", "r3-1", "r3-2"]
+            ),
             "r2"
         );
+    }
+
+    #[test]
+    fn nodes_the_pods_own_affinity_excludes_do_not_make_a_sample() {
+        let cache = racks(&[("r1", 3, "4"), ("r2", 3, "4"), ("r3", 3, "4")]);
+        cache.apply_pod_group(&group("g", 2, true));
+        // g-0 may run on r1 and two nodes of r2 only: kube-scheduler offers
+        // exactly those, every one of them (no sample).
+        let mine = ["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"];
+        let mut p = crate::extender::plugins::testing::pod("g-0", Some("g"), "1", None);
+        p.spec.as_mut().expect("spec").affinity = Some(
+            serde_json::from_value(serde_json::json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": mine}]}
+            ]}}}))
+            .expect("affinity"),
+        );
+        cache.apply_pod(&p);
+        cache.apply_pod(&crate::extender::plugins::testing::pod(
+            "g-1",
+            Some("g"),
+            "1",
+            None,
+        ));
+        // r2-2 has room but the pod may not use it: best fit, r1.
+        assert_eq!(planned_rack(&cache, &p, &mine), "r1");
     }
 
     #[test]

@@ -284,6 +284,10 @@ pub(super) struct SampleEnd<'a> {
     pub(super) last: &'a str,
     /// Every node of the request.
     pub(super) offered: &'a BTreeSet<String>,
+    /// The nodes the pod's own `nodeSelector` and required node affinity
+    /// admit (`None`: any): a node they exclude was not offered because of
+    /// them, not because the sample stopped.
+    pub(super) eligible: AllowedNodes,
     /// The filtered pod's shape over the simulation's axes.
     pub(super) shape: Vec<u64>,
 }
@@ -307,6 +311,7 @@ impl SampleEnd<'_> {
             .any(|n| {
                 !self.offered.contains(n)
                     && within.admits(n)
+                    && self.eligible.as_ref().is_none_or(|e| e.contains(n))
                     && free
                         .get(n)
                         .is_some_and(|room| max_fit(&room, &self.shape) > 0)

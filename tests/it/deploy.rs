@@ -759,7 +759,13 @@ struct SamplingScheduler {
 impl SamplingScheduler {
     /// The nodes one cycle sends to the extender: from `next_start`, the
     /// first `numFeasibleNodesToFind` nodes its own filters pass; the start
-    /// index then moves past every node it processed.
+    /// index then moves past every node it processed, as upstream's
+    /// `findNodesThatFitPod` advances `nextStartNodeIndex` by
+    /// `len(feasibleNodes) + diagnosis.NodeToStatus.Len()` (the nodes that
+    /// passed and those that failed, before the extender is called).
+    /// Upstream filters in parallel chunks, so it may process a few nodes
+    /// past the last one it keeps and send them in the order found; this
+    /// driver is sequential and sends them in rotation order.
     fn sample(&mut self, cpu: i64) -> Vec<String> {
         let n = self.nodes.len();
         let want = num_feasible_nodes_to_find(self.percentage, n);

@@ -105,6 +105,7 @@ impl Default for Semantics {
 pub(super) struct Domains {
     /// One index per topology key asked for so far.
     indexes: Mutex<HashMap<String, Arc<DomainIndex>>>,
+    /// The switches `serve` set ([`ClusterIndex::set_semantics`]).
     semantics: Semantics,
 }
 
@@ -117,7 +118,10 @@ impl super::ClusterIndex {
 
 /// Free amounts on nodes for a fixed list of resources.
 pub struct Rooms<'s> {
+    /// The snapshot read.
     snap: &'s ClusterState,
+    /// The interned id of each asked resource, in the asked order (`None`:
+    /// no node offers it, so it is 0 everywhere).
     ids: Vec<Option<ResId>>,
     /// Ignore what is counted on the node (allocatable only).
     empty: bool,

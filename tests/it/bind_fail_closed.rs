@@ -81,8 +81,11 @@ async fn node_name(a: &Standalone, pod: &str) -> Value {
 /// Not bound, not assumed, nothing counted on n1.
 async fn assert_unbound(a: &Standalone, pod: &str) {
     assert_eq!(node_name(a, pod).await, Value::Null);
-    assert!(!a.state.nodes.read().is_assumed("ml", pod));
-    assert_eq!(a.state.nodes.read().used("n1", "cpu").unwrap_or(0), 0);
+    assert!(!a.state.extender.nodes.read().is_assumed("ml", pod));
+    assert_eq!(
+        a.state.extender.nodes.read().used("n1", "cpu").unwrap_or(0),
+        0
+    );
 }
 
 #[tokio::test]

@@ -191,7 +191,7 @@ async fn with_the_gate_off_members_share_one_preemption_policy_among_themselves(
     first["spec"]["preemptionPolicy"] = json!("Never");
     objs.push(first);
     let a = cluster(objs).await;
-    a.state.nodes.set_semantics(Semantics {
+    a.state.extender.nodes.set_semantics(Semantics {
         group_preemption_policy: false,
         ..Semantics::default()
     });

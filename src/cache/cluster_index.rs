@@ -254,3 +254,41 @@ impl ClusterIndex {
         self.state.read()
     }
 }
+
+#[cfg(test)]
+impl ClusterIndex {
+    /// An index holding test kit objects (see [`ClusterIndex::apply_objects`]).
+    pub(crate) fn of(objs: impl IntoIterator<Item = crate::testkit::Obj>) -> Self {
+        let index = Self::new();
+        index.apply_objects(objs);
+        index
+    }
+
+    /// Applies test kit objects by `kind`; returns the Pods among them, in
+    /// order.
+    pub(crate) fn apply_objects(
+        &self,
+        objs: impl IntoIterator<Item = crate::testkit::Obj>,
+    ) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        let mut pods = Vec::new();
+        for o in objs {
+            let kind = o.0["kind"].as_str().unwrap_or_default().to_owned();
+            match kind.as_str() {
+                "Node" => self.apply_node(&o.typed()),
+                "Pod" => {
+                    let p = o.typed();
+                    self.apply_pod(&p);
+                    pods.push(p);
+                }
+                "PodGroup" => self.apply_pod_group(&o.typed()),
+                "CompositePodGroup" => self.apply_composite(&o.typed()),
+                "PriorityClass" => self.apply_priority_class(&o.typed()),
+                "ResourceClaim" => self.apply_claim(&o.typed()),
+                "ResourceSlice" => self.apply_slice(&o.typed()),
+                "DeviceClass" => self.apply_device_class(&o.typed()),
+                other => panic!("the cluster index holds no kind {other:?}"),
+            }
+        }
+        pods
+    }
+}

@@ -150,11 +150,6 @@ async fn standalone_without_the_flag_the_spread_candidate_is_dropped() {
 }
 
 /// A node with room for one 3-cpu pod.
-fn node(name: &str) -> Value {
-    json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}})
-}
-
 fn member(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "ml"},
         "spec": {"nodeName": node, "priority": 10, "schedulingGroup": {"podGroupName": "train"},
@@ -166,7 +161,12 @@ fn member(name: &str, node: &str) -> Value {
 async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_the_eviction_api() {
     let api = FakeApi::start().await;
     for n in ["n0", "n1", "n2"] {
-        api.put(Res::Nodes, node(n));
+        api.put(
+            Res::Nodes,
+            testkit::node(n)
+                .set(&["status", "allocatable", "pods"], "10")
+                .value(),
+        );
     }
     api.put(
         Res::PodGroups,

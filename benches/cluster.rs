@@ -43,7 +43,7 @@ fn bind(c: &mut Criterion) {
                     }
                     let cfg = CacheConfig { heartbeat_stale_after: Duration::from_secs(3600), ..CacheConfig::default() };
                     let c = cluster(cfg, api.client(), "bench").await;
-                    while !c.state.cache.is_synced() {
+                    while !c.state.runs.cache.is_synced() {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     let task = tokio::spawn(Arc::clone(&c.controller).run(4, Duration::from_secs(3600)));

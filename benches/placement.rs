@@ -156,7 +156,7 @@ fn scheduling_loop(c: &mut Criterion) {
                 let n = rt.block_on(app.controller.drain());
                 total += start.elapsed();
                 assert!(n >= RUNS);
-                assert_eq!(app.state.cache.runs(Some("bench")).iter().filter(|r| r.phase.as_deref() == Some("Scheduled")).count(), RUNS);
+                assert_eq!(app.state.runs.cache.runs(Some("bench")).iter().filter(|r| r.phase.as_deref() == Some("Scheduled")).count(), RUNS);
             }
             total
         })
@@ -180,10 +180,10 @@ fn plan_http(c: &mut Criterion) {
         let now = Timestamp::now();
         let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
         for i in 0..n {
-            app.state.cache.apply_pod(&runtime_pod(i, now), now);
+            app.state.runs.cache.apply_pod(&runtime_pod(i, now), now);
             if i % 2 == 0 {
                 let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-                app.state.cache.apply_run(&run(
+                app.state.runs.cache.apply_run(&run(
                     &format!("busy-{i}"),
                     &busy,
                     Some(&format!("rp-{i:05}")),

@@ -7,7 +7,7 @@
 //!  certs ─▶ webhooks (self-managed webhook TLS and configurations)
 //!       │
 //!  http ── the Run API, standalone objects, health, metrics; composes every
-//!       │  surface's router over the composite AppState (axum FromRef)
+//!       │  surface's router over AppState, which holds each surface's state
 //!       ▼
 //!  surfaces, none importing another, each with router(own state):
 //!    extender (ExtenderState)  admission (AdmissionState)

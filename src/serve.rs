@@ -1,17 +1,19 @@
 //! `serve`: assembles cache, store, scheduling loop and HTTP server.
 
+use crate::admission::AdmissionState;
 use crate::cache::cluster_index::ClusterIndex;
 use crate::cache::{CacheConfig, RunCache};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
 use crate::cluster::leader::{self, LeaderConfig};
-use crate::cluster::load::{self, load_path};
+use crate::cluster::load;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
+use crate::extender::ExtenderState;
 use crate::extender::bind::device_gate::{BindingConfig, BindingGate};
 use crate::extender::bind::permit::Gangs;
 use crate::health::{self, Health};
-use crate::http::AppState;
+use crate::http::{AppState, RunApiState};
 use crate::metrics::{Metrics, Task};
 use crate::runs::queue::WorkQueue;
 use crate::transport::{parse_duration, shutdown_signal};
@@ -485,20 +487,15 @@ fn assemble(
         Arc::clone(&metrics),
         health::DEFAULT_WATCH_FAILURE_GRACE,
     ));
-    let state = AppState {
+    let state = app_state(
         cache,
-        store: Some(Arc::clone(&store)),
+        Some(Arc::clone(&store)),
         health,
         metrics,
         nodes,
-        writer: store.clone(),
-        binding: Arc::new(BindingGate::default()),
-        gangs: Arc::new(Gangs::default()),
-        access: None,
-        extender_limits: Default::default(),
-        evictions: Arc::default(),
-        api: None,
-    };
+        store.clone(),
+        None,
+    );
     Ok(Standalone {
         state,
         store,
@@ -506,19 +503,53 @@ fn assemble(
     })
 }
 
+/// Every surface's state over one set of caches, each built by its
+/// surface: the Run API and health over the Run cache, the extender and
+/// admission over the cluster index (the extender decides once the Run
+/// cache reports every watch synced).
+fn app_state(
+    cache: Arc<RunCache>,
+    store: Option<Arc<StandaloneStore>>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    nodes: Arc<ClusterIndex>,
+    writer: Arc<dyn ClusterWriter>,
+    api: Option<kube::Client>,
+) -> AppState {
+    let synced = {
+        let cache = Arc::clone(&cache);
+        Arc::new(move || cache.is_synced())
+    };
+    let extender = ExtenderState::new(Arc::clone(&nodes), writer, Arc::clone(&metrics), synced);
+    AppState {
+        admission: AdmissionState::new(nodes.clone()).with_metrics(Arc::clone(&metrics)),
+        runs: RunApiState {
+            cache,
+            store,
+            health,
+            metrics,
+            access: None,
+            nodes,
+            gangs: Arc::clone(&extender.gangs),
+        },
+        extender,
+        api,
+    }
+}
+
 /// Starts the follow-up evictor of `All` groups preempted across nodes
 /// (component `extender`, `--evict-all-disruption`) over the state's
 /// cluster index, writing through `writer`: [`evictor_writer`] in cluster
-/// mode, the in-memory store (`state.writer`: the pods deleted) in
+/// mode, the in-memory store (`state.extender.writer`: the pods deleted) in
 /// standalone mode. Restarted with backoff if it panics
 /// (`kruntimes_task_restarts_total{task="AllDisruptionEvictor"}`).
 pub fn spawn_evictor(
     state: &AppState,
     writer: Arc<dyn ClusterWriter>,
 ) -> tokio::task::JoinHandle<()> {
-    let evictions = Arc::clone(&state.evictions);
-    let nodes = Arc::clone(&state.nodes);
-    let metrics = Arc::clone(&state.metrics);
+    let evictions = Arc::clone(&state.extender.evictions);
+    let nodes = Arc::clone(&state.extender.nodes);
+    let metrics = Arc::clone(&state.extender.metrics);
     tokio::spawn(health::supervise(
         "all-disruption-evictor",
         {
@@ -569,7 +600,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub fn load_state(
     path: &std::path::Path,
 ) -> anyhow::Result<(Vec<serde_json::Value>, crate::cluster::load::Skipped)> {
-    let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
+    let objects =
+        load::load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let (objects, skipped) = crate::cluster::load::skip_unmodelled(objects);
     if !skipped.is_empty() {
         tracing::info!(path = %path.display(), skipped = skipped.total(), "--state: skipped {skipped}");
@@ -581,18 +613,19 @@ async fn run_standalone(args: &ServeArgs, path: &std::path::Path) -> anyhow::Res
     let components = args.components()?;
     let binding = args.binding_config()?;
     let (mut app, count, skipped) = standalone_from_state(args.cache_config(), path)?;
-    app.state.binding = Arc::new(BindingGate::new(binding));
-    app.state.gangs = Arc::new(Gangs::with_config(args.gang_config()?));
-    app.state.nodes.set_semantics(args.semantics());
+    app.state.extender.binding = Arc::new(BindingGate::new(binding));
+    app.state
+        .set_gangs(Arc::new(Gangs::with_config(args.gang_config()?)));
+    app.state.extender.nodes.set_semantics(args.semantics());
     tracing::info!(path = %path.display(), objects = count, skipped = skipped.total(), components = %components.names(), "standalone mode: state loaded");
     let loop_task = components.runs.then(|| {
         // The one replica of standalone mode is its leader.
-        app.state.metrics.leader.set(1);
+        app.state.runs.metrics.leader.set(1);
         tokio::spawn(Arc::clone(&app.controller).run(args.workers, args.resync_period))
     });
     let evictor = (components.extender && args.evict_all_disruption)
-        .then(|| spawn_evictor(&app.state, Arc::clone(&app.state.writer)));
-    let queue = Arc::clone(app.state.cache.queue());
+        .then(|| spawn_evictor(&app.state, Arc::clone(&app.state.extender.writer)));
+    let queue = Arc::clone(app.state.runs.cache.queue());
     let tls = args.tls.load().context("loading --tls-cert/--tls-key")?;
     let result = listen_all(args, components, &app.state, tls, "standalone mode").await;
     queue.shutdown();
@@ -623,7 +656,7 @@ async fn bind_all(
     tls: Option<crate::tls::TlsConfigHandle>,
 ) -> anyhow::Result<Vec<Listener>> {
     let mut state = state.clone();
-    state.extender_limits = args.extender_limits();
+    state.extender.limits = args.extender_limits();
     let state = &state;
     let wanted = [
         (
@@ -770,9 +803,9 @@ pub fn raise_open_files(needed: u64) -> Option<u64> {
 /// (only reserved members left) and records their Events and conditions.
 pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
     let (gangs, nodes, writer) = (
-        Arc::clone(&state.gangs),
-        Arc::clone(&state.nodes),
-        Arc::clone(&state.writer),
+        Arc::clone(&state.extender.gangs),
+        Arc::clone(&state.extender.nodes),
+        Arc::clone(&state.extender.writer),
     );
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -856,20 +889,7 @@ pub async fn cluster_with(
     )
     .await;
     Cluster {
-        state: AppState {
-            cache,
-            store: None,
-            health,
-            metrics,
-            nodes,
-            writer,
-            binding: Arc::new(BindingGate::default()),
-            gangs: Arc::new(Gangs::default()),
-            access: None,
-            extender_limits: Default::default(),
-            evictions: Arc::default(),
-            api: Some(client),
-        },
+        state: app_state(cache, None, health, metrics, nodes, writer, Some(client)),
         controller,
         watchers,
     }
@@ -925,11 +945,12 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         args.watch_failure_grace,
     )
     .await;
-    app.state.binding = Arc::new(BindingGate::new(binding));
-    app.state.gangs = Arc::new(Gangs::with_config(args.gang_config()?));
-    app.state.nodes.set_semantics(args.semantics());
+    app.state.extender.binding = Arc::new(BindingGate::new(binding));
+    app.state
+        .set_gangs(Arc::new(Gangs::with_config(args.gang_config()?)));
+    app.state.extender.nodes.set_semantics(args.semantics());
     if args.authorize_reads {
-        app.state.access = Some(crate::http::auth::AccessControl::new(
+        app.state.runs.access = Some(crate::http::auth::AccessControl::new(
             client.clone(),
             args.auth_cache_ttl,
         ));
@@ -971,12 +992,12 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
         )))
     } else {
         tracing::info!("leader election off: this replica schedules Runs");
-        app.state.metrics.leader.set(1);
+        app.state.runs.metrics.leader.set(1);
         Some(tokio::spawn(
             Arc::clone(&app.controller).run(args.workers, args.resync_period),
         ))
     };
-    let queue = Arc::clone(app.state.cache.queue());
+    let queue = Arc::clone(app.state.runs.cache.queue());
     let managed = match args.webhooks.config().map_err(anyhow::Error::msg)? {
         Some(cfg) => {
             if !components.admission {
@@ -991,7 +1012,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
                 );
             }
             Some(
-                crate::webhooks::start(client.clone(), cfg, Arc::clone(&app.state.metrics))
+                crate::webhooks::start(client.clone(), cfg, Arc::clone(&app.state.runs.metrics))
                     .await
                     .context("--manage-webhooks")?,
             )
@@ -1012,7 +1033,7 @@ async fn run_cluster(args: &ServeArgs) -> anyhow::Result<()> {
     // The webhooks are registered only now that a listener can answer
     // them; registration and renewal are restarted if they panic.
     let webhook_task = managed.map(|m| {
-        let metrics = Arc::clone(&app.state.metrics);
+        let metrics = Arc::clone(&app.state.runs.metrics);
         tokio::spawn(health::supervise(
             "webhook-renewal",
             move || register_and_renew(m.clone()),

@@ -68,6 +68,12 @@ impl AdmissionState {
             metrics: Arc::default(),
         }
     }
+
+    /// The same, counting verdicts in `metrics` (the service's registry).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
 }
 
 /// The webhook routes, with their own body limit and timeout, ready to be

@@ -97,31 +97,22 @@ impl PriorityLookup for ClusterIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit;
     use k8s_openapi::api::scheduling::v1::PriorityClass;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    fn mk_class(name: &str, value: i32) -> PriorityClass {
-        PriorityClass {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
-            value: Some(value),
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn the_cluster_index_is_the_lookup_and_fails_closed_until_listed() {
         let nodes = ClusterIndex::new();
         let lookup: &dyn PriorityLookup = &nodes;
-        nodes.apply_priority_class(&mk_class("high", 1000));
+        nodes.apply_priority_class(&testkit::priority_class("high", 1000).typed::<PriorityClass>());
         assert_eq!(lookup.lookup("high"), ClassLookup::NotSynced);
-        nodes.reset_priority_classes(&[mk_class("high", 1000)]);
+        nodes.reset_priority_classes(&[
+            testkit::priority_class("high", 1000).typed::<PriorityClass>()
+        ]);
         assert!(nodes.priority_classes_synced());
         assert_eq!(lookup.lookup("high"), ClassLookup::Found(1000));
         assert_eq!(lookup.lookup("low"), ClassLookup::Missing);
-        nodes.apply_priority_class(&mk_class("low", 1));
+        nodes.apply_priority_class(&testkit::priority_class("low", 1).typed::<PriorityClass>());
         nodes.delete_priority_class("high");
         assert_eq!(lookup.lookup("low"), ClassLookup::Found(1));
         assert_eq!(lookup.lookup("high"), ClassLookup::Missing);
@@ -135,11 +126,15 @@ mod tests {
     fn fails_closed_until_synced() {
         let index = ClusterIndex::new();
         let index: &dyn PriorityLookup = {
-            index.apply_priority_class(&mk_class("high", 1000));
+            index.apply_priority_class(
+                &testkit::priority_class("high", 1000).typed::<PriorityClass>(),
+            );
             &index
         };
         assert_eq!(index.lookup("high"), ClassLookup::NotSynced);
-        let listed = ClusterIndex::with_priority_classes(&[mk_class("high", 1000)]);
+        let listed = ClusterIndex::with_priority_classes(&[
+            testkit::priority_class("high", 1000).typed::<PriorityClass>()
+        ]);
         let index: &dyn PriorityLookup = &listed;
         assert_eq!(index.lookup("high"), ClassLookup::Found(1000));
         assert_eq!(index.lookup("low"), ClassLookup::Missing);
@@ -147,14 +142,16 @@ mod tests {
 
     #[test]
     fn apply_delete_reset() {
-        let nodes = ClusterIndex::with_priority_classes(&[mk_class("a", 1)]);
+        let nodes = ClusterIndex::with_priority_classes(&[
+            testkit::priority_class("a", 1).typed::<PriorityClass>()
+        ]);
         let index: &dyn PriorityLookup = &nodes;
-        nodes.apply_priority_class(&mk_class("b", 2));
-        nodes.apply_priority_class(&mk_class("a", 3));
+        nodes.apply_priority_class(&testkit::priority_class("b", 2).typed::<PriorityClass>());
+        nodes.apply_priority_class(&testkit::priority_class("a", 3).typed::<PriorityClass>());
         assert_eq!(index.lookup("a"), ClassLookup::Found(3));
         nodes.delete_priority_class("a");
         assert_eq!(index.lookup("a"), ClassLookup::Missing);
-        nodes.reset_priority_classes(&[mk_class("c", 4)]);
+        nodes.reset_priority_classes(&[testkit::priority_class("c", 4).typed::<PriorityClass>()]);
         assert_eq!(index.lookup("b"), ClassLookup::Missing);
         assert_eq!(index.lookup("c"), ClassLookup::Found(4));
         let problems = index.check(&[
@@ -177,7 +174,9 @@ mod tests {
 
     #[test]
     fn explicit_priority_must_match_the_class() {
-        let nodes = ClusterIndex::with_priority_classes(&[mk_class("high", 1000)]);
+        let nodes = ClusterIndex::with_priority_classes(&[
+            testkit::priority_class("high", 1000).typed::<PriorityClass>()
+        ]);
         let index: &dyn PriorityLookup = &nodes;
         let at = |priority| PriorityClassRef {
             path: "spec.priorityClassName".into(),

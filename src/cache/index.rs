@@ -16,13 +16,9 @@
 //! (`cluster::kinds`) names, per kind, which one.
 
 use super::RunCache;
-use super::cluster_index::{ClusterIndex, Key, PodEntry};
+use super::cluster_index::{ClusterIndex, Key, PodEntry, key_of};
 use crate::crd::{Run, Runtime};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -79,13 +75,6 @@ impl Indexes {
     }
 }
 
-fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
-    (
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
-
 // === the Run cache ===
 
 impl Index<Run> for RunCache {
@@ -130,63 +119,10 @@ impl Index<Pod> for RunCache {
 }
 
 // === the cluster index ===
-
-/// Implements [`Index`] for the cluster index by delegating to its
-/// `apply_*` / `delete_*` / `reset_*` methods. `namespaced` kinds are keyed
-/// by namespace and name, `cluster` kinds by name.
-macro_rules! node_index {
-    ($($ty:ty => $apply:ident, $delete:ident($scope:ident), $reset:ident;)*) => {$(
-        impl Index<$ty> for ClusterIndex {
-            fn apply(&self, obj: $ty) {
-                self.$apply(&obj)
-            }
-            fn delete(&self, namespace: &str, name: &str) {
-                node_index!(@delete self, $delete, $scope, namespace, name)
-            }
-            fn reset(&self, objs: Vec<$ty>) {
-                self.$reset(&objs)
-            }
-        }
-    )*};
-    (@delete $self:ident, $delete:ident, namespaced, $ns:ident, $name:ident) => {
-        $self.$delete($ns, $name)
-    };
-    (@delete $self:ident, $delete:ident, cluster, $ns:ident, $name:ident) => {{
-        let _ = $ns;
-        $self.$delete($name)
-    }};
-}
-
-node_index! {
-    Node => apply_node, delete_node(cluster), reset_nodes;
-    PodGroup => apply_pod_group, delete_pod_group(namespaced), reset_pod_groups;
-    CompositePodGroup => apply_composite, delete_composite(namespaced), reset_composites;
-    PriorityClass => apply_priority_class, delete_priority_class(cluster), reset_priority_classes;
-    ResourceClaim => apply_claim, delete_claim(namespaced), reset_claims;
-    ResourceSlice => apply_slice, delete_slice(cluster), reset_slices;
-    DeviceClass => apply_device_class, delete_device_class(cluster), reset_device_classes;
-}
-
-/// Every Pod, reduced at once to what node fit reads.
-impl Index<Pod> for ClusterIndex {
-    fn apply(&self, obj: Pod) {
-        self.apply_pod_entry(key_of(&obj.metadata), PodEntry::from_pod(&obj))
-    }
-    fn delete(&self, namespace: &str, name: &str) {
-        self.delete_pod(namespace, name)
-    }
-    fn reset(&self, objs: Vec<Pod>) {
-        self.reset_pods(
-            objs.iter()
-                .map(|p| (key_of(&p.metadata), PodEntry::from_pod(p)))
-                .collect(),
-        )
-    }
-    const PAGED_RELIST: bool = true;
-    fn retain(&self, keep: &HashSet<Key>) {
-        self.retain_pods(keep)
-    }
-}
+//
+// The cluster index implements `Index<K>` beside the storage of each kind:
+// `cluster_index/nodes.rs`, `pods.rs`, `groups.rs`, `priorities.rs`,
+// `claims.rs`, `slices.rs`, `device_classes.rs`.
 
 // === both ===
 

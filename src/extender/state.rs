@@ -1,7 +1,7 @@
 //! What the extender's handlers share: the cluster index they decide over,
 //! where binds are written, the bind gates and the metrics. The service's
-//! composite state hands this out (axum `FromRef`); the extender knows
-//! nothing of the other surfaces.
+//! composite state holds it and hands it out (axum `FromRef`); the
+//! extender knows nothing of the other surfaces.
 
 use crate::cache::cluster_index::ClusterIndex;
 use crate::cluster::ClusterWriter;
@@ -33,4 +33,28 @@ pub struct ExtenderState {
     /// kind listed). Until then every verb is an error kube-scheduler
     /// retries, never a failed node.
     pub synced: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl ExtenderState {
+    /// The extender over `nodes`, writing through `writer`, deciding only
+    /// while `synced` says the caches are; the bind gates, gang holds,
+    /// body limits and evictions at their defaults (`serve` sets them from
+    /// its flags).
+    pub fn new(
+        nodes: Arc<ClusterIndex>,
+        writer: Arc<dyn ClusterWriter>,
+        metrics: Arc<Metrics>,
+        synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Self {
+        ExtenderState {
+            nodes,
+            writer,
+            binding: Arc::new(BindingGate::default()),
+            gangs: Arc::new(Gangs::default()),
+            metrics,
+            limits: Default::default(),
+            evictions: Arc::default(),
+            synced,
+        }
+    }
 }

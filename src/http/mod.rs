@@ -1,10 +1,10 @@
 //! The HTTP API: the Run API, the standalone objects API, health and
 //! metrics, over their own state ([`RunApiState`]); and the composition of
 //! every surface's router (the Run API here, [`crate::extender::router`],
-//! [`crate::admission::router`]) into one service router over the
-//! composite [`AppState`], which hands each surface its own state (axum
-//! `FromRef`). Handlers decode, call the cache or store, and encode; they
-//! keep no state of their own.
+//! [`crate::admission::router`]) into one service router over
+//! [`AppState`], which holds each surface's own state as built by that
+//! surface and hands it out whole (axum `FromRef`). Handlers decode, call
+//! the cache or store, and encode; they keep no state of their own.
 
 pub mod auth;
 mod objects;
@@ -13,7 +13,6 @@ mod runs;
 use crate::admission::AdmissionState;
 use crate::cache::RunCache;
 use crate::cache::cluster_index::ClusterIndex;
-use crate::cluster::ClusterWriter;
 use crate::cluster::standalone::StandaloneStore;
 use crate::extender::ExtenderState;
 use crate::health::Health;
@@ -30,45 +29,43 @@ use std::time::Duration;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-/// What handlers share: every surface's state, composed.
+/// What the service's listeners serve: each surface's own state, built
+/// where that surface lives, handed out whole (axum `FromRef`).
 #[derive(Clone)]
 pub struct AppState {
-    pub cache: Arc<RunCache>,
-    /// The in-memory cluster; `None` in cluster mode.
-    pub store: Option<Arc<StandaloneStore>>,
-    /// How the watches fare (`/readyz`).
-    pub health: Arc<Health>,
-    pub metrics: Arc<Metrics>,
-    /// The extender's cluster model (Nodes, Pods, groups, DRA).
-    pub nodes: Arc<ClusterIndex>,
-    /// Where writes go (the store in standalone mode, the API otherwise).
-    pub writer: Arc<dyn ClusterWriter>,
-    /// Binds waiting on DRA device binding conditions.
-    pub binding: Arc<crate::extender::bind::device_gate::BindingGate>,
-    /// Gang members held in bind until their group's quorum (`--gang-wait`).
-    pub gangs: Arc<crate::extender::bind::permit::Gangs>,
-    /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
-    /// them open (standalone mode).
-    pub access: Option<auth::AccessControl>,
-    /// The extender's body limits per mode.
-    pub extender_limits: crate::extender::limits::Limits,
-    /// Follow-up evictions of `All` groups preempted across nodes.
-    pub evictions: Arc<crate::extender::evict::Evictions>,
+    /// The Run API, the standalone objects API, health and metrics.
+    pub runs: RunApiState,
+    /// The extender verbs ([`ExtenderState`]).
+    pub extender: ExtenderState,
+    /// The admission webhooks ([`AdmissionState`]).
+    pub admission: AdmissionState,
     /// Cluster mode: the API client `/v1/explain/pod` reads the pod with
     /// (standalone mode reads the store).
     pub api: Option<kube::Client>,
 }
 
+impl AppState {
+    /// Replaces the gang holds the extender binds with and the gang gauges
+    /// read (`--gang-wait` and the other gang flags).
+    pub fn set_gangs(&mut self, gangs: Arc<crate::extender::bind::permit::Gangs>) {
+        self.runs.gangs = Arc::clone(&gangs);
+        self.extender.gangs = gangs;
+    }
+}
+
 /// What the Run API, the standalone objects API, health and metrics share.
 #[derive(Clone)]
 pub struct RunApiState {
+    /// The Run cache: Runs, Runtimes, Runtime Pods, reservations.
     pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.
     pub store: Option<Arc<StandaloneStore>>,
     /// How the watches fare (`/readyz`).
     pub health: Arc<Health>,
+    /// The registry `/metrics` encodes.
     pub metrics: Arc<Metrics>,
-    /// Cluster mode: who may read the Run API and `/metrics`.
+    /// Cluster mode: who may read the Run API and `/metrics`; `None` leaves
+    /// them open (standalone mode).
     pub access: Option<auth::AccessControl>,
     /// The cluster index, for the cache-size gauges.
     pub nodes: Arc<ClusterIndex>,
@@ -78,43 +75,19 @@ pub struct RunApiState {
 
 impl FromRef<AppState> for RunApiState {
     fn from_ref(s: &AppState) -> Self {
-        RunApiState {
-            cache: Arc::clone(&s.cache),
-            store: s.store.clone(),
-            health: Arc::clone(&s.health),
-            metrics: Arc::clone(&s.metrics),
-            access: s.access.clone(),
-            nodes: Arc::clone(&s.nodes),
-            gangs: Arc::clone(&s.gangs),
-        }
+        s.runs.clone()
     }
 }
 
 impl FromRef<AppState> for ExtenderState {
     fn from_ref(s: &AppState) -> Self {
-        ExtenderState {
-            nodes: Arc::clone(&s.nodes),
-            writer: Arc::clone(&s.writer),
-            binding: Arc::clone(&s.binding),
-            gangs: Arc::clone(&s.gangs),
-            metrics: Arc::clone(&s.metrics),
-            limits: s.extender_limits,
-            evictions: Arc::clone(&s.evictions),
-            synced: {
-                let cache = Arc::clone(&s.cache);
-                Arc::new(move || cache.is_synced())
-            },
-        }
+        s.extender.clone()
     }
 }
 
 impl FromRef<AppState> for AdmissionState {
-    /// Admission reads the cluster index's PriorityClasses: one index.
     fn from_ref(s: &AppState) -> Self {
-        AdmissionState {
-            priority_classes: s.nodes.clone(),
-            metrics: Arc::clone(&s.metrics),
-        }
+        s.admission.clone()
     }
 }
 
@@ -177,17 +150,17 @@ pub fn router_with(state: AppState, surfaces: Surfaces) -> Router {
 /// `GET /v1/explain/pod` over the extender's cluster index and planner,
 /// reading the pod from the store (standalone) or the API server.
 fn explain_pod_router(state: &AppState) -> Router {
-    let source = match (&state.store, &state.api) {
+    let source = match (&state.runs.store, &state.api) {
         (Some(store), _) => Some(crate::explain::PodSource::Store(Arc::clone(store))),
         (None, Some(client)) => Some(crate::explain::PodSource::Api(client.clone())),
         (None, None) => None,
     };
     let r = crate::explain::pod_router(crate::explain::ExplainPodState {
-        nodes: Arc::clone(&state.nodes),
-        gangs: Arc::clone(&state.gangs),
+        nodes: Arc::clone(&state.extender.nodes),
+        gangs: Arc::clone(&state.extender.gangs),
         source,
     });
-    match &state.access {
+    match &state.runs.access {
         Some(ac) => r.route_layer(axum::middleware::from_fn_with_state(
             ac.clone(),
             auth::require_pod_read,

@@ -402,6 +402,7 @@ pub struct Requests(Vec<(String, u64)>);
 
 impl Requests {
     /// The request of a Run that asks for nothing: `runs: 1`.
+    #[cfg(test)]
     pub fn runs_only() -> Self {
         Requests(vec![(RUNS.to_owned(), 1)])
     }

@@ -130,6 +130,46 @@ impl Obj {
     }
 }
 
+impl Obj {
+    /// A Node's pod slots (`status.allocatable.pods`).
+    pub fn pod_slots(self, pods: &str) -> Self {
+        self.set(&["status", "allocatable", "pods"], pods)
+    }
+}
+
+/// The rack label of [`racks`] and [`gang`].
+pub const RACK: &str = "rack";
+
+/// Racks of `nodes` Nodes each, named `<rack>-<i>` and labelled [`RACK`],
+/// with `cpu` cores, 64Gi and 110 pod slots: `racks(&[("r1", 2, "4")])`.
+pub fn racks(spec: &[(&str, usize, &str)]) -> Vec<Obj> {
+    spec.iter()
+        .flat_map(|&(rack, nodes, cpu)| {
+            (0..nodes).map(move |i| {
+                node(&format!("{rack}-{i}"))
+                    .allocatable(cpu, "64Gi")
+                    .label(RACK, rack)
+            })
+        })
+        .collect()
+}
+
+/// A gang in namespace `ns`: the PodGroup `name` of minCount `n` (placed
+/// by [`RACK`] when `by_rack`), then its `n` pending Pods `<name>-<i>`
+/// requesting `cpu` each.
+pub fn gang(name: &str, n: u32, cpu: &str, by_rack: bool) -> Vec<Obj> {
+    let group = pod_group(name).namespace("ns").gang(n);
+    let group = if by_rack { group.topology(RACK) } else { group };
+    std::iter::once(group)
+        .chain((0..n).map(|i| {
+            pod(&format!("{name}-{i}"))
+                .namespace("ns")
+                .requests(&[("cpu", cpu)])
+                .group(name)
+        }))
+        .collect()
+}
+
 /// A pending workload Pod `ml/name` (uid `<name>-uid`) with one container
 /// `c` requesting cpu 1.
 pub fn pod(name: &str) -> Obj {
@@ -154,6 +194,11 @@ impl Obj {
     /// `spec.schedulingGroup.podGroupName`.
     pub fn group(self, group: &str) -> Self {
         self.set(&["spec", "schedulingGroup", "podGroupName"], group)
+    }
+
+    /// Bound to `node` (`spec.nodeName`), the phase left as it is.
+    pub fn node_name(self, node: &str) -> Self {
+        self.set(&["spec", "nodeName"], node)
     }
 
     /// Bound to `node` (`spec.nodeName`) and Running.

@@ -245,6 +245,7 @@ impl WebhookTarget {
 
     /// The `MutatingWebhookConfiguration` as the kustomization ships it
     /// (no `caBundle`, no owner; every webhook is `Ignore` anyway).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn shipped_mutating(&self) -> MutatingWebhookConfiguration {
         let mut m = self.mutating(b"", None);
         for w in m.webhooks.iter_mut().flatten() {

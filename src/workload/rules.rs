@@ -33,7 +33,6 @@ pub use crate::model::refs::{is_dns_label, is_dns_subdomain};
 /// `/`, then a name of at most 63 characters of `[A-Za-z0-9_.-]`,
 /// alphanumeric at both ends.
 #[cfg(test)]
-#[cfg(test)]
 pub fn is_qualified_name(s: &str) -> bool {
     qualified_name_problems(s).is_empty()
 }

@@ -85,15 +85,10 @@ fn apply_edits(mut doc: Value, edits: &[Edit]) -> Value {
     doc
 }
 
-fn mk_class(name: &str, value: i32) -> PriorityClass {
-    testkit::priority_class(name, value).typed()
-}
-
 fn state() -> AdmissionState {
-    AdmissionState::new(Arc::new(ClusterIndex::with_priority_classes(&[mk_class(
-        "high-priority",
-        1000,
-    )])))
+    AdmissionState::new(Arc::new(ClusterIndex::with_priority_classes(&[
+        testkit::priority_class("high-priority", 1000).typed::<PriorityClass>(),
+    ])))
 }
 
 struct Reply {

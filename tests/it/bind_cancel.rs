@@ -18,7 +18,8 @@ use std::time::Duration;
 async fn cluster() -> Standalone {
     let mut a = app("");
     // Long enough that only the closed connection can end the hold.
-    a.state.gangs = Arc::new(Gangs::new(Duration::from_secs(600)));
+    a.state
+        .set_gangs(Arc::new(Gangs::new(Duration::from_secs(600))));
     let pod = |name: &str| {
         json!({"kind": "Pod", "apiVersion": "v1",
             "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")},
@@ -94,8 +95,8 @@ async fn a_connection_closed_mid_hold_leaves_no_assumption_and_no_held_member() 
             let _ = stopped.await;
         },
     ));
-    let nodes = a.state.nodes.clone();
-    let gangs = a.state.gangs.clone();
+    let nodes = a.state.extender.nodes.clone();
+    let gangs = a.state.extender.gangs.clone();
 
     let (resp, conn) = start_bind(addr, "p0").await;
     wait_for("p0 held", || gangs.is_held("ml", "p0")).await;

@@ -7,12 +7,8 @@ use crate::common;
 
 use common::{app, get, post};
 use kruntimes_scheduler::serve::Standalone;
+use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
-
-fn node() -> Value {
-    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"},
-        "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}})
-}
 
 fn pod(name: &str, group: Option<&str>, claim: Option<&str>) -> Value {
     let mut spec = json!({"containers": [{"name": "c", "image": "i",
@@ -81,14 +77,24 @@ async fn node_name(a: &Standalone, pod: &str) -> Value {
 /// Not bound, not assumed, nothing counted on n1.
 async fn assert_unbound(a: &Standalone, pod: &str) {
     assert_eq!(node_name(a, pod).await, Value::Null);
-    assert!(!a.state.nodes.read().is_assumed("ml", pod));
-    assert_eq!(a.state.nodes.read().used("n1", "cpu").unwrap_or(0), 0);
+    assert!(!a.state.extender.nodes.read().is_assumed("ml", pod));
+    assert_eq!(
+        a.state.extender.nodes.read().used("n1", "cpu").unwrap_or(0),
+        0
+    );
 }
 
 #[tokio::test]
 async fn a_pod_group_missing_from_the_cache_fails_the_bind() {
     let a = app("");
-    upsert(&a, vec![node(), pod("p", Some("g"), None)]).await;
+    upsert(
+        &a,
+        vec![
+            testkit::node("n1").allocatable("8", "8Gi").value(),
+            pod("p", Some("g"), None),
+        ],
+    )
+    .await;
     assert_eq!(
         bind(&a, "p").await,
         "pod group ml/g is not in the cache yet"
@@ -105,7 +111,7 @@ async fn a_parent_composite_missing_at_any_level_fails_the_bind() {
     upsert(
         &a,
         vec![
-            node(),
+            testkit::node("n1").allocatable("8", "8Gi").value(),
             pod("p", Some("g"), None),
             group("g", Some("mid")),
             composite("mid", Some("root")),
@@ -124,7 +130,14 @@ async fn a_parent_composite_missing_at_any_level_fails_the_bind() {
 #[tokio::test]
 async fn claims_missing_from_the_cache_fail_the_bind() {
     let a = app("");
-    upsert(&a, vec![node(), pod("p", None, Some("gpu"))]).await;
+    upsert(
+        &a,
+        vec![
+            testkit::node("n1").allocatable("8", "8Gi").value(),
+            pod("p", None, Some("gpu")),
+        ],
+    )
+    .await;
     assert_eq!(
         bind(&a, "p").await,
         "resource claim ml/gpu is not allocated in the cache yet"
@@ -138,7 +151,14 @@ async fn claims_missing_from_the_cache_fail_the_bind() {
 #[tokio::test]
 async fn failures_are_counted_by_cause() {
     let a = app("");
-    upsert(&a, vec![node(), pod("p", Some("g"), None)]).await;
+    upsert(
+        &a,
+        vec![
+            testkit::node("n1").allocatable("8", "8Gi").value(),
+            pod("p", Some("g"), None),
+        ],
+    )
+    .await;
     bind(&a, "p").await;
     let m = get(&a, "/metrics").await.text;
     assert!(

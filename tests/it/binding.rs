@@ -98,7 +98,12 @@ async fn stored_claim(app: &Standalone) -> Value {
 }
 
 fn cpu_on_n1(app: &Standalone) -> u64 {
-    app.state.nodes.read().used("n1", "cpu").unwrap_or(0)
+    app.state
+        .extender
+        .nodes
+        .read()
+        .used("n1", "cpu")
+        .unwrap_or(0)
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,6 +149,7 @@ async fn a_failure_condition_clears_the_allocation_in_the_store() {
     assert_eq!(cpu_on_n1(&app), 0);
     assert!(
         app.state
+            .extender
             .nodes
             .read()
             .claim_binding("default/gpu")
@@ -154,7 +160,7 @@ async fn a_failure_condition_clears_the_allocation_in_the_store() {
 #[tokio::test(start_paused = true)]
 async fn waits_end_in_an_error_and_the_timeout_clears_the_allocation() {
     let mut app = cluster();
-    app.state.binding = Arc::new(BindingGate::new(BindingConfig {
+    app.state.extender.binding = Arc::new(BindingGate::new(BindingConfig {
         timeout: Duration::from_secs(25),
         wait: Duration::from_secs(10),
     }));

@@ -57,7 +57,7 @@ fn phase(api: &FakeApi, name: &str) -> Option<String> {
 async fn replica(api: &FakeApi) -> (Cluster, tokio::task::JoinHandle<()>) {
     let c = cluster(config(), api.client(), "test").await;
     let task = tokio::spawn(Arc::clone(&c.controller).run(2, Duration::from_secs(3600)));
-    wait_for("cache sync", || c.state.cache.is_synced()).await;
+    wait_for("cache sync", || c.state.runs.cache.is_synced()).await;
     (c, task)
 }
 
@@ -156,7 +156,7 @@ async fn runs_get_scheduled_pending_ones_explained_with_events() {
         phase(&api, &pname).as_deref() == Some("Scheduled")
     })
     .await;
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
 }
 
@@ -180,12 +180,12 @@ async fn a_conflict_on_bind_requeues_and_later_succeeds() {
         .collect();
     assert_eq!(writes.len(), 1, "bound exactly once");
     drop(g);
-    let metrics = c.state.metrics.encode();
+    let metrics = c.state.runs.metrics.encode();
     assert!(
         metrics.contains("kruntimes_reservation_conflicts_total 2"),
         "{metrics}"
     );
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
 }
 
@@ -225,7 +225,7 @@ async fn a_lagging_watch_never_lets_a_second_run_overbook() {
     );
     drop(g);
     assert_eq!(usage_from_api(&api), BTreeMap::from([("rp-1".into(), 1)]));
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
 }
 
@@ -242,6 +242,7 @@ async fn a_dropped_watch_relists_without_double_counting() {
     let (c, task) = replica(&api).await;
     let usage = |c: &Cluster| {
         c.state
+            .runs
             .cache
             .runtime_pods(Some("ns"), None, Timestamp::now())[0]
             .usage
@@ -272,10 +273,11 @@ async fn a_dropped_watch_relists_without_double_counting() {
     assert_eq!(usage(&c).get("runs").map(String::as_str), Some("3"));
     let v = &c
         .state
+        .runs
         .cache
         .runtime_pods(Some("ns"), None, Timestamp::now())[0];
     assert!(v.assumed.is_empty(), "{v:?}");
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
 }
 
@@ -328,7 +330,7 @@ async fn leader_handover_never_assigns_a_run_twice() {
         .unwrap();
     let (_, old, task) = replicas.remove(pos);
     task.abort();
-    old.state.cache.queue().shutdown();
+    old.state.runs.cache.queue().shutdown();
     for w in &old.watchers {
         w.abort();
     }
@@ -358,7 +360,7 @@ async fn leader_handover_never_assigns_a_run_twice() {
     drop(g);
     assert!(usage_from_api(&api).values().all(|u| *u <= 3));
     for (_, c, task) in replicas {
-        c.state.cache.check_invariants().unwrap();
+        c.state.runs.cache.check_invariants().unwrap();
         task.abort();
     }
 }
@@ -369,9 +371,10 @@ async fn unserved_api_groups_disable_features_without_blocking_readiness() {
     api.inner.lock().unserved = vec![Res::Runs, Res::Runtimes];
     api.put(Res::Pods, pod("rp-1", &[("runs", "1")]));
     let c = cluster(config(), api.client(), "test").await;
-    wait_for("ready without Runs", || c.state.cache.is_synced()).await;
+    wait_for("ready without Runs", || c.state.runs.cache.is_synced()).await;
     wait_for("pods still watched", || {
         c.state
+            .runs
             .cache
             .runtime_pods(Some("ns"), None, Timestamp::now())
             .len()
@@ -393,7 +396,7 @@ async fn a_missing_workload_api_is_named_in_readiness_and_a_metric() {
     api.inner.lock().unserved = vec![Res::PodGroups, Res::CompositePodGroups];
     let c = cluster(config(), api.client(), "test").await;
     wait_for("ready without the Workload API", || {
-        c.state.cache.is_synced()
+        c.state.runs.cache.is_synced()
     })
     .await;
     let health = kruntimes_scheduler::http::health_router(c.state.clone());
@@ -416,7 +419,7 @@ async fn a_missing_workload_api_is_named_in_readiness_and_a_metric() {
         "{}",
         r.text
     );
-    let m = c.state.metrics.encode();
+    let m = c.state.runs.metrics.encode();
     assert!(
         m.contains("kruntimes_api_served{kind=\"PodGroup\"} 0"),
         "{m}"
@@ -461,7 +464,7 @@ async fn every_verb_is_a_retryable_error_until_the_caches_sync() {
             json!({"PodName": "p", "PodNamespace": "ns", "PodUID": "p-uid", "Node": "n1"}),
         ),
     ];
-    assert!(!c.state.cache.is_synced());
+    assert!(!c.state.runs.cache.is_synced());
     for (path, body) in &calls {
         let r = testkit::post(app(), path, &body.to_string()).await;
         assert_eq!(
@@ -473,7 +476,7 @@ async fn every_verb_is_a_retryable_error_until_the_caches_sync() {
         assert!(r.text.contains("not synced yet"), "{path}: {}", r.text);
     }
     api.fail_lists(Res::Nodes, false);
-    wait_for("synced", || c.state.cache.is_synced()).await;
+    wait_for("synced", || c.state.runs.cache.is_synced()).await;
     let (path, body) = &calls[0];
     let r = testkit::post(app(), path, &body.to_string()).await;
     assert_eq!(r.status, axum::http::StatusCode::OK, "{}", r.text);
@@ -503,9 +506,9 @@ async fn extender_binds_through_the_api_with_the_uid_precondition() {
     );
     let c = cluster(config(), api.client(), "test").await;
     // Groups the test server does not serve (scheduling, resource) do not block readiness.
-    wait_for("ready", || c.state.cache.is_synced()).await;
+    wait_for("ready", || c.state.runs.cache.is_synced()).await;
     wait_for("node and pod cached", || {
-        let s = c.state.nodes.read();
+        let s = c.state.extender.nodes.read();
         s.has_node("n1") && s.pod("ns", "web").is_some()
     })
     .await;
@@ -545,12 +548,12 @@ async fn extender_binds_through_the_api_with_the_uid_precondition() {
     );
     // Counted on n1 at once (assumed), then confirmed by the watch.
     wait_for("binding observed", || {
-        let s = c.state.nodes.read();
+        let s = c.state.extender.nodes.read();
         s.pod("ns", "web").and_then(|p| p.node.clone()).as_deref() == Some("n1")
             && !s.is_assumed("ns", "web")
     })
     .await;
-    assert_eq!(c.state.nodes.read().used("n1", "cpu"), Some(3000));
+    assert_eq!(c.state.extender.nodes.read().used("n1", "cpu"), Some(3000));
     let err = call(
         json!({"PodName": "web", "PodNamespace": "ns", "PodUID": "uid-Pod-ns-web", "Node": "n1"}),
     )
@@ -621,9 +624,9 @@ async fn extender_clears_a_failed_claim_allocation_through_the_api() {
         gpu_claim(&[("Attached", "False"), ("AttachFailed", "True")]),
     );
     let c = cluster(config(), api.client(), "test").await;
-    wait_for("ready", || c.state.cache.is_synced()).await;
+    wait_for("ready", || c.state.runs.cache.is_synced()).await;
     wait_for("pod and claim cached", || {
-        let s = c.state.nodes.read();
+        let s = c.state.extender.nodes.read();
         s.has_node("n1") && s.pod("ns", "web").is_some() && s.claim_binding("ns/gpu").is_some()
     })
     .await;
@@ -652,13 +655,23 @@ async fn extender_clears_a_failed_claim_allocation_through_the_api() {
     }
     // The watch brings the cleared claim back; nothing gates any more.
     wait_for("cleared claim observed", || {
-        c.state.nodes.read().claim_binding("ns/gpu").is_none()
+        c.state
+            .extender
+            .nodes
+            .read()
+            .claim_binding("ns/gpu")
+            .is_none()
     })
     .await;
     // Allocated again, and the driver reports the device attached: it binds.
     api.put(Res::ResourceClaims, gpu_claim(&[("Attached", "True")]));
     wait_for("reallocated claim observed", || {
-        c.state.nodes.read().claim_binding("ns/gpu").is_some()
+        c.state
+            .extender
+            .nodes
+            .read()
+            .claim_binding("ns/gpu")
+            .is_some()
     })
     .await;
     assert_eq!(bind_call(&app, bind).await, "");
@@ -708,11 +721,11 @@ async fn read_api_and_metrics_authenticate_and_authorize_callers() {
         g.grants.push(("prometheus".into(), "get /metrics".into()));
     }
     let mut c = cluster(config(), api.client(), "test").await;
-    c.state.access = Some(kruntimes_scheduler::http::auth::AccessControl::new(
+    c.state.runs.access = Some(kruntimes_scheduler::http::auth::AccessControl::new(
         api.client(),
         Duration::from_secs(60),
     ));
-    wait_for("ready", || c.state.cache.is_synced()).await;
+    wait_for("ready", || c.state.runs.cache.is_synced()).await;
     let app = kruntimes_scheduler::http::router(c.state.clone());
     let health = kruntimes_scheduler::http::health_router(c.state.clone());
 
@@ -784,6 +797,7 @@ async fn pods_are_listed_in_pages_and_all_arrive() {
     );
     let names = |c: &Cluster| -> Vec<String> {
         c.state
+            .runs
             .cache
             .runtime_pods(Some("ns"), None, Timestamp::now())
             .into_iter()

@@ -55,7 +55,7 @@ fn disruption_condition(group: &Value) -> Option<Value> {
 #[tokio::test]
 async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     let a = app("preempt/cluster.yaml");
-    let evictor = spawn_evictor(&a.state, a.state.writer.clone());
+    let evictor = spawn_evictor(&a.state, a.state.extender.writer.clone());
     // n2 holds sp0 of `spread` (All); sp1 runs on n3.
     let r = post(
         &a,
@@ -80,7 +80,7 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     // ...but nothing happens until the preemptor shows it chose n2.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(exists(&a, "sp1").await, "sp1 still runs");
-    assert_eq!(a.state.evictions.pending(), 1);
+    assert_eq!(a.state.extender.evictions.pending(), 1);
     // kube-scheduler nominates n2 for the preemptor; the evictor deletes
     // sp1 from the store.
     let trainer = json!({"kind": "Pod", "apiVersion": "v1",
@@ -95,6 +95,7 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     .await;
     wait_until("the condition on spread", Duration::from_secs(10), || {
         a.state
+            .extender
             .nodes
             .read()
             .group("default", "spread")
@@ -124,7 +125,7 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     for p in ["b0", "b1", "web", "l0", "l1", "ja0", "jb0"] {
         assert!(exists(&a, p).await, "{p}");
     }
-    assert_eq!(a.state.evictions.pending(), 0);
+    assert_eq!(a.state.extender.evictions.pending(), 0);
     evictor.abort();
 }
 
@@ -132,6 +133,7 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
 async fn standalone_without_the_flag_the_spread_candidate_is_dropped() {
     let a = app("preempt/cluster.yaml");
     a.state
+        .extender
         .nodes
         .set_semantics(kruntimes_scheduler::cache::cluster_index::Semantics {
             evict_all_disruption: false,
@@ -144,15 +146,10 @@ async fn standalone_without_the_flag_the_spread_candidate_is_dropped() {
     )
     .await;
     assert_eq!(r.body, json!({"NodeNameToMetaVictims": {}}), "{}", r.text);
-    assert_eq!(a.state.evictions.pending(), 0);
+    assert_eq!(a.state.extender.evictions.pending(), 0);
 }
 
 /// A node with room for one 3-cpu pod.
-fn node(name: &str) -> Value {
-    json!({"metadata": {"name": name},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}})
-}
-
 fn member(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "ml"},
         "spec": {"nodeName": node, "priority": 10, "schedulingGroup": {"podGroupName": "train"},
@@ -164,7 +161,12 @@ fn member(name: &str, node: &str) -> Value {
 async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_the_eviction_api() {
     let api = FakeApi::start().await;
     for n in ["n0", "n1", "n2"] {
-        api.put(Res::Nodes, node(n));
+        api.put(
+            Res::Nodes,
+            testkit::node(n)
+                .set(&["status", "allocatable", "pods"], "10")
+                .value(),
+        );
     }
     api.put(
         Res::PodGroups,
@@ -181,7 +183,7 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     let config = kube::Config::new(api.url.parse().unwrap());
     let evictor = spawn_evictor(&c.state, serve::evictor_writer(&config, "test").unwrap());
     wait_until("the cache lists the group", Duration::from_secs(10), || {
-        let s = c.state.nodes.read();
+        let s = c.state.extender.nodes.read();
         s.has_node("n2")
             && s.group("ml", "train").is_some()
             && s.members("ml", "train").map(|m| m.len()) == Some(3)

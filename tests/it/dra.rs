@@ -242,9 +242,16 @@ async fn an_extended_resource_target_is_ignored() {
     ])
     .await;
     // a counts 1 cpu + 1 cpu overhead, and no widget.
-    assert_eq!(app.state.nodes.read().used("n1", "cpu"), Some(2000));
     assert_eq!(
-        app.state.nodes.read().used("n1", "example.com/widget"),
+        app.state.extender.nodes.read().used("n1", "cpu"),
+        Some(2000)
+    );
+    assert_eq!(
+        app.state
+            .extender
+            .nodes
+            .read()
+            .used("n1", "example.com/widget"),
         None
     );
     let b = pod("b").requests(&[("example.com/widget", "1"), ("cpu", "2")]);
@@ -382,11 +389,17 @@ async fn a_slice_selected_by_node_selector_is_charged_only_where_it_matches() {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(app.state.nodes.read().used("a1", "cpu"), Some(4000));
+    assert_eq!(
+        app.state.extender.nodes.read().used("a1", "cpu"),
+        Some(4000)
+    );
     // Relabelled out of the zone: the device no longer takes from a1.
     let r = post(&app, "/v1/objects", &node("a1").label("zone", "c").json()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(app.state.nodes.read().used("a1", "cpu"), Some(1000));
+    assert_eq!(
+        app.state.extender.nodes.read().used("a1", "cpu"),
+        Some(1000)
+    );
 }
 
 #[tokio::test]
@@ -513,7 +526,10 @@ async fn a_group_claim_is_counted_once_for_the_group() {
     ])
     .await;
     // m0: 1 cpu + the group's 2 mapped cpus.
-    assert_eq!(app.state.nodes.read().used("n1", "cpu"), Some(3000));
+    assert_eq!(
+        app.state.extender.nodes.read().used("n1", "cpu"),
+        Some(3000)
+    );
     // m1 resolves the group claim through the PodGroup's status; its 1 cpu
     // fits in the 1 left because the mapping is not counted again.
     let m1 = pod("m1")

@@ -49,7 +49,7 @@ fn reasons(v: &Value) -> Vec<(String, u64)> {
 /// Nothing the explanation ran was kept: no plan, no group condition.
 fn untouched(app: &Standalone, group: &str) {
     assert!(
-        app.state.gangs.planner().is_empty(),
+        app.state.extender.gangs.planner().is_empty(),
         "explain made a plan for real"
     );
     for g in app.store.list(Kind::PodGroup, Some("ml"), Some(group)) {
@@ -415,10 +415,11 @@ async fn in_cluster_mode_the_pod_is_read_from_the_api_and_access_is_checked() {
     let mut c =
         kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
     testkit::wait_until("pods cached", std::time::Duration::from_secs(10), || {
-        c.state.nodes.read().pod("ml", "g-1").is_some() && c.state.nodes.read().has_node("n2")
+        c.state.extender.nodes.read().pod("ml", "g-1").is_some()
+            && c.state.extender.nodes.read().has_node("n2")
     })
     .await;
-    c.state.access = Some(AccessControl::new(
+    c.state.runs.access = Some(AccessControl::new(
         api.client(),
         std::time::Duration::from_secs(10),
     ));

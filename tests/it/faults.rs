@@ -24,11 +24,6 @@ fn config() -> CacheConfig {
     }
 }
 
-fn node(name: &str) -> Value {
-    json!({"metadata": {"name": name, "labels": {"rack": "r1"}},
-        "status": {"allocatable": {"cpu": "4", "memory": "4Gi", "pods": "10"}}})
-}
-
 fn runtime_pod(name: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"},
             "annotations": {"kruntimes.io/capacity.runs": "10"}},
@@ -56,7 +51,7 @@ async fn readyz(health: &Router) -> (StatusCode, String) {
 
 /// One counter or gauge sample from `/metrics`.
 fn sample(c: &Cluster, series: &str) -> Option<f64> {
-    let text = c.state.metrics.encode();
+    let text = c.state.runs.metrics.encode();
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
@@ -72,7 +67,7 @@ async fn replica(api: &FakeApi, grace: Duration) -> (Cluster, Router) {
     .await;
     let health = kruntimes_scheduler::http::health_router(c.state.clone());
     testkit::wait_until("ready", Duration::from_secs(10), || {
-        c.state.cache.is_synced()
+        c.state.runs.cache.is_synced()
     })
     .await;
     (c, health)
@@ -107,13 +102,27 @@ async fn wait_unready(health: &Router, what: &str, within: Duration) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_failing_past_the_grace_turns_readiness_off_until_it_heals() {
     let api = FakeApi::start().await;
-    api.put(Res::Nodes, node("n1"));
+    api.put(
+        Res::Nodes,
+        testkit::node("n1")
+            .allocatable("4", "4Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .label("rack", "r1")
+            .value(),
+    );
     let (c, health) = replica(&api, Duration::from_secs(1)).await;
     wait_ready(&health, "first list", Duration::from_secs(10)).await;
 
     // Node lists and watches fail from now on; a Node arrives meanwhile.
     api.fail_lists(Res::Nodes, true);
-    api.put(Res::Nodes, node("n2"));
+    api.put(
+        Res::Nodes,
+        testkit::node("n2")
+            .allocatable("4", "4Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .label("rack", "r1")
+            .value(),
+    );
     let body = wait_unready(&health, "Node watch failing", Duration::from_secs(15)).await;
     assert!(
         body.contains("watch Node: failing for") && body.contains("--watch-failure-grace 1s"),
@@ -142,7 +151,7 @@ async fn a_watch_failing_past_the_grace_turns_readiness_off_until_it_heals() {
     // Healed: the next list brings readiness back, and what changed meanwhile.
     api.fail_lists(Res::Nodes, false);
     wait_ready(&health, "Node watch healed", Duration::from_secs(40)).await;
-    assert!(c.state.nodes.read().has_node("n2"));
+    assert!(c.state.extender.nodes.read().has_node("n2"));
     for w in c.watchers {
         w.abort();
     }
@@ -151,12 +160,23 @@ async fn a_watch_failing_past_the_grace_turns_readiness_off_until_it_heals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_object_whose_handling_panics_is_survived() {
     let api = FakeApi::start().await;
-    api.put(Res::Nodes, node("n1"));
+    api.put(
+        Res::Nodes,
+        testkit::node("n1")
+            .allocatable("4", "4Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .label("rack", "r1")
+            .value(),
+    );
     let (c, health) = replica(&api, Duration::from_secs(60)).await;
     wait_ready(&health, "first list", Duration::from_secs(10)).await;
 
     // This Node's handling panics inside the Node watcher task.
-    let mut bad = node("bad");
+    let mut bad = testkit::node("bad")
+        .allocatable("4", "4Gi")
+        .set(&["status", "allocatable", "pods"], "10")
+        .label("rack", "r1")
+        .value();
     bad["metadata"]["annotations"] = json!({ PANIC_WHEN_WATCHED: "true" });
     api.put(Res::Nodes, bad);
     let body = wait_unready(
@@ -173,12 +193,26 @@ async fn a_watched_object_whose_handling_panics_is_survived() {
     wait_ready(&health, "the Node watch restarted", Duration::from_secs(20)).await;
     assert!(sample(&c, "kruntimes_watch_restarts_total{kind=\"Node\"}").unwrap() >= 1.0);
     assert!(sample(&c, "kruntimes_watch_errors_total{kind=\"Node\"}").unwrap() >= 1.0);
-    assert!(!c.state.nodes.read().has_node("bad"));
+    assert!(!c.state.extender.nodes.read().has_node("bad"));
     // The watch works: other Nodes arrive, and a fixed version of the bad one.
-    api.put(Res::Nodes, node("n2"));
-    api.put(Res::Nodes, node("bad"));
+    api.put(
+        Res::Nodes,
+        testkit::node("n2")
+            .allocatable("4", "4Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .label("rack", "r1")
+            .value(),
+    );
+    api.put(
+        Res::Nodes,
+        testkit::node("bad")
+            .allocatable("4", "4Gi")
+            .set(&["status", "allocatable", "pods"], "10")
+            .label("rack", "r1")
+            .value(),
+    );
     testkit::wait_until("n2 and the fixed node", Duration::from_secs(10), || {
-        let snap = c.state.nodes.read();
+        let snap = c.state.extender.nodes.read();
         snap.has_node("n2") && snap.has_node("bad")
     })
     .await;
@@ -258,7 +292,7 @@ async fn a_failing_lease_api_stops_the_run_loop_and_leadership_is_contested_agai
         || phase(&api, "during").as_deref() == Some("Scheduled"),
     )
     .await;
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
     for w in c.watchers {
         w.abort();

@@ -9,20 +9,8 @@ use common::*;
 use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::crd::DEFAULT_RELEASED_CONDITION;
 use kruntimes_scheduler::serve::{Standalone, standalone};
+use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
-
-fn pod() -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "rp-1", "namespace": "fn", "uid": "uid-rp-1",
-                     "labels": {"runtime": "py"},
-                     "annotations": {"kruntimes.io/capacity.runs": "1"}},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True",
-             "lastProbeTime": "2020-01-01T00:00:00Z"}]}
-    })
-}
 
 /// Function Run `f`, `phase` on rp-1, with `conditions` (type, status).
 fn function_run(phase: &str, conditions: &[(&str, &str)]) -> Value {
@@ -43,7 +31,16 @@ fn function_run(phase: &str, conditions: &[(&str, &str)]) -> Value {
 }
 
 async fn start(config: CacheConfig) -> Standalone {
-    let app = standalone(config, vec![pod(), function_run("Ready", &[])]).expect("valid");
+    let app = standalone(
+        config,
+        vec![
+            testkit::runtime_pod("rp-1", &[("runs", "1")], "2020-01-01T00:00:00Z")
+                .namespace("fn")
+                .value(),
+            function_run("Ready", &[]),
+        ],
+    )
+    .expect("valid");
     heartbeat(&app, "fn").await;
     app
 }

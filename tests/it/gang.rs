@@ -91,7 +91,7 @@ fn members(prefix: &str, group: &str, n: usize, cpu: u32) -> Vec<Value> {
 /// A standalone service holding `objects`, with the given gang wait.
 async fn cluster(objects: Vec<Value>, wait: Duration) -> Standalone {
     let mut a = app("");
-    a.state.gangs = Arc::new(Gangs::new(wait));
+    a.state.set_gangs(Arc::new(Gangs::new(wait)));
     upsert(&a, objects).await;
     a
 }
@@ -362,7 +362,7 @@ async fn a_gang_that_fits_is_bound_entirely_in_one_rack() {
     settle().await;
     let c = condition(&a, "PodGroup", "train").await.expect("condition");
     assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"), "{c:?}");
-    assert_eq!(a.state.gangs.held(), 0);
+    assert_eq!(a.state.extender.gangs.held(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -398,7 +398,7 @@ async fn a_gang_that_cannot_fit_binds_nobody_and_holds_nothing() {
         "{left:?}"
     );
     assert!(bound(&a).await.is_empty());
-    assert_eq!(a.state.gangs.held(), 0);
+    assert_eq!(a.state.extender.gangs.held(), 0);
     for n in node_names(&a).await {
         assert!(fits(&a, &n, 4).await, "{n} keeps its whole capacity");
     }
@@ -449,7 +449,7 @@ async fn filter_for_a_pod_the_cache_does_not_know_makes_no_plan_and_writes_no_co
     objs.extend(h.clone());
     let a = cluster(objs, Duration::from_secs(20)).await;
     let all = node_names(&a).await;
-    let planner = Arc::clone(a.state.gangs.planner());
+    let planner = Arc::clone(a.state.extender.gangs.planner());
 
     // A caller makes up a member of g the cache has never seen.
     let ghost = pod("ghost", Some("g"), 1);
@@ -501,7 +501,7 @@ async fn a_pod_group_created_again_under_its_name_gets_its_conditions_again() {
     settle().await;
     let c = condition(&a, "PodGroup", "g").await.expect("condition");
     assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"));
-    assert_eq!(a.state.gangs.written(), 1);
+    assert_eq!(a.state.extender.gangs.written(), 1);
 
     // The group and its pod are deleted, and a group of the same name is
     // created again: a new object, with no conditions yet.
@@ -528,7 +528,7 @@ async fn a_pod_group_created_again_under_its_name_gets_its_conditions_again() {
     let c = condition(&a, "PodGroup", "g").await.expect("condition");
     assert_eq!((c.0.as_str(), c.1.as_str()), ("True", "Scheduled"));
     // One entry: the old group's was replaced.
-    assert_eq!(a.state.gangs.written(), 1);
+    assert_eq!(a.state.extender.gangs.written(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -543,7 +543,7 @@ async fn held_members_are_released_when_the_wait_expires() {
     let b0 = cycle(&a, &pods[0], &all).await.ok().expect("placed");
     let b1 = cycle(&a, &pods[1], &all).await.ok().expect("placed");
     settle().await;
-    assert_eq!(a.state.gangs.held(), 2);
+    assert_eq!(a.state.extender.gangs.held(), 2);
     let start = tokio::time::Instant::now();
     let (e0, e1) = (b0.await.expect("task"), b1.await.expect("task"));
     assert!(start.elapsed() >= Duration::from_secs(5));
@@ -557,7 +557,7 @@ async fn held_members_are_released_when_the_wait_expires() {
         bound(&a).await.is_empty(),
         "no member below quorum is bound"
     );
-    assert_eq!(a.state.gangs.held(), 0);
+    assert_eq!(a.state.extender.gangs.held(), 0);
     // Released capacity is visible at once.
     for n in &all {
         assert!(fits(&a, n, 4).await, "{n}");
@@ -607,7 +607,7 @@ async fn two_gangs_competing_for_one_rack_never_deadlock() {
     assert_eq!(left.len(), 3);
     assert!(pb.iter().all(|p| left.contains_key(&name(p))));
     assert!(left["b-0"].contains("pod group ml/b"), "{left:?}");
-    assert_eq!(a.state.gangs.held(), 0, "the loser holds nothing");
+    assert_eq!(a.state.extender.gangs.held(), 0, "the loser holds nothing");
     // a finishes; b then fits.
     for p in &pa {
         delete(&a, "Pod", &name(p)).await;
@@ -683,7 +683,7 @@ async fn members_beyond_quorum_are_placed_individually() {
     let all = node_names(&a).await;
     let b = cycle(&a, &pods[2], &all).await.ok().expect("placed");
     settle().await;
-    assert_eq!(a.state.gangs.held(), 0, "no wait beyond minCount");
+    assert_eq!(a.state.extender.gangs.held(), 0, "no wait beyond minCount");
     assert_eq!(b.await.expect("task"), "");
 }
 
@@ -794,7 +794,7 @@ async fn a_gang_of_gangs_waits_for_all_its_groups_and_releases_them_together() {
     let b0 = cycle(&a, &workers[0], &all).await.ok().expect("placed");
     let b1 = cycle(&a, &workers[1], &all).await.ok().expect("placed");
     settle().await;
-    assert_eq!(a.state.gangs.held(), 2);
+    assert_eq!(a.state.extender.gangs.held(), 2);
     for b in [b0, b1] {
         let e = b.await.expect("task");
         assert!(
@@ -866,13 +866,13 @@ async fn a_gang_root_over_basic_middles_holds_gang_leaves_until_its_quorum() {
     let all = node_names(&a).await;
     let ba = cycle(&a, &pa, &all).await.ok().expect("a-0 passes filter");
     settle().await;
-    assert_eq!(a.state.gangs.held(), 1, "a-0 waits for the root");
+    assert_eq!(a.state.extender.gangs.held(), 1, "a-0 waits for the root");
     assert!(bound(&a).await.is_empty());
     let bb = cycle(&a, &pb, &all).await.ok().expect("b-0 passes filter");
     assert_eq!(bb.await.expect("task"), "");
     assert_eq!(ba.await.expect("task"), "", "released together");
     assert_eq!(bound(&a).await.len(), 2);
-    assert_eq!(a.state.gangs.held(), 0);
+    assert_eq!(a.state.extender.gangs.held(), 0);
     settle().await;
     let c = condition(&a, "CompositePodGroup", "root")
         .await
@@ -1085,7 +1085,7 @@ async fn no_domain_is_chosen_for_nodes_no_member_can_use() {
     assert_eq!(f.passed, gpu_nodes, "{:?}", f.unresolvable);
     let b0 = spawn_bind(&a, &pods[0], "b0");
     settle().await;
-    assert_eq!(a.state.gangs.held(), 1);
+    assert_eq!(a.state.extender.gangs.held(), 1);
     let f = filter(&a, &pods[1], &gpu_nodes).await;
     assert_eq!(f.passed, ["b1"], "{:?} {:?}", f.failed, f.unresolvable);
     let b1 = spawn_bind(&a, &pods[1], "b1");
@@ -1156,10 +1156,11 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     }
     let mut c =
         kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
-    c.state.gangs = Arc::new(Gangs::new(Duration::from_secs(10)));
+    c.state
+        .set_gangs(Arc::new(Gangs::new(Duration::from_secs(10))));
     for _ in 0..400 {
         let ready = {
-            let s = c.state.nodes.read();
+            let s = c.state.extender.nodes.read();
             s.has_node("n1")
                 && s.group("ml", "g").is_some()
                 && s.members("ml", "g").map(|m| m.len()) == Some(2)
@@ -1214,7 +1215,8 @@ async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
     )
     .expect("example loads");
     let mut a = kruntimes_scheduler::serve::standalone(Default::default(), objects).expect("valid");
-    a.state.gangs = Arc::new(Gangs::new(Duration::from_secs(20)));
+    a.state
+        .set_gangs(Arc::new(Gangs::new(Duration::from_secs(20))));
     let pods: Vec<Value> = (0..3)
         .map(|i| pod(&format!("train-{i}"), Some("train"), 2))
         .collect();
@@ -1253,10 +1255,11 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
     }
     let mut c =
         kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
-    c.state.gangs = Arc::new(Gangs::new(Duration::from_secs(10)));
+    c.state
+        .set_gangs(Arc::new(Gangs::new(Duration::from_secs(10))));
     for _ in 0..400 {
         let ready = {
-            let s = c.state.nodes.read();
+            let s = c.state.extender.nodes.read();
             s.has_node("n1")
                 && s.composite("ml", "root").is_some()
                 && ["workers", "driver"]

@@ -17,10 +17,6 @@ const PRIORITY_MISMATCH: &str =
 const POLICY_MISMATCH: &str = "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy";
 const POLICY_SHARED: &str = "all pods in a single pod group should have the same preemption policy";
 
-fn node(name: &str) -> Value {
-    testkit::node(name).value()
-}
-
 fn pod(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Value {
     let mut p = testkit::pod(name).priority(priority);
     if let Some(g) = group {
@@ -125,8 +121,8 @@ async fn preempt(a: &Standalone, preemptor: &Value, victims: &[(&str, &str)]) ->
 /// level below the root says 5, the root 100.
 fn three_levels(root_policy: Option<&str>) -> Vec<Value> {
     vec![
-        node("n1"),
-        node("n2"),
+        testkit::node("n1").value(),
+        testkit::node("n2").value(),
         composite("root", None, 100, root_policy),
         composite("mid", Some("root"), 5, None),
         group("a", Some("mid"), 5, None),
@@ -191,7 +187,7 @@ async fn with_the_gate_off_members_share_one_preemption_policy_among_themselves(
     first["spec"]["preemptionPolicy"] = json!("Never");
     objs.push(first);
     let a = cluster(objs).await;
-    a.state.nodes.set_semantics(Semantics {
+    a.state.extender.nodes.set_semantics(Semantics {
         group_preemption_policy: false,
         ..Semantics::default()
     });
@@ -228,7 +224,11 @@ fn gang_group(name: &str, min: u32, priority: i32) -> Value {
 async fn a_gang_that_cannot_fit_triggers_no_preemption() {
     // Two 4-cpu nodes, each full with a low-priority 4-cpu pod.
     let base = |min: u32, members: usize| {
-        let mut objs = vec![node("n1"), node("n2"), gang_group("g", min, 100)];
+        let mut objs = vec![
+            testkit::node("n1").value(),
+            testkit::node("n2").value(),
+            gang_group("g", min, 100),
+        ];
         objs.push(sized(pod("low1", None, 1, Some("n1")), 4));
         objs.push(sized(pod("low2", None, 1, Some("n2")), 4));
         for i in 0..members {

@@ -23,7 +23,11 @@ async fn plan_returns_exact_scores_and_changes_nothing() {
         get(&app, "/v1/runtime-pods?namespace=team-a").await.body,
         before
     );
-    assert_eq!(app.state.cache.queue().len(), 0, "plan enqueues nothing");
+    assert_eq!(
+        app.state.runs.cache.queue().len(),
+        0,
+        "plan enqueues nothing"
+    );
 }
 
 #[tokio::test]
@@ -259,7 +263,7 @@ async fn pending_run_explains_itself_and_is_scheduled_when_capacity_frees() {
         .body["items"][0]["metadata"]["resourceVersion"]
         .clone();
     // Nothing changed: another cycle writes nothing.
-    app.state.cache.resync();
+    app.state.runs.cache.resync();
     app.controller.drain().await;
     let rv_after = get(&app, "/v1/objects?kind=Run&namespace=team-a&name=big")
         .await
@@ -464,7 +468,7 @@ async fn health_metrics_and_unknown_routes() {
     let app = app("state.yaml");
     assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/readyz").await.status, StatusCode::OK);
-    app.state.cache.set_synced(false);
+    app.state.runs.cache.set_synced(false);
     assert_eq!(
         get(&app, "/readyz").await.status,
         StatusCode::SERVICE_UNAVAILABLE

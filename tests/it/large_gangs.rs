@@ -55,7 +55,9 @@ impl Drop for Served {
 async fn serve(objects: Vec<Value>, flags: &ServeArgs) -> Served {
     raise_open_files(kruntimes_scheduler::serve::open_files_needed(flags));
     let mut a = app("");
-    a.state.gangs = Arc::new(Gangs::with_config(flags.gang_config().expect("gang flags")));
+    a.state.set_gangs(Arc::new(Gangs::with_config(
+        flags.gang_config().expect("gang flags"),
+    )));
     for chunk in objects.chunks(2000) {
         let r = post(
             &a,
@@ -206,8 +208,8 @@ async fn a_gang_larger_than_the_default_connection_limit_binds() {
     let binds = schedule(&s, &nodes, size).await;
     all_bound(binds).await;
     assert_eq!(bound_in_store(&s), size);
-    assert_eq!(s.app.state.gangs.held(), 0);
-    assert_eq!(s.app.state.gangs.units(), 0);
+    assert_eq!(s.app.state.extender.gangs.held(), 0);
+    assert_eq!(s.app.state.extender.gangs.units(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +219,7 @@ async fn no_filter_waits_behind_held_binds() {
     let size = 400;
     let (objects, nodes) = gang_cluster(10, size as u32, size);
     let s = serve(objects, &defaults).await;
-    let gangs = Arc::clone(&s.app.state.gangs);
+    let gangs = Arc::clone(&s.app.state.extender.gangs);
     let binds = schedule(&s, &nodes, size - 1).await;
     wait_until("399 binds held", Duration::from_secs(60), || {
         gangs.held() + gangs.kept() == size - 1
@@ -281,7 +283,7 @@ async fn a_gang_delivered_slower_than_the_wait_binds() {
     let retried = all_bound(members).await;
     assert!(retried > 0, "the first members outlived their own wait");
     assert_eq!(bound_in_store(&s), size);
-    assert_eq!(s.app.state.gangs.kept(), 0);
+    assert_eq!(s.app.state.extender.gangs.kept(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,5 +310,5 @@ async fn an_oversized_gang_is_refused_with_the_clear_reason() {
     let m = get(&s.app, "/metrics").await.text;
     assert!(m.contains("kruntimes_gang_too_large_total 1"), "{m}");
     // Nothing was planned or held for it.
-    assert_eq!(s.app.state.gangs.units(), 0);
+    assert_eq!(s.app.state.extender.gangs.units(), 0);
 }

@@ -5,15 +5,10 @@
 use crate::apiserver::{self, FakeApi, Res};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
+use kruntimes_scheduler::testkit;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
-use serde_json::json;
 use std::collections::BTreeSet;
-
-fn node(name: &str) -> serde_json::Value {
-    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"tier": "x"}},
-        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}})
-}
 
 #[test]
 fn tokens_round_trip_and_garbage_is_refused() {
@@ -30,7 +25,10 @@ fn tokens_round_trip_and_garbage_is_refused() {
 async fn a_paged_list_returns_every_object_once_with_the_remaining_count() {
     let api = FakeApi::start().await;
     for i in 0..7 {
-        api.put(Res::Nodes, node(&format!("n{i}")));
+        api.put(
+            Res::Nodes,
+            testkit::node(&format!("n{i}")).label("tier", "x").value(),
+        );
     }
     let nodes: Api<Node> = Api::all(api.client());
     let first = nodes
@@ -48,7 +46,7 @@ async fn a_paged_list_returns_every_object_once_with_the_remaining_count() {
     let mut token = first.metadata.continue_.clone().expect("a continue token");
     // A write between pages: the continued pages keep the first page's
     // resourceVersion.
-    api.put(Res::Nodes, node("n9"));
+    api.put(Res::Nodes, testkit::node("n9").label("tier", "x").value());
     loop {
         let page = nodes
             .list(&ListParams::default().limit(3).continue_token(&token))
@@ -81,7 +79,10 @@ async fn a_paged_list_returns_every_object_once_with_the_remaining_count() {
 async fn a_token_older_than_the_compacted_history_is_gone() {
     let api = FakeApi::start().await;
     for i in 0..4 {
-        api.put(Res::Nodes, node(&format!("n{i}")));
+        api.put(
+            Res::Nodes,
+            testkit::node(&format!("n{i}")).label("tier", "x").value(),
+        );
     }
     let nodes: Api<Node> = Api::all(api.client());
     let first = nodes
@@ -89,7 +90,7 @@ async fn a_token_older_than_the_compacted_history_is_gone() {
         .await
         .expect("page 1");
     let token = first.metadata.continue_.expect("token");
-    api.put(Res::Nodes, node("n5"));
+    api.put(Res::Nodes, testkit::node("n5").label("tier", "x").value());
     api.drop_watches_and_compact();
     let err = nodes
         .list(&ListParams::default().limit(2).continue_token(&token))
@@ -112,7 +113,12 @@ async fn a_token_older_than_the_compacted_history_is_gone() {
 async fn the_watcher_lists_every_page() {
     let api = FakeApi::start().await;
     for i in 0..11 {
-        api.put(Res::Nodes, node(&format!("n{i:02}")));
+        api.put(
+            Res::Nodes,
+            testkit::node(&format!("n{i:02}"))
+                .label("tier", "x")
+                .value(),
+        );
     }
     let nodes: Api<Node> = Api::all(api.client());
     let mut stream = std::pin::pin!(watcher(nodes, watcher::Config::default().page_size(4)));

@@ -62,7 +62,7 @@ pub async fn scenario() -> Scraped {
     let c = cluster(config, api.client(), "metrics-test").await;
     let task = tokio::spawn(Arc::clone(&c.controller).run(1, Duration::from_secs(3600)));
     testkit::wait_until("cache sync", Duration::from_secs(10), || {
-        c.state.cache.is_synced()
+        c.state.runs.cache.is_synced()
     })
     .await;
 
@@ -134,7 +134,7 @@ pub async fn scenario() -> Scraped {
             },
             check_every: Duration::from_secs(60),
         },
-        Arc::clone(&c.state.metrics),
+        Arc::clone(&c.state.runs.metrics),
     )
     .await
     .expect("the webhook certificate is created");
@@ -310,7 +310,7 @@ async fn standalone_mode_records_the_scheduled_event_and_the_pending_gauge() {
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     }
     app.controller.drain().await;
-    let store = app.state.store.as_ref().expect("standalone");
+    let store = app.state.runs.store.as_ref().expect("standalone");
     let events = store.events();
     let scheduled = events
         .iter()

@@ -57,7 +57,7 @@ async fn filter_explain_and_plan_answer_as_the_state_without_the_skipped_kinds()
     let pods: Vec<&Value> = snapshot.iter().filter(|o| o["kind"] == "Pod").collect();
     assert!(pods.len() >= 5);
     for app in [&replayed, &plain] {
-        assert_eq!(app.state.nodes.read().node_names().len(), 6);
+        assert_eq!(app.state.extender.nodes.read().node_names().len(), 6);
     }
     for pod in pods {
         let body = filter_body(pod, &nodes);
@@ -139,7 +139,7 @@ fn the_snapshot_read_object_by_object_is_the_snapshot_read_whole() {
         assert_eq!(list(&streamed), list(&whole), "{kind:?}");
     }
     let now = k8s_openapi::jiff::Timestamp::now();
-    let pods = |app: &Standalone| app.state.cache.runtime_pods(None, None, now);
+    let pods = |app: &Standalone| app.state.runs.cache.runtime_pods(None, None, now);
     assert_eq!(pods(&streamed), pods(&whole));
     let stored_pods = whole.store.list(Kind::Pod, None, None);
     assert!(stored_pods.len() >= 5);
@@ -149,7 +149,7 @@ fn the_snapshot_read_object_by_object_is_the_snapshot_read_whole() {
             pod["metadata"]["name"].as_str().unwrap(),
         );
         let entry = |app: &Standalone| {
-            let mut e = app.state.nodes.read().pod(ns, name).cloned();
+            let mut e = app.state.extender.nodes.read().pod(ns, name).cloned();
             if let Some(e) = &mut e {
                 e.uid.clear();
             }
@@ -159,8 +159,8 @@ fn the_snapshot_read_object_by_object_is_the_snapshot_read_whole() {
         assert_eq!(entry(&streamed), entry(&whole), "{ns}/{name}");
     }
     assert_eq!(
-        streamed.state.nodes.read().node_names(),
-        whole.state.nodes.read().node_names()
+        streamed.state.extender.nodes.read().node_names(),
+        whole.state.extender.nodes.read().node_names()
     );
     // A refused object stops the load, saying which one, as it does whole.
     let dir = std::env::temp_dir().join(format!("krs-refused-{}", std::process::id()));

@@ -35,7 +35,7 @@ async fn replica(api: &FakeApi) -> (Cluster, tokio::task::JoinHandle<()>) {
     };
     let c = cluster(config, api.client(), "test").await;
     let task = tokio::spawn(Arc::clone(&c.controller).run(2, Duration::from_secs(3600)));
-    wait_for("cache sync", || c.state.cache.is_synced()).await;
+    wait_for("cache sync", || c.state.runs.cache.is_synced()).await;
     (c, task)
 }
 
@@ -121,7 +121,7 @@ async fn one_write_per_change_none_on_a_recheck() {
     // that wakes the runtime's Pending Runs, and the Pending re-check timer
     // (1 s, then 2 s).
     for _ in 0..3 {
-        c.state.cache.resync();
+        c.state.runs.cache.resync();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     api.put(Res::Pods, runtime_pod("rp-1", "1"));
@@ -137,10 +137,10 @@ async fn one_write_per_change_none_on_a_recheck() {
     api.put(Res::Pods, runtime_pod("rp-1", "2"));
     wait_for("b scheduled", || status(&api, "b")["phase"] == "Scheduled").await;
     assert_eq!(writes(&api, "b"), 2);
-    c.state.cache.resync();
+    c.state.runs.cache.resync();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(writes(&api, "b"), 2);
-    c.state.cache.check_invariants().unwrap();
+    c.state.runs.cache.check_invariants().unwrap();
     task.abort();
 }
 
@@ -205,13 +205,13 @@ async fn cancel_invalid_and_stale_assignment_as_upstream() {
     assert!(bad["message"].as_str().unwrap().contains("runs"), "{bad}");
     assert_eq!(status(&api, "stale")["assignedPod"], "rp-1");
 
-    c.state.cache.resync();
+    c.state.runs.cache.resync();
     tokio::time::sleep(Duration::from_millis(300)).await;
     for name in ["cancel-new", "cancel-old", "bad", "stale"] {
         assert_eq!(writes(&api, name), 1, "{name}");
     }
     // Nothing was placed but the stale one.
-    let rp = serde_json::to_value(c.state.cache.runtime_pods(
+    let rp = serde_json::to_value(c.state.runs.cache.runtime_pods(
         Some("ns"),
         Some("py"),
         Timestamp::now(),
@@ -243,7 +243,7 @@ async fn a_retried_run_waits_out_its_backoff_then_is_placed() {
         0,
         "nothing written while backing off"
     );
-    let explain = c.state.cache.pending_runs(Timestamp::now());
+    let explain = c.state.runs.cache.pending_runs(Timestamp::now());
     assert!(
         explain.backing_off >= 1,
         "the pending metrics count it as backing off: {explain:?}"

@@ -49,10 +49,10 @@ fn run(name: &str, reqs: &BTreeMap<String, String>) -> Value {
 
 async fn settle(app: &kruntimes_scheduler::serve::Standalone) {
     for _ in 0..1000 {
-        if app.state.cache.queue().outstanding() == 0 {
+        if app.state.runs.cache.queue().outstanding() == 0 {
             // Give in-flight cycles a moment, then re-check.
             tokio::time::sleep(Duration::from_millis(20)).await;
-            if app.state.cache.queue().outstanding() == 0 {
+            if app.state.runs.cache.queue().outstanding() == 0 {
                 return;
             }
         }
@@ -124,7 +124,7 @@ async fn check(
         }
     }
     // The cache's own index agrees with the objects.
-    app.state.cache.check_invariants().unwrap();
+    app.state.runs.cache.check_invariants().unwrap();
     (scheduled, pending)
 }
 
@@ -246,6 +246,6 @@ async fn many_runs_never_overbook_and_pending_runs_get_in() {
             ("never-gpu".to_owned(), "InsufficientCapacity".to_owned())
         ]
     );
-    app.state.cache.queue().shutdown();
+    app.state.runs.cache.queue().shutdown();
     loop_task.await.unwrap();
 }

@@ -15,6 +15,7 @@ pub type ShareKey = (String, String, String, Option<String>);
 /// An allocated device that gates binding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GatedDevice {
+    /// The device, as `status.devices[]` names it.
     pub device: ShareKey,
     /// Every one must be `True` in the device's status before binding.
     pub binding_conditions: Vec<String>,
@@ -27,7 +28,9 @@ pub struct GatedDevice {
 pub struct ClaimBinding {
     /// `(namespace, name)`.
     pub key: Key,
+    /// `metadata.uid`.
     pub uid: String,
+    /// `metadata.resourceVersion`.
     pub resource_version: String,
     /// Identifies this allocation (its timestamp and devices): a claim that
     /// is allocated again is a new allocation.

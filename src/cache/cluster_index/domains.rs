@@ -105,6 +105,7 @@ impl Default for Semantics {
 pub(super) struct Domains {
     /// One index per topology key asked for so far.
     indexes: Mutex<HashMap<String, Arc<DomainIndex>>>,
+    /// The switches `serve` set ([`ClusterIndex::set_semantics`]).
     semantics: Semantics,
 }
 
@@ -117,7 +118,10 @@ impl super::ClusterIndex {
 
 /// Free amounts on nodes for a fixed list of resources.
 pub struct Rooms<'s> {
+    /// The snapshot read.
     snap: &'s ClusterState,
+    /// The interned id of each asked resource, in the asked order (`None`:
+    /// no node offers it, so it is 0 everywhere).
     ids: Vec<Option<ResId>>,
     /// Ignore what is counted on the node (allocatable only).
     empty: bool,
@@ -257,28 +261,40 @@ fn children<T, S>(
 #[cfg(test)]
 mod tests {
     use crate::cache::cluster_index::ClusterIndex;
-    use k8s_openapi::api::core::v1::Node;
-    use serde_json::json;
-
-    fn node(name: &str, rack: Option<&str>, cpu: &str) -> Node {
-        let labels = rack.map_or(json!({}), |r| json!({"rack": r}));
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
-            "status": {"allocatable": {"cpu": cpu, "pods": "10"}}}))
-        .unwrap()
-    }
+    use crate::testkit;
 
     #[test]
     fn index_follows_label_changes_and_deletions() {
         let c = ClusterIndex::new();
-        c.apply_node(&node("a", Some("r1"), "4"));
-        c.apply_node(&node("b", Some("r1"), "4"));
-        c.apply_node(&node("c", None, "4"));
+        c.apply_node(
+            &testkit::node("a")
+                .pod_slots("10")
+                .label("rack", "r1")
+                .typed(),
+        );
+        c.apply_node(
+            &testkit::node("b")
+                .pod_slots("10")
+                .label("rack", "r1")
+                .typed(),
+        );
+        c.apply_node(&testkit::node("c").pod_slots("10").typed());
         let ix = c.read().domain_index("rack");
         assert_eq!(ix.nodes("r1"), ["a", "b"]);
         assert_eq!(ix.value_of("c"), None);
         // Relabelled, labelled, deleted: the index follows.
-        c.apply_node(&node("b", Some("r2"), "4"));
-        c.apply_node(&node("c", Some("r2"), "4"));
+        c.apply_node(
+            &testkit::node("b")
+                .pod_slots("10")
+                .label("rack", "r2")
+                .typed(),
+        );
+        c.apply_node(
+            &testkit::node("c")
+                .pod_slots("10")
+                .label("rack", "r2")
+                .typed(),
+        );
         c.delete_node("a");
         let ix = c.read().domain_index("rack");
         assert_eq!(ix.nodes("r1"), [] as [String; 0]);
@@ -286,7 +302,12 @@ mod tests {
         assert_eq!(ix.len(), 1);
         // An index taken earlier is a consistent snapshot of its time.
         let old = ix;
-        c.apply_node(&node("d", Some("r3"), "4"));
+        c.apply_node(
+            &testkit::node("d")
+                .pod_slots("10")
+                .label("rack", "r3")
+                .typed(),
+        );
         assert_eq!(old.len(), 1);
         assert_eq!(c.read().domain_index("rack").len(), 2);
     }
@@ -294,12 +315,18 @@ mod tests {
     #[test]
     fn rooms_are_allocatable_minus_used() {
         let c = ClusterIndex::new();
-        c.apply_node(&node("a", Some("r1"), "4"));
+        c.apply_node(
+            &testkit::node("a")
+                .pod_slots("10")
+                .label("rack", "r1")
+                .typed(),
+        );
         c.apply_pod(
-            &serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"},
-                "spec": {"nodeName": "a", "containers": [{"name": "c", "image": "i",
-                    "resources": {"requests": {"cpu": "1500m"}}}]}}))
-            .unwrap(),
+            &testkit::pod("p")
+                .namespace("ns")
+                .requests(&[("cpu", "1500m")])
+                .node_name("a")
+                .typed(),
         );
         let s = c.read();
         let names = vec!["cpu".to_owned(), "pods".to_owned(), "gpu".to_owned()];

@@ -1,3 +1,6 @@
+//! PodGroups and CompositePodGroups, and each PodGroup's member pods as
+//! counted.
+//!
 //! The group hierarchy as the snapshot holds it: the one walk from a group
 //! up `parentCompositePodGroupName` to its root ([`ClusterState::chain`],
 //! with its cycle and depth errors), and the reads for group-aware
@@ -5,11 +8,13 @@
 //! be disrupted (its own `disruptionMode`, or `All` on any
 //! CompositePodGroup above it).
 
-use super::{ClusterState, Key, PodEntry};
+use super::{ClusterIndex, ClusterState, Key, PodEntry, key_of};
+use crate::cache::index::Index;
 use crate::model::refs::{self, GroupRef, MAX_GROUP_DEPTH};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use smallvec::SmallVec;
+use std::collections::BTreeMap;
 
 /// A group object of the snapshot: a PodGroup or a CompositePodGroup.
 #[derive(Debug, Clone, Copy)]
@@ -297,5 +302,100 @@ impl ClusterState {
             .collect();
         out.sort_by(|a, b| a.0.cmp(b.0));
         out
+    }
+}
+
+// === impl ClusterState: the groups held ===
+
+impl ClusterState {
+    /// A PodGroup.
+    pub fn group(&self, namespace: &str, name: &str) -> Option<&PodGroup> {
+        self.groups.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// A CompositePodGroup.
+    pub fn composite(&self, namespace: &str, name: &str) -> Option<&CompositePodGroup> {
+        self.composites
+            .get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// The member pods of a PodGroup as counted (the assumed version
+    /// while one exists), with their names.
+    pub fn member_pods<'a>(
+        &'a self,
+        namespace: &str,
+        group: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a PodEntry)> + 'a {
+        self.members(namespace, group)
+            .into_iter()
+            .flatten()
+            .map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// Member pods of a PodGroup by name (see [`ClusterState::member_pods`]).
+    pub fn members(&self, namespace: &str, group: &str) -> Option<&BTreeMap<String, PodEntry>> {
+        self.members.get(&(namespace.to_owned(), group.to_owned()))
+    }
+}
+
+// === impl ClusterIndex ===
+
+impl ClusterIndex {
+    // PodGroups
+    pub fn apply_pod_group(&self, g: &PodGroup) {
+        self.write().groups.insert(key_of(&g.metadata), g.clone());
+    }
+    pub fn delete_pod_group(&self, namespace: &str, name: &str) {
+        self.write()
+            .groups
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+    pub fn reset_pod_groups(&self, gs: &[PodGroup]) {
+        self.write().groups = gs
+            .iter()
+            .map(|g| (key_of(&g.metadata), g.clone()))
+            .collect();
+    }
+
+    // CompositePodGroups
+    pub fn apply_composite(&self, g: &CompositePodGroup) {
+        self.write()
+            .composites
+            .insert(key_of(&g.metadata), g.clone());
+    }
+    pub fn delete_composite(&self, namespace: &str, name: &str) {
+        self.write()
+            .composites
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+    pub fn reset_composites(&self, gs: &[CompositePodGroup]) {
+        self.write().composites = gs
+            .iter()
+            .map(|g| (key_of(&g.metadata), g.clone()))
+            .collect();
+    }
+}
+
+impl Index<PodGroup> for ClusterIndex {
+    fn apply(&self, obj: PodGroup) {
+        self.apply_pod_group(&obj)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_pod_group(namespace, name)
+    }
+    fn reset(&self, objs: Vec<PodGroup>) {
+        self.reset_pod_groups(&objs)
+    }
+}
+
+impl Index<CompositePodGroup> for ClusterIndex {
+    fn apply(&self, obj: CompositePodGroup) {
+        self.apply_composite(&obj)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_composite(namespace, name)
+    }
+    fn reset(&self, objs: Vec<CompositePodGroup>) {
+        self.reset_composites(&objs)
     }
 }

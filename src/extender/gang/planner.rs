@@ -199,9 +199,10 @@ impl GangPlanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::cluster_index::ClusterIndex;
     use crate::extender::gang::{self, filter_gate, quorum, tree_of};
-    use crate::extender::plugins::testing::{all_nodes, gang, group, racks};
     use crate::pods::fit::pod_requests;
+    use crate::testkit;
     use k8s_openapi::api::core::v1::Pod;
 
     fn g(name: &str) -> GroupRef {
@@ -300,10 +301,10 @@ mod tests {
 
     #[test]
     fn quorum_drops_the_plans_of_the_unit() {
-        let cache = racks(&[("r1", 2, "4"), ("r2", 2, "4")]);
-        let pods = gang(&cache, "g", 2, "4", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "4"), ("r2", 2, "4")]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "4", true));
         let planner = GangPlanner::new();
-        let names = all_nodes(&cache);
+        let names = cache.read().node_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let v = filter_gate(
             &cache.read(),
@@ -432,10 +433,10 @@ mod tests {
 
     #[test]
     fn a_spec_change_makes_the_plan_stale_and_it_is_made_again() {
-        let cache = racks(&[("r1", 2, "4"), ("r2", 3, "4")]);
-        let pods = gang(&cache, "g", 2, "4", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "4"), ("r2", 3, "4")]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "4", true));
         let planner = GangPlanner::new();
-        let names = all_nodes(&cache);
+        let names = cache.read().node_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let first = filter_gate(
             &cache.read(),
@@ -448,8 +449,18 @@ mod tests {
         assert_eq!(first.domain()[0].1, "r1", "best fit for 2");
         let before = planner.get(&g("g")).expect("plan");
         // The gang now needs 3 (a third member comes): r1 cannot hold it.
-        cache.apply_pod_group(&group("g", 3, true));
-        let third = crate::extender::plugins::testing::pod("g-2", Some("g"), "4", None);
+        cache.apply_pod_group(
+            &testkit::pod_group("g")
+                .namespace("ns")
+                .gang(3)
+                .topology(testkit::RACK)
+                .typed(),
+        );
+        let third: Pod = testkit::pod("g-2")
+            .namespace("ns")
+            .requests(&[("cpu", "4")])
+            .group("g")
+            .typed();
         cache.apply_pod(&third);
         let v = filter_gate(
             &cache.read(),

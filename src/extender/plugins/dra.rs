@@ -264,7 +264,7 @@ pub fn prefilter(
 mod tests {
     use super::*;
     use crate::cache::cluster_index::ClusterIndex;
-    use crate::extender::plugins::testing::node;
+    use crate::testkit;
     use serde_json::json;
 
     /// Upstream `dynamicresources` tests with `enableDRAExtendedResource`
@@ -300,7 +300,7 @@ mod tests {
         ];
         for (name, with_slice, request, refused) in cases {
             let c = ClusterIndex::new();
-            c.apply_node(&node("worker", None, "4", "110"));
+            c.apply_node(&testkit::node("worker").allocatable("4", "64Gi").typed());
             c.apply_device_class(&class);
             if with_slice {
                 c.apply_slice(&slice);

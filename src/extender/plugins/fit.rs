@@ -249,7 +249,7 @@ pub fn score_at(snap: &ClusterState, slot: u32, req: &Resolved) -> i64 {
 mod tests {
     use super::*;
     use crate::cache::cluster_index::ClusterIndex;
-    use crate::extender::plugins::testing::{node, pod};
+    use crate::testkit;
     use proptest::prelude::*;
 
     fn cpu(millis: u64) -> Amounts {
@@ -259,8 +259,19 @@ mod tests {
     /// One node of 4 cores and 2 pod slots, one pod of 3 cores on it.
     fn one_node() -> ClusterIndex {
         let c = ClusterIndex::new();
-        c.apply_node(&node("n", None, "4", "2"));
-        c.apply_pod(&pod("p", None, "3", Some("n")));
+        c.apply_node(
+            &testkit::node("n")
+                .allocatable("4", "64Gi")
+                .pod_slots("2")
+                .typed(),
+        );
+        c.apply_pod(
+            &testkit::pod("p")
+                .namespace("ns")
+                .requests(&[("cpu", "3")])
+                .node_name("n")
+                .typed(),
+        );
         c
     }
 
@@ -308,7 +319,13 @@ mod tests {
     #[test]
     fn the_pod_slot_counts_and_unknown_nodes_are_not_found() {
         let c = one_node();
-        c.apply_pod(&pod("q", None, "0", Some("n")));
+        c.apply_pod(
+            &testkit::pod("q")
+                .namespace("ns")
+                .requests(&[("cpu", "0")])
+                .node_name("n")
+                .typed(),
+        );
         let s = c.read();
         let slot = s.find("n").expect("slot");
         let req = resolve(&s, &cpu(0));
@@ -330,11 +347,18 @@ mod tests {
     #[test]
     fn emptier_nodes_score_higher() {
         let c = ClusterIndex::new();
-        c.apply_node(&node("empty", None, "8", "110"));
-        c.apply_node(&node("half", None, "8", "110"));
-        c.apply_node(&node("full", None, "8", "110"));
-        c.apply_pod(&pod("a", None, "4", Some("half")));
-        c.apply_pod(&pod("b", None, "7", Some("full")));
+        for n in ["empty", "half", "full"] {
+            c.apply_node(&testkit::node(n).allocatable("8", "64Gi").typed());
+        }
+        for (p, cpu, n) in [("a", "4", "half"), ("b", "7", "full")] {
+            c.apply_pod(
+                &testkit::pod(p)
+                    .namespace("ns")
+                    .requests(&[("cpu", cpu)])
+                    .node_name(n)
+                    .typed(),
+            );
+        }
         let s = c.read();
         let req = resolve(&s, &cpu(1000));
         let scores: Vec<i64> = ["empty", "half", "full"]
@@ -359,9 +383,22 @@ mod tests {
             let c = ClusterIndex::new();
             for (kind, a, b, amount) in ops {
                 match kind {
-                    0 => c.apply_node(&node(&format!("n{}", a % 3), None, &amount.to_string(), "3")),
-                    1 => c.apply_pod(&pod(&format!("p{a}"), None, &amount.to_string(),
-                        b.map(|n| format!("n{n}")).as_deref())),
+                    0 => c.apply_node(
+                        &testkit::node(&format!("n{}", a % 3))
+                            .allocatable(&amount.to_string(), "64Gi")
+                            .pod_slots("3")
+                            .typed(),
+                    ),
+                    1 => {
+                        let p = testkit::pod(&format!("p{a}"))
+                            .namespace("ns")
+                            .requests(&[("cpu", &amount.to_string())]);
+                        let p = match b {
+                            Some(n) => p.node_name(&format!("n{n}")),
+                            None => p,
+                        };
+                        c.apply_pod(&p.typed())
+                    }
                     _ => c.delete_pod("ns", &format!("p{a}")),
                 }
                 let s = c.read();

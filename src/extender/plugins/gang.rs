@@ -65,9 +65,9 @@ pub fn score(prefer: &Prefer, node: &str) -> i64 {
 mod tests {
     use super::*;
     use crate::cache::cluster_index::ClusterIndex;
-    use crate::extender::plugins::testing::{RACK, all_nodes, gang, pod, racks};
     use crate::model::refs::GroupRef;
     use crate::pods::fit::pod_requests;
+    use crate::testkit::{self, RACK};
 
     fn requests(p: &Pod) -> Amounts {
         pod_requests(p.spec.as_ref().expect("spec")).expect("requests")
@@ -75,7 +75,7 @@ mod tests {
 
     /// The verdict of one member over every node of the cache.
     fn verdict(cache: &ClusterIndex, planner: &GangPlanner, p: &Pod) -> GroupVerdict {
-        let names = all_nodes(cache);
+        let names = cache.read().node_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         prefilter(&cache.read(), planner, p, &requests(p), &names)
     }
@@ -89,8 +89,8 @@ mod tests {
 
     #[test]
     fn a_gang_short_of_pods_fails_every_node_unresolvable() {
-        let cache = racks(&[("r1", 2, "8")]);
-        let pods = gang(&cache, "g", 3, "1", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "8")]));
+        let pods = cache.apply_objects(testkit::gang("g", 3, "1", true));
         cache.delete_pod("ns", "g-2");
         let planner = GangPlanner::new();
         let v = verdict(&cache, &planner, &pods[0]);
@@ -109,8 +109,8 @@ mod tests {
     #[test]
     fn the_domain_chosen_holds_the_whole_gang_and_others_are_outside() {
         // r1 has room for 2 one-core... members of 3 cores; r2 for 4.
-        let cache = racks(&[("r1", 1, "6"), ("r2", 2, "6")]);
-        let pods = gang(&cache, "g", 3, "3", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 1, "6"), ("r2", 2, "6")]));
+        let pods = cache.apply_objects(testkit::gang("g", 3, "3", true));
         let planner = GangPlanner::new();
         let v = verdict(&cache, &planner, &pods[0]);
         assert!(v.wide.is_none(), "{:?}", v.wide);
@@ -130,8 +130,8 @@ mod tests {
 
     #[test]
     fn best_fit_leaves_the_big_domain_whole() {
-        let cache = racks(&[("big", 4, "4"), ("small", 2, "4")]);
-        let pods = gang(&cache, "g", 2, "4", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("big", 4, "4"), ("small", 2, "4")]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "4", true));
         let planner = GangPlanner::new();
         assert_eq!(rack_of(&verdict(&cache, &planner, &pods[0])), "small");
     }
@@ -139,15 +139,15 @@ mod tests {
     #[test]
     fn plans_reserve_room_so_two_gangs_never_plan_the_same_rack() {
         // Two racks of room for 2 members each; two gangs of 2.
-        let cache = racks(&[("r1", 2, "4"), ("r2", 2, "4")]);
-        let a = gang(&cache, "a", 2, "4", true);
-        let b = gang(&cache, "b", 2, "4", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "4"), ("r2", 2, "4")]));
+        let a = cache.apply_objects(testkit::gang("a", 2, "4", true));
+        let b = cache.apply_objects(testkit::gang("b", 2, "4", true));
         let planner = GangPlanner::new();
         let ra = rack_of(&verdict(&cache, &planner, &a[0]));
         let rb = rack_of(&verdict(&cache, &planner, &b[0]));
         assert_ne!(ra, rb, "b must not plan the room a's plan holds");
         // A third gang finds no room left: every rack is planned.
-        let c = gang(&cache, "c", 2, "4", true);
+        let c = cache.apply_objects(testkit::gang("c", 2, "4", true));
         let v = verdict(&cache, &planner, &c[0]);
         let wide = v.wide.expect("no room");
         assert!(
@@ -164,15 +164,26 @@ mod tests {
 
     #[test]
     fn a_recreated_member_is_counted_once_and_follows_the_fixed_domain() {
-        let cache = racks(&[("r1", 2, "4"), ("r2", 2, "4")]);
-        let pods = gang(&cache, "g", 2, "2", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "4"), ("r2", 2, "4")]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "2", true));
         let planner = GangPlanner::new();
         // Member 0 is bound in r2: the domain is fixed there.
-        cache.apply_pod(&pod("g-0", Some("g"), "2", Some("r2-0")));
+        cache.apply_pod(
+            &testkit::pod("g-0")
+                .namespace("ns")
+                .requests(&[("cpu", "2")])
+                .group("g")
+                .node_name("r2-0")
+                .typed(),
+        );
         assert_eq!(rack_of(&verdict(&cache, &planner, &pods[1])), "r2");
         // Member 1 is deleted and recreated (a new uid, not placed yet).
         cache.delete_pod("ns", "g-1");
-        let mut again = pod("g-1", Some("g"), "2", None);
+        let mut again: Pod = testkit::pod("g-1")
+            .namespace("ns")
+            .requests(&[("cpu", "2")])
+            .group("g")
+            .typed();
         again.metadata.uid = Some("g-1-second".into());
         cache.apply_pod(&again);
         let v = verdict(&cache, &planner, &again);
@@ -184,8 +195,8 @@ mod tests {
 
     #[test]
     fn prescore_prefers_the_planned_domain() {
-        let cache = racks(&[("r1", 2, "4"), ("r2", 1, "8")]);
-        let pods = gang(&cache, "g", 2, "4", true);
+        let cache = ClusterIndex::of(testkit::racks(&[("r1", 2, "4"), ("r2", 1, "8")]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "4", true));
         let planner = GangPlanner::new();
         let planned = rack_of(&verdict(&cache, &planner, &pods[0]));
         let snap = cache.read();

@@ -16,9 +16,6 @@ pub mod fit;
 pub mod gang;
 pub mod priority;
 
-#[cfg(test)]
-pub(crate) mod testing;
-
 use crate::cache::cluster_index::{ClusterState, Rejection};
 use crate::extender::gang::{GangPlanner, GroupVerdict};
 use crate::pods::fit::{self as pod_fit, Amounts};

@@ -1,0 +1,444 @@
+//! Pods: what the cache keeps of each ([`PodEntry`]), where a pod is
+//! counted (its node, or the node a bind assumed it on) and what it adds
+//! there, the group member and claim user indexes, and the assumptions
+//! binds make until the watch shows the pod bound.
+
+use super::nodes::{Load, USED};
+use super::{ClusterIndex, ClusterState, Key, key_of};
+use crate::cache::index::Index;
+use crate::model::resources::ResourceVec;
+use crate::pods::fit::{self, Amounts, ClaimRef, PodLevel, PodLoad};
+use crate::pods::priority::Declared;
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What the cache keeps of a Pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodEntry {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `spec.nodeName` (or the node it is assumed on).
+    pub node: Option<String>,
+    /// Effective requests (`None` when a quantity does not parse).
+    pub requests: Option<Amounts>,
+    /// Pod-level requests: the resources whose DRA amounts lie inside
+    /// `requests`, with their headroom ([`fit::PodLevel`]).
+    pub level: PodLevel,
+    /// `spec.schedulingGroup.podGroupName`.
+    pub group: Option<String>,
+    /// `spec.priority`.
+    pub priority: Option<i32>,
+    /// `spec.priorityClassName`.
+    pub priority_class: Option<String>,
+    /// `spec.preemptionPolicy`.
+    pub preemption_policy: Option<String>,
+    /// ResourceClaims used, names qualified as `namespace/name`.
+    pub claims: Vec<ClaimRef>,
+    /// `Succeeded` or `Failed`: counts nowhere.
+    pub terminal: bool,
+    /// `metadata.deletionTimestamp` is set: the pod is being deleted (it
+    /// still counts on its node until it is gone).
+    pub deleting: bool,
+    /// `status.nominatedNodeName`: where kube-scheduler preempted for it.
+    pub nominated: Option<String>,
+    /// `nodeSelector` and required node affinity (group feasibility).
+    pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
+}
+
+impl PodEntry {
+    /// Extracts what fit and grouping read.
+    pub fn from_pod(pod: &Pod) -> PodEntry {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let spec = pod.spec.as_ref();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let demand = spec.map_or(Some((Amounts::new(), PodLevel::new())), |s| {
+            fit::pod_demand_of(s, pod.status.as_ref()).ok()
+        });
+        let (requests, level) = match demand {
+            Some((r, l)) => (Some(r), l),
+            None => (None, PodLevel::new()),
+        };
+        PodEntry {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            node: spec
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            requests,
+            level,
+            group: spec
+                .and_then(|s| s.scheduling_group.as_ref())
+                .and_then(|g| g.pod_group_name.clone()),
+            priority: spec.and_then(|s| s.priority),
+            priority_class: spec.and_then(|s| s.priority_class_name.clone()),
+            preemption_policy: spec.and_then(|s| s.preemption_policy.clone()),
+            claims: spec
+                .map(|s| fit::pod_claims(s, pod.status.as_ref()))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| ClaimRef {
+                    claim: format!("{ns}/{}", c.claim),
+                    refs: c.refs,
+                })
+                .collect(),
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            nominated: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+                .filter(|n| !n.is_empty()),
+            node_rule: spec
+                .and_then(crate::pods::selector::NodeRule::of)
+                .map(Arc::new),
+        }
+    }
+
+    /// The pod's own priority fields, as [`crate::pods::priority::resolve`] reads them.
+    pub fn declared(&self) -> Declared<'_> {
+        Declared {
+            priority: self.priority,
+            class_name: self.priority_class.as_deref(),
+            preemption_policy: self.preemption_policy.as_deref(),
+        }
+    }
+}
+
+/// Where a pod is counted and, without claims, what it adds there.
+struct Counted {
+    /// The node the pod is counted on.
+    node: String,
+    /// Its plain load (`None`: it has claims and is recounted with them).
+    plain: Option<Load>,
+}
+
+// === impl ClusterState ===
+
+impl ClusterState {
+    /// A cached pod (the assumed version while one exists).
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodEntry> {
+        let k = (namespace.to_owned(), name.to_owned());
+        self.assumed.get(&k).or_else(|| self.pods.get(&k))
+    }
+
+    /// Whether a pod is assumed (bound here, not yet seen bound).
+    pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
+        self.assumed
+            .contains_key(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// The entry counted for a key: assumed wins over the watched one.
+    pub(super) fn counted(&self, k: &Key) -> Option<&PodEntry> {
+        self.assumed
+            .get(k)
+            .or_else(|| self.pods.get(k))
+            .filter(|p| !p.terminal && p.node.is_some())
+    }
+
+    pub(super) fn counted_node(&self, k: &Key) -> Option<String> {
+        self.counted(k).and_then(|p| p.node.clone())
+    }
+
+    /// Where a pod counts and its plain load (`None` with claims).
+    fn counted_load(&mut self, k: &Key) -> Option<Counted> {
+        let p = self
+            .assumed
+            .get(k)
+            .or_else(|| self.pods.get(k))
+            .filter(|p| !p.terminal && p.node.is_some())?;
+        let plain = p.claims.is_empty().then(|| {
+            let mut load: Load = p
+                .requests
+                .iter()
+                .flatten()
+                .filter(|(_, a)| **a > 0)
+                .map(|(n, a)| (self.names.intern(n), *a))
+                .collect();
+            load.push((self.names.intern(fit::PODS), 1));
+            load
+        });
+        Some(Counted {
+            node: p.node.clone()?,
+            plain,
+        })
+    }
+
+    /// Moves a pod's index entry from `before` to where it counts now, and
+    /// recomputes both nodes: plain pods by their own load alone, so the
+    /// cost does not grow with the pods already on the node.
+    fn reindex(&mut self, k: &Key, before: Option<Counted>) {
+        let after = self.counted_load(k);
+        if let Some(b) = &before
+            && let Some(slot) = self.nodes.get_mut(&b.node)
+        {
+            slot.pods.remove(k);
+            match &b.plain {
+                Some(load) => self.names_freed += slot.plain.sub(load),
+                None => {
+                    slot.claimed.remove(k);
+                }
+            }
+        }
+        if let Some(a) = &after {
+            let slot = self.nodes.entry(&a.node);
+            slot.pods.insert(k.clone());
+            match &a.plain {
+                Some(load) => slot.plain.add(load),
+                None => {
+                    slot.claimed.insert(k.clone());
+                }
+            }
+        }
+        let mut nodes: Vec<&str> = before
+            .iter()
+            .chain(after.iter())
+            .map(|c| c.node.as_str())
+            .collect();
+        nodes.dedup();
+        for n in nodes {
+            self.recompute(n);
+        }
+        self.refresh_member(k);
+    }
+
+    /// Copies the pod's counted version into its group's member view.
+    fn refresh_member(&mut self, k: &Key) {
+        let Some(v) = self.assumed.get(k).or_else(|| self.pods.get(k)) else {
+            return;
+        };
+        let Some(g) = &v.group else { return };
+        if let Some(m) = self.members.get_mut(&(k.0.clone(), g.clone()))
+            && let Some(slot) = m.get_mut(&k.1)
+            && slot != v
+        {
+            *slot = v.clone();
+        }
+    }
+
+    /// Recomputes what is counted on one node; drops an empty slot.
+    pub(super) fn recompute(&mut self, node: &str) {
+        let Some(slot) = self.nodes.get(node) else {
+            return;
+        };
+        let mut vec = ResourceVec::new();
+        for &(id, a) in &slot.plain.0 {
+            vec.add_one(id, u64::try_from(a).unwrap_or(u64::MAX));
+        }
+        let entries: Vec<&PodEntry> = slot
+            .claimed
+            .iter()
+            .filter_map(|k| self.counted(k))
+            .collect();
+        let empty = Amounts::new();
+        let loads: Vec<PodLoad<'_>> = entries
+            .iter()
+            .map(|p| PodLoad {
+                requests: p.requests.as_ref().unwrap_or(&empty),
+                level: &p.level,
+                claims: &p.claims,
+            })
+            .collect();
+        let (used, errors) = fit::node_usage(&loads, |claim| self.devices_on(claim, node));
+        for e in errors {
+            tracing::warn!(node, error = %e, "DRA node-allocatable quantity ignored");
+        }
+        for (n, a) in &used {
+            vec.add_one(self.names.intern(n), *a);
+        }
+        if let Some(i) = self.nodes.find(node) {
+            self.nodes.set_col(i, USED, &vec);
+            let slot = &mut self.nodes.slots[i as usize];
+            self.names_freed += slot.used.iter().filter(|(id, _)| vec.get(*id) == 0).count();
+            slot.used = vec;
+        }
+        self.nodes.release_if_empty(node);
+    }
+
+    fn index_pod(&mut self, k: &Key, p: &PodEntry, add: bool) {
+        if let Some(g) = &p.group {
+            let gk = (k.0.clone(), g.clone());
+            if add {
+                self.members
+                    .entry(gk)
+                    .or_default()
+                    .insert(k.1.clone(), p.clone());
+            } else if let Some(m) = self.members.get_mut(&gk) {
+                m.remove(&k.1);
+                if m.is_empty() {
+                    self.members.remove(&gk);
+                }
+            }
+        }
+        for c in &p.claims {
+            if add {
+                self.claim_users
+                    .entry(c.claim.clone())
+                    .or_default()
+                    .insert(k.clone());
+            } else if let Some(u) = self.claim_users.get_mut(&c.claim) {
+                u.remove(k);
+                if u.is_empty() {
+                    self.claim_users.remove(&c.claim);
+                }
+            }
+        }
+    }
+
+    fn put_pod(&mut self, k: Key, entry: PodEntry) {
+        let before = self.counted_load(&k);
+        if let Some(old) = self.pods.remove(&k) {
+            self.index_pod(&k, &old, false);
+        }
+        // The watch confirms an assumption once it shows the pod bound, or
+        // shows a different pod (new uid) under the name.
+        if let Some(a) = self.assumed.get(&k)
+            && (entry.node.is_some() || a.uid != entry.uid || entry.terminal)
+        {
+            self.assumed.remove(&k);
+            self.assume_tokens.remove(&k);
+        }
+        self.index_pod(&k, &entry, true);
+        self.pods.insert(k.clone(), entry);
+        self.reindex(&k, before);
+    }
+
+    fn remove_pod(&mut self, k: &Key) {
+        let before = self.counted_load(k);
+        if let Some(old) = self.pods.remove(k) {
+            self.index_pod(k, &old, false);
+        }
+        self.assumed.remove(k);
+        self.assume_tokens.remove(k);
+        self.reindex(k, before);
+    }
+}
+
+// === impl ClusterIndex ===
+
+impl ClusterIndex {
+    pub fn apply_pod(&self, pod: &Pod) {
+        self.apply_pod_entry(key_of(&pod.metadata), PodEntry::from_pod(pod));
+    }
+    /// Applies an already extracted pod (watchers strip pods early).
+    pub fn apply_pod_entry(&self, key: Key, entry: PodEntry) {
+        self.write().put_pod(key, entry);
+        self.pod_changes.notify_waiters();
+    }
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        self.write()
+            .remove_pod(&(namespace.to_owned(), name.to_owned()));
+        self.pod_changes.notify_waiters();
+    }
+    /// Notified after every Pod change: register (`notified()`, then
+    /// `enable()`) before reading the state, then await.
+    pub fn pod_changes(&self) -> &tokio::sync::Notify {
+        &self.pod_changes
+    }
+    /// Deletes every pod not in `keep` (the end of a relist applied pod by pod).
+    pub fn retain_pods(&self, keep: &HashSet<Key>) {
+        let mut s = self.write();
+        let gone: Vec<Key> = s
+            .pods
+            .keys()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            s.remove_pod(&k);
+        }
+        drop(s);
+        self.pod_changes.notify_waiters();
+    }
+    pub fn reset_pods(&self, pods: Vec<(Key, PodEntry)>) {
+        let mut s = self.write();
+        let keep: HashSet<&Key> = pods.iter().map(|(k, _)| k).collect();
+        let gone: Vec<Key> = s
+            .pods
+            .keys()
+            .filter(|k| !keep.contains(k))
+            .cloned()
+            .collect();
+        for k in gone {
+            s.remove_pod(&k);
+        }
+        for (k, e) in pods {
+            s.put_pod(k, e);
+        }
+        drop(s);
+        self.pod_changes.notify_waiters();
+    }
+
+    /// Counts a pod on `node` until the watch shows it bound (or gone).
+    /// False when the pod is not cached (nothing to count).
+    pub fn assume(&self, namespace: &str, name: &str, uid: &str, node: &str) -> bool {
+        self.assume_for(namespace, name, uid, node).is_some()
+    }
+
+    /// [`ClusterIndex::assume`] for one bind: returns the token that
+    /// [`ClusterIndex::forget_for`] needs to undo this assumption and no
+    /// later one (a retried bind of the same pod takes a new token).
+    pub fn assume_for(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Option<u64> {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        let mut e = s.pods.get(&k).cloned()?;
+        if !uid.is_empty() && e.uid != uid {
+            return None;
+        }
+        let before = s.counted_load(&k);
+        e.node = Some(node.to_owned());
+        s.assumed.insert(k.clone(), e);
+        let token = s.next_token;
+        s.next_token += 1;
+        s.assume_tokens.insert(k.clone(), token);
+        s.reindex(&k, before);
+        Some(token)
+    }
+
+    /// Drops an assumption (the bind failed), whichever bind made it.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        let before = s.counted_load(&k);
+        if s.assumed.remove(&k).is_some() {
+            s.assume_tokens.remove(&k);
+            s.reindex(&k, before);
+        }
+    }
+
+    /// Drops the assumption bind `token` made, if it is still the pod's
+    /// (a newer bind's assumption is left alone). Whether it was dropped.
+    pub fn forget_for(&self, namespace: &str, name: &str, token: u64) -> bool {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        if s.assume_tokens.get(&k) != Some(&token) {
+            return false;
+        }
+        let before = s.counted_load(&k);
+        s.assume_tokens.remove(&k);
+        if s.assumed.remove(&k).is_some() {
+            s.reindex(&k, before);
+        }
+        true
+    }
+}
+
+/// Every Pod, reduced at once to what node fit reads.
+impl Index<Pod> for ClusterIndex {
+    fn apply(&self, obj: Pod) {
+        self.apply_pod_entry(key_of(&obj.metadata), PodEntry::from_pod(&obj))
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.delete_pod(namespace, name)
+    }
+    fn reset(&self, objs: Vec<Pod>) {
+        self.reset_pods(
+            objs.iter()
+                .map(|p| (key_of(&p.metadata), PodEntry::from_pod(p)))
+                .collect(),
+        )
+    }
+    const PAGED_RELIST: bool = true;
+    fn retain(&self, keep: &HashSet<Key>) {
+        self.retain_pods(keep)
+    }
+}

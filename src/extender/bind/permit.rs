@@ -107,7 +107,10 @@ impl Default for GangConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
     Waiting,
-    Go,
+    /// The unit reached quorum: every held member binds except those
+    /// listed, whose own gang below the unit is still short (they hold
+    /// again, in the unit's next generation).
+    Go(Arc<BTreeSet<Member>>),
     Expired(String),
 }
 
@@ -165,6 +168,14 @@ pub enum HoldFailure {
     /// member is refused, never held.
     #[error("{0}")]
     Full(String),
+}
+
+/// How one round of a hold ended other than with the bind let through.
+enum Round {
+    Failed(HoldFailure),
+    /// Released by a quorum met without this member's own gang: it holds
+    /// again (it is still assumed, and counted by the next round).
+    Again,
 }
 
 /// A member in its unit's held set while its bind waits. Dropped before
@@ -506,12 +517,36 @@ impl Gangs {
         pod: &str,
         waiting: impl FnOnce(),
     ) -> Result<Held, HoldFailure> {
+        let mut waiting = Some(waiting);
+        loop {
+            match self
+                .hold_round(nodes, writer, namespace, pod, &mut waiting)
+                .await
+            {
+                Ok(held) => return Ok(held),
+                Err(Round::Failed(e)) => return Err(e),
+                // Released by a quorum its own gang is not at: hold again.
+                Err(Round::Again) => continue,
+            }
+        }
+    }
+
+    /// One hold: until the unit's outcome or this member's deadline.
+    async fn hold_round<W: FnOnce()>(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        namespace: &str,
+        pod: &str,
+        waiting: &mut Option<W>,
+    ) -> Result<Held, Round> {
         let ended = self.sweep(nodes);
         self.record(nodes, writer, ended).await;
         let member = (namespace.to_owned(), pod.to_owned());
         let (mut rx, mut waiter) = {
             let mut t = self.table.lock();
-            let q = gang::quorum(&nodes.read(), namespace, pod).map_err(HoldFailure::Hierarchy)?;
+            let q = gang::quorum(&nodes.read(), namespace, pod)
+                .map_err(|e| Round::Failed(HoldFailure::Hierarchy(e)))?;
             let Some(q) = q else {
                 if t.reserved.remove(&member).is_some() {
                     t.recount();
@@ -522,7 +557,27 @@ impl Gangs {
                 let now = Instant::now();
                 t.reserved.remove(&member);
                 if let Some(u) = t.units.remove(&q.unit) {
-                    u.tx.send_replace(Outcome::Go);
+                    // Only a composite unit has gangs below it; whether
+                    // they are met is the same for every pod of a group,
+                    // so it is decided once per group.
+                    let mut short = BTreeSet::new();
+                    if q.unit.composite {
+                        let snap = nodes.read();
+                        let mut met: HashMap<Option<&str>, bool> = HashMap::new();
+                        for m in &u.held {
+                            let group = snap.pod(&m.0, &m.1).and_then(|p| p.group.as_deref());
+                            let ok = *met.entry(group).or_insert_with(|| {
+                                gang::quorum(&snap, &m.0, &m.1)
+                                    .ok()
+                                    .flatten()
+                                    .is_some_and(|q| q.reached)
+                            });
+                            if !ok {
+                                short.insert(m.clone());
+                            }
+                        }
+                    }
+                    u.tx.send_replace(Outcome::Go(Arc::new(short)));
                     // Members kept stay assumed and counted until
                     // kube-scheduler retries them: they bind then.
                     for m in u.kept {
@@ -542,11 +597,11 @@ impl Gangs {
                     .get(&q.unit)
                     .is_some_and(|u| u.kept.contains(&member) || u.held.contains(&member));
             if !known && t.count >= self.config.max_held {
-                return Err(HoldFailure::Full(bounded(format!(
+                return Err(Round::Failed(HoldFailure::Full(bounded(format!(
                     "{}: not held: {} gang members are held or reserved already (--max-held-binds {}); \
                      retried when binds finish",
                     q.unit, t.count, self.config.max_held
-                ))));
+                )))));
             }
             t.reserved.remove(&member);
             let now = Instant::now();
@@ -578,18 +633,26 @@ impl Gangs {
             };
             (rx, waiter)
         };
-        waiting();
+        if let Some(w) = waiting.take() {
+            w();
+        }
         // From here every return leaves the table through the unit's
         // outcome (quorum, expiry) or the member's own deadline; only a
         // drop mid-wait goes through the waiter.
         let mine = Instant::now() + self.config.wait;
         let unit = waiter.unit.clone();
-        let ended = || HoldFailure::Ended(format!("{unit}: the wait for quorum ended"));
+        let ended = || {
+            Round::Failed(HoldFailure::Ended(format!(
+                "{unit}: the wait for quorum ended"
+            )))
+        };
+        let again = || Round::Again;
         let result = loop {
             let now = rx.borrow_and_update().clone();
             match now {
-                Outcome::Go => break Ok(Held::Waited),
-                Outcome::Expired(m) => break Err(HoldFailure::Expired(m)),
+                Outcome::Go(short) if short.contains(&waiter.member) => break Err(again()),
+                Outcome::Go(_) => break Ok(Held::Waited),
+                Outcome::Expired(m) => break Err(Round::Failed(HoldFailure::Expired(m))),
                 Outcome::Waiting => {}
             }
             let wake = {
@@ -611,7 +674,7 @@ impl Gangs {
                         Deadline::Extended => continue,
                         Deadline::Kept(m) => {
                             waiter.done = true;
-                            break Err(HoldFailure::Kept(m));
+                            break Err(Round::Failed(HoldFailure::Kept(m)));
                         }
                         Deadline::Expired(m) => {
                             // Under the table's lock the unit is gone (with
@@ -624,8 +687,9 @@ impl Gangs {
                     // The outcome is now Expired (or Go, if quorum won the race).
                     let now = rx.borrow().clone();
                     break match now {
-                        Outcome::Go => Ok(Held::Waited),
-                        Outcome::Expired(m) => Err(HoldFailure::Expired(m)),
+                        Outcome::Go(short) if short.contains(&waiter.member) => Err(again()),
+                        Outcome::Go(_) => Ok(Held::Waited),
+                        Outcome::Expired(m) => Err(Round::Failed(HoldFailure::Expired(m))),
                         Outcome::Waiting => Err(ended()),
                     };
                 }

@@ -304,6 +304,8 @@ pub(super) fn unit_of(levels: &[Level]) -> Option<usize> {
 pub struct Quorum {
     /// The group or composite whose quorum is waited for.
     pub unit: GroupRef,
+    /// The unit is at its quorum and so is every gang between the pod and
+    /// the unit (the pod's own PodGroup first).
     pub reached: bool,
     /// Pods (or child groups) placed, and needed.
     pub have: usize,
@@ -325,15 +327,26 @@ pub fn quorum(snap: &ClusterState, namespace: &str, pod: &str) -> Result<Option<
         Err((_, true)) => return Ok(None),
         Err((r, false)) => return Err(r.message),
     };
-    let Some(unit) = unit_of(&levels) else {
+    let Some(at) = unit_of(&levels) else {
         return Ok(None);
     };
-    let unit = levels[unit].group.clone();
+    let unit = levels[at].group.clone();
     let (have, need) = tally(snap, &unit, QuorumCount::Placed, 0);
+    // A gang below the unit on the pod's own way up (its PodGroup, a
+    // composite between) is all-or-nothing too: the unit's quorum, met by
+    // other children, does not let this pod bind while its own gang is
+    // short of its minCount (minGroupCount).
+    let own_gangs_met = levels[..at].iter().all(|l| match l.spec.policy {
+        Policy::Gang(_) => {
+            let (h, n) = tally(snap, &l.group, QuorumCount::Placed, 0);
+            h >= n
+        }
+        Policy::Basic => true,
+    });
     let mut satisfied = Vec::new();
     collect_satisfied(snap, &unit, 0, &mut satisfied);
     Ok(Some(Quorum {
-        reached: have >= need,
+        reached: have >= need && own_gangs_met,
         unit,
         have,
         need,

@@ -37,6 +37,11 @@ pub struct Sim {
     /// (for example a bound gang losing a member); invariants that allow a
     /// repair window read it through [`Sim::since_fault`].
     last_fault: Option<Duration>,
+    /// FNV-1a over every event line recorded, for determinism tests.
+    hash: u64,
+    /// `SIM_PRINT_TRACE` set: every event is printed as it is recorded
+    /// (to diff two runs of a seed line by line).
+    print_trace: bool,
 }
 
 impl Sim {
@@ -49,6 +54,8 @@ impl Sim {
             events: 0,
             trace: VecDeque::with_capacity(TRACE_LEN),
             last_fault: None,
+            hash: 0xcbf2_9ce4_8422_2325,
+            print_trace: std::env::var_os("SIM_PRINT_TRACE").is_some(),
         }
     }
 
@@ -138,7 +145,19 @@ impl Sim {
             self.now.as_secs_f64(),
             self.step
         );
+        if self.print_trace {
+            eprintln!("TRACE {line}");
+        }
+        for b in line.bytes() {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
         self.trace.push_back(line);
+    }
+
+    /// A hash of every event recorded so far (time, step and text): two
+    /// runs of one seed must agree on it.
+    pub fn trace_hash(&self) -> u64 {
+        self.hash
     }
 
     /// Records a fault: an event, and the moment invariants with a repair

@@ -1,0 +1,1697 @@
+//! The scheduler world: nodes in zones and racks, gangs (PodGroups and
+//! CompositePodGroups with topology constraints), a kube-scheduler loop
+//! that calls the real extender router as kube-scheduler does, and the API
+//! server as the extender's caches see it, all on one current-thread tokio
+//! runtime whose clock is paused and moved only with the simulated clock.
+//!
+//! ```text
+//!   workloads ──create/delete──▶ ApiServer (truth) ──watch, delayed──▶ ClusterIndex
+//!                                   ▲      │ relist on a dropped watch      │
+//!        SimWriter (bind, conditions│      │                                ▼
+//!        409/429/5xx, delays)───────┘      └──▶ KubeScheduler ──filter/prioritize (serial)
+//!                                                              └─bind (async task, timeout)──▶ extender router
+//! ```
+//!
+//! Every choice is drawn from [`Sim`]; the writer draws from its own
+//! generator seeded from it, and the runtime runs tasks in one thread in
+//! spawn order, so a seed replays exactly.
+
+use super::harness::{self, Sim};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
+use kruntimes_scheduler::cache::index::Index;
+use kruntimes_scheduler::cluster::{
+    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, EvictError, ObjectRef,
+    PodBinding, PodId, WriteError,
+};
+use kruntimes_scheduler::crd::RunStatus;
+use kruntimes_scheduler::extender::bind::device_gate::BindingGate;
+use kruntimes_scheduler::extender::bind::permit::{GangConfig, Gangs};
+use kruntimes_scheduler::extender::{self, ExtenderState};
+use kruntimes_scheduler::metrics::Metrics;
+use kruntimes_scheduler::model::refs::GroupRef;
+use kruntimes_scheduler::testkit;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const NS: &str = "ml";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const RACK: &str = "kruntimes.io/rack";
+/// Node allocatable cpu, in millicores.
+const NODE_CPU: u64 = 8000;
+/// kube-scheduler's bind `httpTimeout` in the shipped profile's bind entry.
+const BIND_TIMEOUT: Duration = Duration::from_secs(30);
+/// kube-scheduler's `podInitialBackoffSeconds` and `podMaxBackoffSeconds`.
+const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// The shipped profile's `percentageOfNodesToScore` is 100; the world also
+/// runs kube-scheduler's default (0: adaptive) on some seeds.
+const PERCENTAGES: [i64; 2] = [100, 0];
+
+// === the API server: what is true, and what the caches are told ===
+
+/// A change the watch delivers to the extender's cache.
+#[derive(Debug, Clone)]
+enum Change {
+    Node(String, Option<Value>),
+    Pod(String, Option<Value>),
+    Group(String, Option<Value>),
+    Composite(String, Option<Value>),
+}
+
+/// The write outcomes the API server draws for the extender's writes.
+#[derive(Debug, Clone, Copy, Default)]
+struct WriteFaults {
+    /// `pods/binding` answers 409 (a conflicting write) before writing.
+    conflict: f64,
+    /// 429 (priority and fairness), before writing.
+    throttled: f64,
+    /// 500/503, before writing.
+    unavailable: f64,
+    /// 504 after the write landed: the Binding exists, the caller saw an error.
+    lost_reply: f64,
+    /// Longest delay of a write, milliseconds.
+    delay_ms: u64,
+}
+
+/// What a group was told (condition or Event), and when.
+#[derive(Debug, Clone)]
+struct Report {
+    at: Duration,
+}
+
+/// The cluster as the API server stores it.
+struct ApiServer {
+    rv: u64,
+    nodes: BTreeMap<String, Value>,
+    pods: BTreeMap<String, Value>,
+    groups: BTreeMap<String, Value>,
+    composites: BTreeMap<String, Value>,
+    /// Changes on their way to the extender's cache, in order.
+    watch: VecDeque<(Duration, Change)>,
+    /// Changes are not delivered until this time (a dropped watch), then
+    /// the cache relists.
+    watch_down_until: Option<Duration>,
+    /// Start of the tokio clock, to read simulated time from it.
+    start: tokio::time::Instant,
+    /// The seed of every draw ([`ApiServer::draw`]).
+    seed: u64,
+    draws: BTreeMap<String, u64>,
+    faults: WriteFaults,
+    /// Lines for the trace, drained into the [`Sim`] after every step
+    /// ordered by time and text (concurrent writes at one instant may
+    /// arrive in any order).
+    log: Vec<(Duration, String)>,
+    /// Conditions and Events written per group name.
+    reports: BTreeMap<String, Vec<Report>>,
+    /// Counted write outcomes, for the figures.
+    counts: BTreeMap<&'static str, u64>,
+    /// Binds that failed by a drawn write fault (the pod, the fault):
+    /// their gangs may be partly bound until the member is bound again.
+    failed_binds: Vec<(String, &'static str)>,
+}
+
+impl ApiServer {
+    fn now(&self) -> Duration {
+        tokio::time::Instant::now() - self.start
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.counts.entry(what).or_default() += 1;
+    }
+
+    fn next_rv(&mut self) -> String {
+        self.rv += 1;
+        self.rv.to_string()
+    }
+
+    /// Queues a change for the cache, after a watch delay; order is kept.
+    fn notify(&mut self, change: Change) {
+        let key = match &change {
+            Change::Node(n, _)
+            | Change::Pod(n, _)
+            | Change::Group(n, _)
+            | Change::Composite(n, _) => n.clone(),
+        };
+        let delay = Duration::from_micros(self.draw(&key).random_range(0..300_000));
+        let at = self
+            .watch
+            .back()
+            .map_or(Duration::ZERO, |(t, _)| *t)
+            .max(self.now() + delay);
+        self.watch.push_back((at, change));
+    }
+
+    fn put(&mut self, change: Change) {
+        let rv = self.next_rv();
+        let (map, name, obj) = match &change {
+            Change::Node(n, o) => (&mut self.nodes, n, o),
+            Change::Pod(n, o) => (&mut self.pods, n, o),
+            Change::Group(n, o) => (&mut self.groups, n, o),
+            Change::Composite(n, o) => (&mut self.composites, n, o),
+        };
+        match obj {
+            Some(v) => {
+                let mut v = v.clone();
+                v["metadata"]["resourceVersion"] = json!(rv);
+                map.insert(name.clone(), v.clone());
+                let change = match change {
+                    Change::Node(n, _) => Change::Node(n, Some(v)),
+                    Change::Pod(n, _) => Change::Pod(n, Some(v)),
+                    Change::Group(n, _) => Change::Group(n, Some(v)),
+                    Change::Composite(n, _) => Change::Composite(n, Some(v)),
+                };
+                self.notify(change);
+            }
+            None => {
+                if map.remove(name).is_some() {
+                    self.notify(change);
+                }
+            }
+        }
+    }
+
+    fn node_of(&self, pod: &str) -> Option<&str> {
+        self.pods.get(pod)?["spec"]["nodeName"].as_str()
+    }
+
+    /// The write's delay and whether it fails before writing.
+    /// The generator for one draw about `key`: seeded from the world's
+    /// seed, the key and how many draws that key had, so an outcome never
+    /// depends on the order concurrent callers reach the API server (the
+    /// real code may issue writes in hash-map order).
+    fn draw(&mut self, key: &str) -> ChaCha8Rng {
+        let n = self.draws.entry(key.to_owned()).or_default();
+        *n += 1;
+        let mut h = self.seed ^ 0xcbf2_9ce4_8422_2325;
+        for b in key.bytes().chain(n.to_le_bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        ChaCha8Rng::seed_from_u64(h)
+    }
+
+    fn draw_write(&mut self, key: &str) -> (Duration, Option<&'static str>, bool) {
+        let f = self.faults;
+        let mut rng = self.draw(key);
+        let delay = Duration::from_micros(rng.random_range(0..=f.delay_ms * 1000));
+        let lost = f.lost_reply > 0.0 && rng.random_bool(f.lost_reply);
+        let x: f64 = rng.random();
+        let fail = if x < f.conflict {
+            Some("409")
+        } else if x < f.conflict + f.throttled {
+            Some("429")
+        } else if x < f.conflict + f.throttled + f.unavailable {
+            Some("503")
+        } else {
+            None
+        };
+        (delay, fail, lost)
+    }
+
+    fn say(&mut self, line: String) {
+        let at = self.now();
+        self.log.push((at, line));
+    }
+
+    fn report(&mut self, group: &str, what: String) {
+        let at = self.now();
+        self.say(format!("report {group}: {what}"));
+        self.reports
+            .entry(group.to_owned())
+            .or_default()
+            .push(Report { at });
+    }
+}
+
+type Api = Arc<Mutex<ApiServer>>;
+
+fn lock(api: &Api) -> std::sync::MutexGuard<'_, ApiServer> {
+    api.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The extender's writes, against the simulated API server.
+struct SimWriter(Api);
+
+impl ClusterWriter for SimWriter {
+    fn record_event<'a>(
+        &'a self,
+        object: &'a ObjectRef,
+        _kind: EventKind,
+        reason: EventReason,
+        note: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            lock(&self.0).report(&object.name, format!("Event {reason}: {note}"));
+        })
+    }
+
+    fn write_run_status<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _name: &'a str,
+        _resource_version: Option<&'a str>,
+        _status: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::Other("no Runs in the scheduler world".into())) })
+    }
+
+    fn bind_pod<'a>(&'a self, b: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async move {
+            let (delay, fail, lost) = lock(&self.0).draw_write(&format!("bind {}", b.name));
+            tokio::time::sleep(delay).await;
+            let mut api = lock(&self.0);
+            let other = |message: &str| BindError::Other {
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+                message: message.to_owned(),
+            };
+            if let Some(code) = fail {
+                api.count(match code {
+                    "409" => "bind 409",
+                    "429" => "bind 429",
+                    _ => "bind 5xx",
+                });
+                api.say(format!("bind {} -> {}: {code}", b.name, b.node));
+                let kind = match code {
+                    "409" => "bind answered 409",
+                    "429" => "bind answered 429",
+                    _ => "bind answered 5xx",
+                };
+                api.failed_binds.push((b.name.clone(), kind));
+                return Err(other(&format!("the server answered {code}")));
+            }
+            let Some(pod) = api.pods.get(&b.name).cloned() else {
+                api.say(format!("bind {}: pod gone", b.name));
+                return Err(BindError::PodGone {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                });
+            };
+            let uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if !b.uid.is_empty() && uid != b.uid {
+                api.say(format!("bind {}: uid changed", b.name));
+                return Err(BindError::UidChanged {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                    expected: b.uid.clone(),
+                    actual: uid,
+                });
+            }
+            if let Some(node) = pod["spec"]["nodeName"].as_str() {
+                api.say(format!("bind {}: already on {node}", b.name));
+                return Err(BindError::AlreadyBound {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                    node: node.to_owned(),
+                });
+            }
+            if !api.nodes.contains_key(&b.node) {
+                api.say(format!("bind {}: node {} gone", b.name, b.node));
+                return Err(BindError::NodeGone(b.node.clone()));
+            }
+            let mut pod = pod;
+            pod["spec"]["nodeName"] = json!(b.node);
+            pod["status"]["phase"] = json!("Running");
+            api.put(Change::Pod(b.name.clone(), Some(pod)));
+            api.count("bind ok");
+            api.say(format!("bound {} -> {}", b.name, b.node));
+            if lost {
+                api.count("bind 504 after write");
+                api.say(format!("bind {}: 504 after the write", b.name));
+                api.failed_binds
+                    .push((b.name.clone(), "bind answered 504 after the write"));
+                return Err(other("the server answered 504 (the write landed)"));
+            }
+            Ok(())
+        })
+    }
+
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        _claim: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::NotFound) })
+    }
+
+    fn write_group_condition<'a>(
+        &'a self,
+        group: &'a GroupRef,
+        condition: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let (delay, fail, _) = lock(&self.0).draw_write(&format!("condition {}", group.name));
+            tokio::time::sleep(delay).await;
+            let mut api = lock(&self.0);
+            if fail == Some("409") {
+                api.count("condition 409");
+                return Err(WriteError::Conflict);
+            }
+            if let Some(code) = fail {
+                api.count("condition 5xx");
+                return Err(WriteError::Other(format!("the server answered {code}")));
+            }
+            let exists = if group.composite {
+                api.composites.contains_key(&group.name)
+            } else {
+                api.groups.contains_key(&group.name)
+            };
+            if !exists {
+                return Err(WriteError::NotFound);
+            }
+            api.report(
+                &group.name,
+                format!(
+                    "condition {}={} {}",
+                    condition.type_, condition.status, condition.reason
+                ),
+            );
+            Ok(())
+        })
+    }
+
+    fn evict_pod<'a>(&'a self, pod: &'a PodId) -> BoxFuture<'a, Result<(), EvictError>> {
+        Box::pin(async move {
+            let mut api = lock(&self.0);
+            match api.pods.get(&pod.name) {
+                None => Err(EvictError::Gone(pod.to_string())),
+                Some(p) if !pod.uid.is_empty() && p["metadata"]["uid"] != pod.uid.as_str() => {
+                    Err(EvictError::Replaced(pod.to_string()))
+                }
+                Some(_) => {
+                    api.put(Change::Pod(pod.name.clone(), None));
+                    api.say(format!("evicted {}", pod.name));
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+// === the extender process ===
+
+/// One run of the scheduler-and-extender pod: its caches, gang holds and
+/// router, and the tasks it owns (a killed pod takes them with it).
+struct Extender {
+    state: ExtenderState,
+    router: axum::Router,
+    synced: Arc<AtomicBool>,
+    sweeper: tokio::task::JoinHandle<()>,
+    /// When a cold cache finishes its initial list.
+    warm_at: Option<Duration>,
+}
+
+impl Extender {
+    fn start(api: &Api, warm_at: Duration) -> Extender {
+        let nodes = Arc::new(ClusterIndex::new());
+        nodes.set_priority_classes_synced(true);
+        let synced = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&synced);
+        let writer: Arc<dyn ClusterWriter> = Arc::new(SimWriter(Arc::clone(api)));
+        let state = ExtenderState {
+            nodes,
+            writer,
+            binding: Arc::new(BindingGate::default()),
+            gangs: Arc::new(Gangs::with_config(GangConfig::default())),
+            metrics: Arc::new(Metrics::default()),
+            limits: Default::default(),
+            evictions: Arc::default(),
+            synced: Arc::new(move || flag.load(Ordering::SeqCst)),
+        };
+        // As `serve::spawn_gang_sweeper` runs it: every second.
+        let (gangs, idx, w) = (
+            Arc::clone(&state.gangs),
+            Arc::clone(&state.nodes),
+            Arc::clone(&state.writer),
+        );
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let ended = gangs.sweep(&idx);
+                gangs.record(&idx, w.as_ref(), ended).await;
+            }
+        });
+        Extender {
+            router: extender::router(state.clone()),
+            state,
+            synced,
+            sweeper,
+            warm_at: Some(warm_at),
+        }
+    }
+
+    /// A relist of every kind from the API server.
+    fn relist(&self, api: &ApiServer) {
+        let idx = &self.state.nodes;
+        Index::<Node>::reset(idx.as_ref(), typed(api.nodes.values()));
+        Index::<PodGroup>::reset(idx.as_ref(), typed(api.groups.values()));
+        Index::<CompositePodGroup>::reset(idx.as_ref(), typed(api.composites.values()));
+        Index::<Pod>::reset(idx.as_ref(), typed(api.pods.values()));
+    }
+
+    fn apply(&self, change: Change) {
+        let idx = self.state.nodes.as_ref();
+        match change {
+            Change::Node(_, Some(v)) => Index::<Node>::apply(idx, from(v)),
+            Change::Node(n, None) => Index::<Node>::delete(idx, "", &n),
+            Change::Pod(_, Some(v)) => Index::<Pod>::apply(idx, from(v)),
+            Change::Pod(n, None) => Index::<Pod>::delete(idx, NS, &n),
+            Change::Group(_, Some(v)) => Index::<PodGroup>::apply(idx, from(v)),
+            Change::Group(n, None) => Index::<PodGroup>::delete(idx, NS, &n),
+            Change::Composite(_, Some(v)) => Index::<CompositePodGroup>::apply(idx, from(v)),
+            Change::Composite(n, None) => Index::<CompositePodGroup>::delete(idx, NS, &n),
+        }
+    }
+}
+
+impl Drop for Extender {
+    fn drop(&mut self) {
+        self.sweeper.abort();
+    }
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("the world's objects are valid")
+}
+
+fn typed<'a, T: serde::de::DeserializeOwned>(vs: impl Iterator<Item = &'a Value>) -> Vec<T> {
+    vs.cloned().map(from).collect()
+}
+
+// === workloads ===
+
+/// One gang (PodGroup) of a workload.
+#[derive(Debug, Clone)]
+struct GroupSpec {
+    name: String,
+    min: usize,
+    pods: Vec<String>,
+    cpu: u64,
+    topology: Option<&'static str>,
+    parent: Option<String>,
+}
+
+/// A workload: one gang, or a CompositePodGroup of gangs, or plain pods.
+#[derive(Debug, Clone)]
+struct Workload {
+    name: String,
+    composite: Option<(String, usize, Option<&'static str>)>,
+    groups: Vec<GroupSpec>,
+    plain: Vec<(String, u64)>,
+}
+
+impl Workload {
+    fn cpu(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| g.cpu * g.pods.len() as u64)
+            .sum::<u64>()
+            + self.plain.iter().map(|(_, c)| c).sum::<u64>()
+    }
+
+    fn pod_names(&self) -> impl Iterator<Item = &String> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.pods.iter())
+            .chain(self.plain.iter().map(|(n, _)| n))
+    }
+}
+
+fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>) -> Value {
+    let mut p = testkit::pod(name)
+        .uid(uid)
+        .requests(&[("cpu", &format!("{cpu}m")), ("memory", "1Gi")]);
+    if let Some(g) = group {
+        p = p.group(g);
+    }
+    p.set(&["metadata", "resourceVersion"], "0")
+        .scheduler("kruntimes-scheduler")
+        .value()
+}
+
+// === kube-scheduler ===
+
+#[derive(Debug, Clone)]
+struct Queued {
+    ready_at: Duration,
+    attempts: u32,
+    seq: u64,
+}
+
+/// A bind's outcome as the binding goroutine reports it.
+#[derive(Debug)]
+struct BindDone {
+    pod: String,
+    uid: String,
+    node: String,
+    error: Option<String>,
+}
+
+/// kube-scheduler as the extender sees it: a scheduling queue with
+/// backoff, a serial cycle (filter, prioritize) over a node sample, and a
+/// binding goroutine per pod.
+struct KubeScheduler {
+    queue: BTreeMap<String, Queued>,
+    seq: u64,
+    next_start: usize,
+    percentage: i64,
+    binding: BTreeMap<String, tokio::task::JoinHandle<()>>,
+    done: Arc<Mutex<Vec<BindDone>>>,
+}
+
+impl KubeScheduler {
+    fn new(percentage: i64) -> Self {
+        KubeScheduler {
+            queue: BTreeMap::new(),
+            seq: 0,
+            next_start: 0,
+            percentage,
+            binding: BTreeMap::new(),
+            done: Arc::default(),
+        }
+    }
+
+    fn backoff(&mut self, pod: &str, now: Duration) {
+        let q = self.queue.entry(pod.to_owned()).or_insert(Queued {
+            ready_at: now,
+            attempts: 0,
+            seq: 0,
+        });
+        q.attempts += 1;
+        let b = BACKOFF_INITIAL
+            .saturating_mul(1 << q.attempts.min(8).saturating_sub(1))
+            .min(BACKOFF_MAX);
+        q.ready_at = now + b;
+        self.seq += 1;
+        q.seq = self.seq;
+    }
+
+    fn abort_all(&mut self) {
+        for (_, t) in std::mem::take(&mut self.binding) {
+            t.abort();
+        }
+    }
+}
+
+/// `numFeasibleNodesToFind` of kube-scheduler's `schedule_one.go`.
+fn num_feasible_nodes_to_find(percentage: i64, all: usize) -> usize {
+    let all = all as i64;
+    if all < 100 || percentage >= 100 {
+        return all as usize;
+    }
+    let mut p = percentage;
+    if p <= 0 {
+        p = (50 - all / 125).max(5);
+    }
+    (all * p / 100).max(100) as usize
+}
+
+// === the world ===
+
+#[derive(Debug, Clone, Copy)]
+struct Knobs {
+    faults: bool,
+}
+
+struct World {
+    api: Api,
+    ext: Extender,
+    ks: KubeScheduler,
+    workloads: BTreeMap<String, Workload>,
+    /// Group name -> (workload, index of the group).
+    group_of: BTreeMap<String, (String, usize)>,
+    next_workload: u64,
+    uid_gen: u64,
+    capacity: u64,
+    knobs: Knobs,
+    fault_counts: BTreeMap<&'static str, u64>,
+    /// Per group: when a fault struck it while bound (repair window start).
+    struck: BTreeMap<String, Duration>,
+    /// Longest time from a strike to a full gang again.
+    longest_repair: Duration,
+    zones: usize,
+    racks: usize,
+    drained: BTreeSet<String>,
+    deleted: Vec<String>,
+    later: Vec<(Duration, Later)>,
+}
+
+impl World {
+    async fn new(sim: &mut Sim, knobs: Knobs) -> World {
+        let mut api = ApiServer {
+            rv: 0,
+            nodes: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            composites: BTreeMap::new(),
+            watch: VecDeque::new(),
+            watch_down_until: None,
+            start: tokio::time::Instant::now(),
+            seed: sim.below(0, u64::MAX),
+            draws: BTreeMap::new(),
+            faults: WriteFaults {
+                delay_ms: 200,
+                ..Default::default()
+            },
+            log: Vec::new(),
+            reports: BTreeMap::new(),
+            counts: BTreeMap::new(),
+            failed_binds: Vec::new(),
+        };
+        if knobs.faults {
+            api.faults = WriteFaults {
+                conflict: 0.03,
+                throttled: 0.03,
+                unavailable: 0.03,
+                lost_reply: 0.02,
+                delay_ms: 1500,
+            };
+        }
+        let zones = sim.below(2, 4) as usize;
+        let racks = sim.below(2, 4) as usize;
+        let per_rack = sim.below(2, 4) as usize;
+        let mut capacity = 0;
+        for z in 0..zones {
+            for r in 0..racks {
+                for i in 0..per_rack {
+                    let name = format!("z{z}-r{r}-n{i}");
+                    api.put(Change::Node(name.clone(), Some(node_json(&name, z, r))));
+                    capacity += NODE_CPU;
+                }
+            }
+        }
+        let percentage = *sim.pick(&PERCENTAGES).expect("percentages");
+        sim.event(format_args!(
+            "world: {zones} zones x {racks} racks x {per_rack} nodes, percentageOfNodesToScore {percentage}"
+        ));
+        let api = Arc::new(Mutex::new(api));
+        let ext = Extender::start(&api, sim.delay(Duration::ZERO, Duration::from_secs(2)));
+        World {
+            api,
+            ext,
+            ks: KubeScheduler::new(percentage),
+            workloads: BTreeMap::new(),
+            group_of: BTreeMap::new(),
+            next_workload: 0,
+            uid_gen: 0,
+            capacity,
+            knobs,
+            fault_counts: BTreeMap::new(),
+            struck: BTreeMap::new(),
+            longest_repair: Duration::ZERO,
+            zones,
+            racks,
+            drained: BTreeSet::new(),
+            deleted: Vec::new(),
+            later: Vec::new(),
+        }
+    }
+
+    fn fault(&mut self, sim: &mut Sim, kind: &'static str, what: impl std::fmt::Display) {
+        *self.fault_counts.entry(kind).or_default() += 1;
+        sim.fault(format_args!("{kind}: {what}"));
+    }
+
+    fn live_cpu(&self) -> u64 {
+        self.workloads.values().map(Workload::cpu).sum()
+    }
+
+    /// A new workload, sized so every live workload fits at once with room.
+    fn arrive(&mut self, sim: &mut Sim) {
+        self.next_workload += 1;
+        let id = self.next_workload;
+        let name = format!("w{id}");
+        let rack_cpu = self.capacity / (self.zones * self.racks) as u64;
+        let kind = sim.weighted(&[2, 4, 2]).expect("weights");
+        let mut w = Workload {
+            name: name.clone(),
+            composite: None,
+            groups: Vec::new(),
+            plain: Vec::new(),
+        };
+        let gang = |sim: &mut Sim, gname: String, topology: Option<&'static str>, parent| {
+            let cpu = 500 * sim.below(1, 5);
+            let limit = match topology {
+                Some(RACK) => rack_cpu / 2,
+                _ => rack_cpu,
+            };
+            let most = (limit / cpu).clamp(1, 6);
+            let size = sim.below(1, most + 1) as usize;
+            let min = sim.below(1, size as u64 + 1) as usize;
+            GroupSpec {
+                pods: (0..size).map(|i| format!("{gname}-{i}")).collect(),
+                name: gname,
+                min,
+                cpu,
+                topology,
+                parent,
+            }
+        };
+        match kind {
+            0 => {
+                for i in 0..sim.below(1, 4) {
+                    w.plain
+                        .push((format!("{name}-p{i}"), 250 * sim.below(1, 8)));
+                }
+            }
+            1 => {
+                let topology = *sim.pick(&[None, Some(ZONE), Some(RACK)]).expect("choices");
+                w.groups
+                    .push(gang(sim, format!("{name}-g"), topology, None));
+            }
+            _ => {
+                let cname = format!("{name}-c");
+                let children = sim.below(2, 4) as usize;
+                let min_groups = sim.below(1, children as u64 + 1) as usize;
+                let ctop = *sim.pick(&[None, Some(ZONE)]).expect("choices");
+                let gtop = *sim.pick(&[None, Some(RACK)]).expect("choices");
+                for i in 0..children {
+                    w.groups
+                        .push(gang(sim, format!("{name}-g{i}"), gtop, Some(cname.clone())));
+                }
+                w.composite = Some((cname, min_groups, ctop));
+            }
+        }
+        if self.live_cpu() + w.cpu() > self.capacity / 2 {
+            return;
+        }
+        sim.event(format_args!("workload {name} arrives: {}", describe(&w)));
+        let mut api = lock(&self.api);
+        if let Some((c, min, top)) = &w.composite {
+            let mut o = testkit::composite(c).gang(*min as u32);
+            if let Some(t) = top {
+                o = o.topology(t);
+            }
+            api.put(Change::Composite(c.clone(), Some(o.value())));
+        }
+        for (i, g) in w.groups.iter().enumerate() {
+            api.put(Change::Group(g.name.clone(), Some(group_json(g))));
+            self.group_of.insert(g.name.clone(), (name.clone(), i));
+            for p in &g.pods {
+                self.uid_gen += 1;
+                let uid = format!("{p}-{}", self.uid_gen);
+                api.put(Change::Pod(
+                    p.clone(),
+                    Some(pod_json(p, &uid, g.cpu, Some(&g.name))),
+                ));
+            }
+        }
+        for (p, cpu) in &w.plain {
+            self.uid_gen += 1;
+            let uid = format!("{p}-{}", self.uid_gen);
+            api.put(Change::Pod(p.clone(), Some(pod_json(p, &uid, *cpu, None))));
+        }
+        drop(api);
+        self.workloads.insert(name, w);
+    }
+
+    /// A workload whose pods all run finishes: everything of it is deleted.
+    fn complete(&mut self, sim: &mut Sim) {
+        let done: Vec<String> = {
+            let api = lock(&self.api);
+            self.workloads
+                .values()
+                .filter(|w| w.pod_names().all(|p| api.node_of(p).is_some()))
+                .map(|w| w.name.clone())
+                .collect()
+        };
+        let Some(name) = sim.pick(&done).cloned() else {
+            return;
+        };
+        let w = self.workloads.remove(&name).expect("live workload");
+        sim.event(format_args!("workload {name} completes"));
+        let mut api = lock(&self.api);
+        for p in w.pod_names() {
+            api.put(Change::Pod(p.clone(), None));
+        }
+        for g in &w.groups {
+            api.put(Change::Group(g.name.clone(), None));
+            self.group_of.remove(&g.name);
+            self.struck.remove(&g.name);
+        }
+        if let Some((c, _, _)) = &w.composite {
+            api.put(Change::Composite(c.clone(), None));
+        }
+    }
+
+    /// Delivers the watch events that are due, unless the watch is down;
+    /// relists when it comes back, and warms a cold cache.
+    fn deliver(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let (mut lines, mut failed) = {
+            let mut api = lock(&self.api);
+            (
+                std::mem::take(&mut api.log),
+                std::mem::take(&mut api.failed_binds),
+            )
+        };
+        lines.sort();
+        failed.sort();
+        for (at, line) in lines {
+            sim.event(format_args!("(at {:.3}s) {line}", at.as_secs_f64()));
+        }
+        for (pod, kind) in failed {
+            self.strike(&pod, now);
+            self.fault(sim, kind, pod);
+        }
+        let mut api = lock(&self.api);
+        if let Some(at) = self.ext.warm_at
+            && at <= now
+        {
+            self.ext.warm_at = None;
+            api.watch.clear();
+            api.watch_down_until = None;
+            self.ext.relist(&api);
+            self.ext.synced.store(true, Ordering::SeqCst);
+            sim.event("extender caches listed: warm");
+            return;
+        }
+        if self.ext.warm_at.is_some() {
+            return;
+        }
+        if let Some(until) = api.watch_down_until {
+            if until > now {
+                return;
+            }
+            api.watch_down_until = None;
+            api.watch.clear();
+            self.ext.relist(&api);
+            sim.event("watch back: relisted");
+            return;
+        }
+        while api.watch.front().is_some_and(|(at, _)| *at <= now) {
+            let (_, change) = api.watch.pop_front().expect("front");
+            self.ext.apply(change);
+        }
+    }
+
+    /// kube-scheduler learns the outcomes of its binds, and keeps its
+    /// queue to the pods the API server holds unbound.
+    fn sync_queue(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let mut done = std::mem::take(&mut *self.ks.done.lock().expect("done"));
+        done.sort_by(|a, b| a.pod.cmp(&b.pod));
+        for d in done {
+            self.ks.binding.remove(&d.pod);
+            match d.error {
+                None => sim.event(format_args!(
+                    "kube-scheduler: {} bound to {}",
+                    d.pod, d.node
+                )),
+                Some(e) => {
+                    sim.event(format_args!(
+                        "kube-scheduler: bind {} ({}) -> {} failed: {e}",
+                        d.pod, d.uid, d.node
+                    ));
+                    self.ks.backoff(&d.pod, now);
+                }
+            }
+        }
+        let api = lock(&self.api);
+        self.ks.queue.retain(|p, _| {
+            api.pods
+                .get(p)
+                .is_some_and(|v| v["spec"]["nodeName"].is_null())
+        });
+        for (name, pod) in &api.pods {
+            if pod["spec"]["nodeName"].is_null()
+                && !self.ks.binding.contains_key(name)
+                && !self.ks.queue.contains_key(name)
+            {
+                self.ks.seq += 1;
+                self.ks.queue.insert(
+                    name.clone(),
+                    Queued {
+                        ready_at: now,
+                        attempts: 0,
+                        seq: self.ks.seq,
+                    },
+                );
+            }
+        }
+    }
+
+    /// One scheduling cycle, if a pod is ready: filter over the sampled
+    /// nodes, prioritize when more than one fits, then the bind on its own
+    /// task.
+    async fn schedule_one(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let Some(name) = self
+            .ks
+            .queue
+            .iter()
+            .filter(|(p, q)| q.ready_at <= now && !self.ks.binding.contains_key(*p))
+            .min_by_key(|(_, q)| q.seq)
+            .map(|(p, _)| p.clone())
+        else {
+            return;
+        };
+        let (pod, nodes) = {
+            let api = lock(&self.api);
+            let Some(pod) = api.pods.get(&name).cloned() else {
+                return;
+            };
+            let nodes: Vec<String> = api
+                .nodes
+                .iter()
+                .filter(|(_, n)| n["spec"]["unschedulable"] != true)
+                .map(|(n, _)| n.clone())
+                .collect();
+            (pod, nodes)
+        };
+        if nodes.is_empty() {
+            self.ks.backoff(&name, now);
+            return;
+        }
+        let want = num_feasible_nodes_to_find(self.ks.percentage, nodes.len());
+        let start = self.ks.next_start % nodes.len();
+        let sample: Vec<String> = (0..want)
+            .map(|i| nodes[(start + i) % nodes.len()].clone())
+            .collect();
+        self.ks.next_start = (start + want) % nodes.len();
+        let body = json!({"Pod": pod, "NodeNames": sample}).to_string();
+        let r = testkit::post(self.ext.router.clone(), "/scheduler/filter", &body).await;
+        if r.status != 200 {
+            sim.event(format_args!("filter {name}: HTTP {}", r.status));
+            self.ks.backoff(&name, now);
+            return;
+        }
+        let error = r.body["Error"].as_str().unwrap_or_default();
+        let fit: Vec<String> = r.body["NodeNames"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !error.is_empty() || fit.is_empty() {
+            let why = if error.is_empty() {
+                first_reason(&r.body)
+            } else {
+                error.to_owned()
+            };
+            sim.event(format_args!("filter {name}: unschedulable: {why}"));
+            self.ks.backoff(&name, now);
+            return;
+        }
+        let node = if fit.len() == 1 {
+            fit[0].clone()
+        } else {
+            let body = json!({"Pod": pod, "NodeNames": fit}).to_string();
+            let r = testkit::post(self.ext.router.clone(), "/scheduler/prioritize", &body).await;
+            let scores: Vec<(String, i64)> = r.body.as_array().map_or_else(Vec::new, |a| {
+                a.iter()
+                    .filter_map(|h| Some((h["Host"].as_str()?.to_owned(), h["Score"].as_i64()?)))
+                    .collect()
+            });
+            let best = scores.iter().map(|(_, s)| *s).max().unwrap_or(0);
+            let top: Vec<&String> = scores
+                .iter()
+                .filter(|(_, s)| *s == best)
+                .map(|(n, _)| n)
+                .collect();
+            // selectHost: a random one of the best.
+            match sim.pick(&top) {
+                Some(n) => (*n).clone(),
+                None => fit[0].clone(),
+            }
+        };
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        sim.event(format_args!("kube-scheduler: {name} -> {node}, binding"));
+        self.ks.queue.remove(&name);
+        let body =
+            json!({"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}).to_string();
+        let router = self.ext.router.clone();
+        let done = Arc::clone(&self.ks.done);
+        let pod_name = name.clone();
+        let task = tokio::spawn(async move {
+            let r = tokio::time::timeout(
+                BIND_TIMEOUT,
+                testkit::post(router, "/scheduler/bind", &body),
+            )
+            .await;
+            let error = match r {
+                Err(_) => Some("the bind timed out".to_owned()),
+                Ok(r) if r.status != 200 => Some(format!("HTTP {}", r.status)),
+                Ok(r) => r.body["Error"]
+                    .as_str()
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+            };
+            done.lock().expect("done").push(BindDone {
+                pod: pod_name,
+                uid,
+                node,
+                error,
+            });
+        });
+        self.ks.binding.insert(name, task);
+    }
+
+    // === invariants ===
+
+    /// Pods of live workloads not bound.
+    fn unplaced(&self) -> Vec<String> {
+        let api = lock(&self.api);
+        self.workloads
+            .values()
+            .flat_map(Workload::pod_names)
+            .filter(|p| api.node_of(p).is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// Once everything is placed and no bind is in flight, every table the
+    /// extender keeps is what the live objects explain.
+    fn check_memory(&self, sim: &Sim) {
+        let api = lock(&self.api);
+        let s = &self.ext.state;
+        let sizes: BTreeMap<&str, usize> = s.nodes.read().sizes().into_iter().collect();
+        let live_groups = api.groups.len() + api.composites.len();
+        let want = [
+            ("Node", api.nodes.len()),
+            ("Pod", api.pods.len()),
+            ("AssumedPod", 0),
+            ("PodGroup", api.groups.len()),
+            ("CompositePodGroup", api.composites.len()),
+        ];
+        for (kind, n) in want {
+            sim.check(
+                sizes[kind] == n,
+                "no memory the live objects do not explain",
+                || {
+                    format!(
+                        "the cluster index holds {} {kind} objects, the API server {n}",
+                        sizes[kind]
+                    )
+                },
+            );
+        }
+        let tables = [
+            ("held binds", s.gangs.held(), 0),
+            ("reserved members", s.gangs.kept(), 0),
+            ("gathering units", s.gangs.units(), 0),
+            ("device waits", s.binding.waiting(), 0),
+            ("pending evictions", s.evictions.pending(), 0),
+            // Swept of groups gone whenever it doubles, from 1,024 entries
+            // (`permit::WrittenTable`).
+            (
+                "remembered conditions",
+                s.gangs.written(),
+                (2 * live_groups).max(1024),
+            ),
+            (
+                "domain plans",
+                s.gangs.planner().with_plans(|p| p.len()),
+                live_groups,
+            ),
+        ];
+        for (what, n, most) in tables {
+            sim.check(
+                n <= most,
+                "no memory the live objects do not explain",
+                || format!("{what}: {n}, live objects explain at most {most}"),
+            );
+        }
+    }
+
+    fn check(&mut self, sim: &Sim) {
+        let api = lock(&self.api);
+        // No node overcommitted.
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                *used.entry(n).or_default() += cpu_of(pod);
+            }
+        }
+        for (node, cpu) in &used {
+            if api.nodes.contains_key(*node) {
+                sim.check(*cpu <= NODE_CPU, "no node overcommitted", || {
+                    format!("node {node}: cpu {cpu}m bound > {NODE_CPU}m allocatable")
+                });
+            }
+        }
+        // No gang bound across two domains of its constraint, at any level;
+        // no gang below minCount outside a repair window.
+        let now = sim.now();
+        for w in self.workloads.values() {
+            let mut composite_domains = BTreeSet::new();
+            for g in &w.groups {
+                let bound: Vec<&str> = g.pods.iter().filter_map(|p| api.node_of(p)).collect();
+                let domain_of = |node: &str, key: &str| -> String {
+                    api.nodes
+                        .get(node)
+                        .and_then(|n| n["metadata"]["labels"][key].as_str())
+                        .map_or_else(|| format!("(node {node} gone)"), str::to_owned)
+                };
+                if let Some(key) = g.topology {
+                    let domains: BTreeSet<String> =
+                        bound.iter().map(|n| domain_of(n, key)).collect();
+                    sim.check(domains.len() <= 1, "no gang across two domains", || {
+                        format!("group {} ({key}) bound in {domains:?}: {bound:?}", g.name)
+                    });
+                }
+                if let Some((_, _, Some(key))) = &w.composite {
+                    composite_domains.extend(bound.iter().map(|n| domain_of(n, key)));
+                }
+                let partial = !bound.is_empty() && bound.len() < g.min;
+                let in_flight = g.pods.iter().any(|p| self.ks.binding.contains_key(p));
+                if partial && !in_flight {
+                    let since = self.struck.get(&g.name).copied();
+                    let ok = since.is_some_and(|at| now.saturating_sub(at) <= REPAIR_BOUND)
+                        || since.is_some_and(|at| {
+                            api.reports
+                                .get(&g.name)
+                                .is_some_and(|r| r.iter().any(|r| r.at >= at))
+                        });
+                    sim.check(ok, "no gang bound below minCount", || {
+                        format!(
+                            "group {} bound {} of minCount {} ({bound:?}), struck at {since:?}",
+                            g.name,
+                            bound.len(),
+                            g.min
+                        )
+                    });
+                }
+            }
+            if let Some((c, _, Some(key))) = &w.composite {
+                sim.check(
+                    composite_domains.len() <= 1,
+                    "no gang across two domains",
+                    || format!("composite {c} ({key}) bound in {composite_domains:?}"),
+                );
+            }
+        }
+    }
+
+    /// Marks the repair window of groups that a fault struck while bound,
+    /// and measures repairs of gangs whole again.
+    fn note_repairs(&mut self, sim: &Sim) {
+        let api = lock(&self.api);
+        let now = sim.now();
+        let mut repaired = Vec::new();
+        for (g, at) in &self.struck {
+            let Some((w, i)) = self.group_of.get(g) else {
+                continue;
+            };
+            let spec = &self.workloads[w].groups[*i];
+            if spec.pods.iter().all(|p| api.node_of(p).is_some()) {
+                repaired.push(g.clone());
+                self.longest_repair = self.longest_repair.max(now - *at);
+            }
+        }
+        for g in repaired {
+            self.struck.remove(&g);
+        }
+    }
+
+    fn strike(&mut self, pod: &str, now: Duration) {
+        if let Some(group) = pod.rsplit_once('-').map(|(g, _)| g.to_owned())
+            && self.group_of.contains_key(&group)
+        {
+            self.struck.entry(group).or_insert(now);
+        }
+    }
+
+    async fn step(&mut self, sim: &mut Sim, quiet: bool) {
+        sim.next_step();
+        let d = sim.delay(Duration::from_millis(20), Duration::from_millis(600));
+        tokio::time::sleep(d).await;
+        sim.advance(d);
+        self.deliver(sim);
+        self.run_later(sim);
+        self.sync_queue(sim);
+        if !quiet {
+            match sim.weighted(&[6, 3, 80]).expect("weights") {
+                0 => self.arrive(sim),
+                1 => self.complete(sim),
+                _ => {}
+            }
+            if self.knobs.faults && sim.chance(0.04) {
+                self.inject(sim).await;
+            }
+        }
+        self.schedule_one(sim).await;
+        // Let the binds spawned this step start.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        self.deliver(sim);
+        self.note_repairs(sim);
+        self.check(sim);
+    }
+
+    /// Recreates a deleted pod as its controller does: same name, a new uid.
+    fn recreate(&mut self, api: &mut ApiServer, pod: &str) {
+        let Some(w) = self
+            .workloads
+            .values()
+            .find(|w| w.pod_names().any(|p| p == pod))
+        else {
+            return;
+        };
+        let (cpu, group) = w
+            .groups
+            .iter()
+            .find(|g| g.pods.iter().any(|p| p == pod))
+            .map(|g| (g.cpu, Some(g.name.clone())))
+            .or_else(|| {
+                w.plain
+                    .iter()
+                    .find(|(p, _)| p == pod)
+                    .map(|(_, c)| (*c, None))
+            })
+            .expect("the workload has the pod");
+        self.uid_gen += 1;
+        let uid = format!("{pod}-{}", self.uid_gen);
+        api.put(Change::Pod(
+            pod.to_owned(),
+            Some(pod_json(pod, &uid, cpu, group.as_deref())),
+        ));
+    }
+
+    /// Deletes the pods a lost or drained node ran; their controllers
+    /// recreate them.
+    fn evict_node_pods(&mut self, node: &str, now: Duration) -> usize {
+        let shared = Arc::clone(&self.api);
+        let mut api = lock(&shared);
+        let on: Vec<String> = api
+            .pods
+            .iter()
+            .filter(|(_, p)| p["spec"]["nodeName"] == node)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for p in &on {
+            api.put(Change::Pod(p.clone(), None));
+            self.strike(p, now);
+            self.recreate(&mut api, p);
+        }
+        on.len()
+    }
+
+    /// One fault, drawn by kind.
+    async fn inject(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let kind = sim.weighted(&[3, 3, 2, 3, 1, 3, 1, 2]).expect("weights");
+        match kind {
+            0 => {
+                let (z, r) = (
+                    sim.below(0, self.zones as u64),
+                    sim.below(0, self.racks as u64),
+                );
+                let n = sim.below(100, 1000);
+                let name = format!("z{z}-r{r}-x{n}");
+                let mut api = lock(&self.api);
+                if api.nodes.contains_key(&name) {
+                    return;
+                }
+                api.put(Change::Node(
+                    name.clone(),
+                    Some(node_json(&name, z as usize, r as usize)),
+                ));
+                drop(api);
+                self.capacity += NODE_CPU;
+                self.fault(sim, "node added", name);
+            }
+            1 | 2 => {
+                let nodes: Vec<String> = lock(&self.api).nodes.keys().cloned().collect();
+                let Some(node) = sim.pick(&nodes).cloned() else {
+                    return;
+                };
+                if kind == 1 {
+                    let mut api = lock(&self.api);
+                    let mut v = api.nodes[&node].clone();
+                    v["spec"]["unschedulable"] = json!(true);
+                    api.put(Change::Node(node.clone(), Some(v)));
+                    drop(api);
+                    let n = self.evict_node_pods(&node, now);
+                    self.drained.insert(node.clone());
+                    self.fault(
+                        sim,
+                        "node drained",
+                        format_args!("{node} ({n} pods evicted)"),
+                    );
+                } else {
+                    lock(&self.api).put(Change::Node(node.clone(), None));
+                    let n = self.evict_node_pods(&node, now);
+                    self.capacity -= NODE_CPU;
+                    self.deleted.push(node.clone());
+                    self.drained.remove(&node);
+                    self.fault(sim, "node deleted", format_args!("{node} ({n} pods gone)"));
+                }
+            }
+            3 => {
+                let pods: Vec<String> = self
+                    .workloads
+                    .values()
+                    .flat_map(|w| w.groups.iter().flat_map(|g| g.pods.iter().cloned()))
+                    .collect();
+                let Some(pod) = sim.pick(&pods).cloned() else {
+                    return;
+                };
+                let shared = Arc::clone(&self.api);
+                let mut api = lock(&shared);
+                let was = api.node_of(&pod).map(str::to_owned);
+                api.put(Change::Pod(pod.clone(), None));
+                self.recreate(&mut api, &pod);
+                drop(api);
+                if was.is_some() {
+                    self.strike(&pod, now);
+                }
+                self.fault(
+                    sim,
+                    "pod deleted mid-gang",
+                    format_args!("{pod} (was on {was:?})"),
+                );
+            }
+            4 => {
+                let groups: Vec<String> = self.group_of.keys().cloned().collect();
+                let Some(g) = sim.pick(&groups).cloned() else {
+                    return;
+                };
+                let (w, i) = self.group_of[&g].clone();
+                let spec = self.workloads[&w].groups[i].clone();
+                let back = now + sim.delay(Duration::from_secs(1), Duration::from_secs(10));
+                lock(&self.api).put(Change::Group(g.clone(), None));
+                self.later.push((back, Later::Group(spec)));
+                self.struck.entry(g.clone()).or_insert(now);
+                self.fault(
+                    sim,
+                    "group deleted mid-gang",
+                    format_args!("{g} (back at {:.1}s)", back.as_secs_f64()),
+                );
+            }
+            5 => {
+                let binds: Vec<String> = self.ks.binding.keys().cloned().collect();
+                let Some(pod) = sim.pick(&binds).cloned() else {
+                    return;
+                };
+                if let Some(t) = self.ks.binding.remove(&pod) {
+                    t.abort();
+                }
+                self.ks.backoff(&pod, now);
+                self.fault(sim, "bind cancelled", &pod);
+            }
+            6 => {
+                let binds: Vec<String> = self.ks.binding.keys().cloned().collect();
+                for p in &binds {
+                    self.strike(p, now);
+                }
+                self.ks.abort_all();
+                let pct = self.ks.percentage;
+                self.ks = KubeScheduler::new(pct);
+                let cold = sim.delay(Duration::from_millis(500), Duration::from_secs(8));
+                self.ext = Extender::start(&self.api, now + cold);
+                lock(&self.api).watch.clear();
+                self.fault(
+                    sim,
+                    "leader killed",
+                    format_args!(
+                        "{} binds in flight; standby cold for {:.1}s",
+                        binds.len(),
+                        cold.as_secs_f64()
+                    ),
+                );
+            }
+            _ => {
+                let down = sim.delay(Duration::from_millis(200), Duration::from_secs(10));
+                let mut api = lock(&self.api);
+                if api.watch_down_until.is_some() {
+                    return;
+                }
+                api.watch_down_until = Some(now + down);
+                drop(api);
+                self.fault(
+                    sim,
+                    "watch dropped",
+                    format_args!("relist in {:.1}s", down.as_secs_f64()),
+                );
+            }
+        }
+    }
+
+    /// Controller actions that come due: deleted groups recreated.
+    fn run_later(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.later = rest;
+        for (_, l) in due {
+            match l {
+                Later::Group(g) => {
+                    if self.group_of.contains_key(&g.name) {
+                        lock(&self.api).put(Change::Group(g.name.clone(), Some(group_json(&g))));
+                        sim.event(format_args!("controller recreates group {}", g.name));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Faults stop: drained nodes are uncordoned and deleted nodes come back.
+    fn heal(&mut self, sim: &mut Sim) {
+        let mut api = lock(&self.api);
+        for node in std::mem::take(&mut self.drained) {
+            if let Some(mut v) = api.nodes.get(&node).cloned() {
+                v["spec"]["unschedulable"] = json!(false);
+                api.put(Change::Node(node, Some(v)));
+            }
+        }
+        for node in std::mem::take(&mut self.deleted) {
+            let z: usize = node[1..2].parse().expect("zone digit");
+            let r: usize = node[4..5].parse().expect("rack digit");
+            api.put(Change::Node(node.clone(), Some(node_json(&node, z, r))));
+            self.capacity += NODE_CPU;
+        }
+        api.faults = WriteFaults {
+            delay_ms: api.faults.delay_ms,
+            ..Default::default()
+        };
+        drop(api);
+        sim.event("faults stop: nodes uncordoned and restored");
+    }
+}
+
+/// A controller action later in simulated time.
+#[derive(Debug, Clone)]
+enum Later {
+    Group(GroupSpec),
+}
+
+/// Once faults stop (the last quarter of a run), every live workload is
+/// placed within this much simulated time: the slowest path is a member
+/// in kube-scheduler's longest backoff (10 s) behind a gang that waits out
+/// `--gang-wait` (20 s) once, twice over.
+const LIVENESS_BOUND: Duration = Duration::from_secs(90);
+
+/// How long a gang a fault struck may stay below minCount before it must
+/// be whole again or reported.
+const REPAIR_BOUND: Duration = Duration::from_secs(120);
+
+fn node_json(name: &str, zone: usize, rack: usize) -> Value {
+    testkit::node(name)
+        .allocatable(&format!("{}m", NODE_CPU), "64Gi")
+        .label(ZONE, &format!("z{zone}"))
+        .label(RACK, &format!("z{zone}-r{rack}"))
+        .value()
+}
+
+fn group_json(g: &GroupSpec) -> Value {
+    let mut o = testkit::pod_group(&g.name).gang(g.min as u32);
+    if let Some(t) = g.topology {
+        o = o.topology(t);
+    }
+    if let Some(p) = &g.parent {
+        o = o.parent(p);
+    }
+    o.value()
+}
+
+fn cpu_of(pod: &Value) -> u64 {
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+        .as_str()
+        .and_then(|c| c.strip_suffix('m'))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn first_reason(body: &Value) -> String {
+    for key in ["FailedAndUnresolvableNodes", "FailedNodes"] {
+        if let Some((n, why)) = body[key].as_object().and_then(|m| m.iter().next()) {
+            return format!("{n}: {}", why.as_str().unwrap_or_default());
+        }
+    }
+    "no node".into()
+}
+
+fn describe(w: &Workload) -> String {
+    let mut s = String::new();
+    if let Some((c, min, top)) = &w.composite {
+        let _ = write!(s, "composite {c} minGroupCount {min} topology {top:?}; ");
+    }
+    for g in &w.groups {
+        let _ = write!(
+            s,
+            "gang {} {}/{} x {}m topology {:?}; ",
+            g.name,
+            g.min,
+            g.pods.len(),
+            g.cpu,
+            g.topology
+        );
+    }
+    for (p, cpu) in &w.plain {
+        let _ = write!(s, "pod {p} {cpu}m; ");
+    }
+    s
+}
+
+// === entry points ===
+
+fn simulate_with(sim: &mut Sim, steps: u64, knobs: Knobs) -> Figures {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut world = World::new(sim, knobs).await;
+        let busy = steps * 3 / 4;
+        for _ in 0..busy {
+            world.step(sim, false).await;
+        }
+        world.heal(sim);
+        let quiet_from = sim.now();
+        let mut placed_at = None;
+        for _ in busy..steps {
+            world.step(sim, true).await;
+            match (placed_at, world.unplaced().is_empty()) {
+                (None, true) => placed_at = Some(sim.now()),
+                (Some(_), false) => placed_at = None,
+                _ => {}
+            }
+        }
+        let unplaced = world.unplaced();
+        sim.check(
+            placed_at.is_some_and(|t| t - quiet_from <= LIVENESS_BOUND),
+            "liveness: every workload that fits is placed once faults stop",
+            || {
+                format!(
+                    "faults stopped at {:.1}s; after {:.1}s still unplaced: {unplaced:?}",
+                    quiet_from.as_secs_f64(),
+                    (sim.now() - quiet_from).as_secs_f64()
+                )
+            },
+        );
+        let placed_in = placed_at.map_or(Duration::ZERO, |t| t - quiet_from);
+        world.check_memory(sim);
+        world.ks.abort_all();
+        Figures {
+            faults: world.fault_counts.clone(),
+            writes: lock(&world.api).counts.clone(),
+            longest_repair: world.longest_repair,
+            longest_placement: placed_in,
+        }
+    })
+}
+
+#[derive(Debug, Default, Clone)]
+struct Figures {
+    faults: BTreeMap<&'static str, u64>,
+    writes: BTreeMap<&'static str, u64>,
+    longest_repair: Duration,
+    longest_placement: Duration,
+}
+
+impl Figures {
+    fn add(&mut self, o: &Figures) {
+        for (k, v) in &o.faults {
+            *self.faults.entry(k).or_default() += v;
+        }
+        for (k, v) in &o.writes {
+            *self.writes.entry(k).or_default() += v;
+        }
+        self.longest_repair = self.longest_repair.max(o.longest_repair);
+        self.longest_placement = self.longest_placement.max(o.longest_placement);
+    }
+}
+
+fn simulate(sim: &mut Sim, steps: u64) {
+    simulate_with(sim, steps, Knobs { faults: true });
+}
+
+const STEPS: u64 = 1000;
+
+#[test]
+fn seeds() {
+    let figures = Mutex::new(Figures::default());
+    let began = std::time::Instant::now();
+    let outcome = harness::run_seeds(
+        "cluster_sim::scheduler::seeds",
+        0..5,
+        STEPS,
+        |sim, steps| {
+            let f = simulate_with(sim, steps, Knobs { faults: true });
+            figures.lock().expect("figures").add(&f);
+        },
+    );
+    let wall = began.elapsed().as_secs_f64();
+    let f = figures.into_inner().expect("figures");
+    eprintln!(
+        "cluster_sim::scheduler: {outcome}; {:.0} events/s (this build); faults {:?}; writes {:?}; longest gang repair {:.1}s, longest placement once faults stop {:.1}s (simulated)",
+        outcome.events as f64 / wall,
+        f.faults,
+        f.writes,
+        f.longest_repair.as_secs_f64(),
+        f.longest_placement.as_secs_f64()
+    );
+}
+
+/// Seed 10 (800 steps): a CompositePodGroup (`minGroupCount` 1) met by one
+/// child released the held members of another child gang short of its own
+/// `minCount` (4 of 6 bound). The permit now lets through only members
+/// whose own gangs below the unit are met.
+#[test]
+fn regression_seed_10() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_10",
+        10,
+        800,
+        &simulate,
+    );
+}
+
+#[test]
+fn replays_deterministically() {
+    let trace = |seed| {
+        let mut sim = Sim::new(seed);
+        simulate_with(&mut sim, 400, Knobs { faults: true });
+        (sim.events(), sim.now(), sim.trace_hash())
+    };
+    assert_eq!(trace(3), trace(3));
+}
+
+#[test]
+#[ignore = "a soak: SIM_SOAK_SECS=60 cargo test --release --test it cluster_sim::scheduler::soak -- --ignored --nocapture"]
+fn soak() {
+    harness::soak("cluster_sim::scheduler::soak", STEPS, simulate);
+}

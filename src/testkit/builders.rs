@@ -225,6 +225,71 @@ impl Obj {
             None => o,
         }
     }
+
+    /// Appends a `status.conditions` entry (a Run's or a Pod's) with
+    /// `lastTransitionTime` `at` (RFC 3339).
+    pub fn condition(self, type_: &str, status: &str, reason: &str, at: &str) -> Self {
+        self.push(
+            &["status", "conditions"],
+            json!({"type": type_, "status": status, "reason": reason, "message": "",
+                "lastTransitionTime": at}),
+        )
+    }
+
+    /// Appends a required term to the Run's `spec.affinity.runAffinity`
+    /// (`anti`: `runAntiAffinity`).
+    pub fn requires(self, anti: bool, term: Value) -> Self {
+        self.push(
+            &[
+                "spec",
+                "affinity",
+                affinity_kind(anti),
+                "requiredDuringSchedulingIgnoredDuringExecution",
+            ],
+            term,
+        )
+    }
+
+    /// Appends a preferred term of `weight` to the Run's
+    /// `spec.affinity.runAffinity` (`anti`: `runAntiAffinity`).
+    pub fn prefers(self, anti: bool, weight: i32, term: Value) -> Self {
+        self.push(
+            &[
+                "spec",
+                "affinity",
+                affinity_kind(anti),
+                "preferredDuringSchedulingIgnoredDuringExecution",
+            ],
+            json!({"weight": weight, "runAffinityTerm": term}),
+        )
+    }
+
+    /// Appends `item` to the array at `path`, creating it.
+    fn push(self, path: &[&str], item: Value) -> Self {
+        let mut items = path
+            .iter()
+            .try_fold(&self.0, |at, k| at.get(*k))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        items.push(item);
+        self.set(path, items)
+    }
+}
+
+fn affinity_kind(anti: bool) -> &'static str {
+    if anti {
+        "runAntiAffinity"
+    } else {
+        "runAffinity"
+    }
+}
+
+/// A Run affinity term selecting Runs labelled `labels` (`matchLabels`) on
+/// the same Runtime Pod (topology key `kruntimes.io/runtime-pod`).
+pub fn run_term(labels: &[(&str, &str)]) -> Value {
+    json!({"labelSelector": {"matchLabels": quantities(labels)},
+        "topologyKey": "kruntimes.io/runtime-pod"})
 }
 
 // === groups, priority, devices ===

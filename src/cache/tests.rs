@@ -821,3 +821,310 @@ mod affinity_concurrency {
         }
     }
 }
+
+/// Run affinity under the cache's concurrent decide-and-reserve path, on
+/// random histories: random Runtime Pods and capacities, Runs already
+/// active on them, and new Runs with random labels and random required
+/// and preferred affinity and anti-affinity, decided from several threads
+/// at once in rounds (a round's writes come back through the watch at once
+/// or only after the round), until a round places nothing.
+///
+/// Then: the index matches a recount, no pod holds more than its capacity,
+/// every Run still waiting fits nowhere, and the final assignment can be
+/// explained by *some* order of the decisions in which every required term
+/// held when its Run was placed. A decision the cache made on a stale or
+/// torn view (two Runs seeding the same cohort on two pods, a Run placed
+/// beside one its anti-affinity excludes) leaves no such order.
+mod affinity_prop {
+    use super::*;
+    use crate::testkit::run_term;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    const KEYS: [&str; 2] = ["app", "tier"];
+    const VALUES: [&str; 3] = ["a", "b", "c"];
+
+    /// A label, or a term selecting it: (key, value) indices.
+    type Label = (usize, usize);
+
+    #[derive(Debug, Clone)]
+    struct NewRun {
+        labels: Vec<Label>,
+        required: Option<Label>,
+        required_anti: Option<Label>,
+        preferred: Option<(i32, Label)>,
+        preferred_anti: Option<(i32, Label)>,
+        /// The write comes back through the watch only after the round.
+        lagged: bool,
+    }
+
+    fn label() -> impl Strategy<Value = Label> {
+        (0..KEYS.len(), 0..VALUES.len())
+    }
+
+    fn new_run() -> impl Strategy<Value = NewRun> {
+        (
+            proptest::collection::vec(label(), 0..3),
+            proptest::option::weighted(0.5, label()),
+            proptest::option::weighted(0.4, label()),
+            proptest::option::of((1i32..100, label())),
+            proptest::option::of((1i32..100, label())),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(labels, required, required_anti, preferred, preferred_anti, lagged)| NewRun {
+                    labels,
+                    required,
+                    required_anti,
+                    preferred,
+                    preferred_anti,
+                    lagged,
+                },
+            )
+    }
+
+    fn labels_of(ls: &[Label]) -> BTreeMap<String, String> {
+        ls.iter()
+            .map(|(k, v)| (KEYS[*k].to_owned(), VALUES[*v].to_owned()))
+            .collect()
+    }
+
+    fn matches(term: Label, labels: &BTreeMap<String, String>) -> bool {
+        labels.get(KEYS[term.0]).map(String::as_str) == Some(VALUES[term.1])
+    }
+
+    fn term(l: Label) -> serde_json::Value {
+        run_term(&[(KEYS[l.0], VALUES[l.1])])
+    }
+
+    fn labelled(mut o: testkit::Obj, ls: &[Label]) -> testkit::Obj {
+        for (k, v) in labels_of(ls) {
+            o = o.label(&k, &v);
+        }
+        o
+    }
+
+    fn build(name: &str, r: &NewRun) -> Run {
+        let mut o = labelled(testkit::run(name, &[]), &r.labels);
+        if let Some(l) = r.required {
+            o = o.requires(false, term(l));
+        }
+        if let Some(l) = r.required_anti {
+            o = o.requires(true, term(l));
+        }
+        if let Some((w, l)) = r.preferred {
+            o = o.prefers(false, w, term(l));
+        }
+        if let Some((w, l)) = r.preferred_anti {
+            o = o.prefers(true, w, term(l));
+        }
+        o.typed()
+    }
+
+    /// Whether a graph over `n` nodes (`before[a]` holds the nodes that
+    /// come after `a`) has an order, i.e. no cycle.
+    fn has_order(n: usize, before: &[BTreeSet<usize>]) -> bool {
+        let mut indegree = vec![0usize; n];
+        for succ in before {
+            for s in succ {
+                indegree[*s] += 1;
+            }
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|i| indegree[*i] == 0).collect();
+        let mut seen = 0;
+        while let Some(a) = ready.pop() {
+            seen += 1;
+            for s in &before[a] {
+                indegree[*s] -= 1;
+                if indegree[*s] == 0 {
+                    ready.push(*s);
+                }
+            }
+        }
+        seen == n
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn concurrent_placements_never_break_affinity_or_capacity(
+            caps in proptest::collection::vec(1u64..4, 1..5),
+            existing in proptest::collection::vec((proptest::collection::vec(label(), 0..3), 0usize..5), 0..6),
+            new in proptest::collection::vec(new_run(), 1..14),
+            threads in 1usize..4,
+        ) {
+            let c = Arc::new(mk_cache());
+            for (p, cap) in caps.iter().enumerate() {
+                c.apply_pod(&mk_pod(&format!("rp-{p}"), "py", &[("runs", &cap.to_string())]), now());
+            }
+            // Node i: existing Runs first, then the new ones. `pod[i]`:
+            // where Run i ended up; `labels[i]`: its labels.
+            let mut pod: Vec<Option<usize>> = Vec::new();
+            let mut labels: Vec<BTreeMap<String, String>> = Vec::new();
+            let mut load = vec![0u64; caps.len()];
+            for (i, (ls, p)) in existing.iter().enumerate() {
+                let p = p % caps.len();
+                if load[p] == caps[p] {
+                    continue;
+                }
+                load[p] += 1;
+                c.apply_run(&labelled(testkit::run(&format!("e{i}"), &[]), ls)
+                    .status("Running", Some(&format!("rp-{p}")))
+                    .typed());
+                pod.push(Some(p));
+                labels.push(labels_of(ls));
+            }
+            let first_new = pod.len();
+            let mut runs: Vec<Run> = Vec::new();
+            for (i, r) in new.iter().enumerate() {
+                let run = build(&format!("r{i}"), r);
+                c.apply_run(&run);
+                runs.push(run);
+                pod.push(None);
+                labels.push(labels_of(&r.labels));
+            }
+            let n = pod.len();
+            // Known order: (round, thread, position) of each placement.
+            let mut placed_at: Vec<Option<(usize, usize, usize)>> = vec![None; n];
+
+            for round in 0.. {
+                let waiting: Vec<usize> = (0..runs.len()).filter(|i| pod[first_new + i].is_none()).collect();
+                let chunk = waiting.len().div_ceil(threads).max(1);
+                let outcomes: Vec<(usize, usize, Decision, bool)> = std::thread::scope(|s| {
+                    let handles: Vec<_> = waiting
+                        .chunks(chunk)
+                        .enumerate()
+                        .map(|(t, part)| {
+                            let c = Arc::clone(&c);
+                            let runs = &runs;
+                            let new = &new;
+                            s.spawn(move || {
+                                let mut out = Vec::new();
+                                let mut late = Vec::new();
+                                for i in part {
+                                    let name = runs[*i].metadata.name.clone().unwrap();
+                                    let d = c.schedule_one(&key(&name), now());
+                                    if let Decision::Reserved { status, .. } = &d {
+                                        let mut seen = runs[*i].clone();
+                                        seen.status = Some(status.clone());
+                                        if new[*i].lagged {
+                                            late.push(seen);
+                                        } else {
+                                            c.apply_run(&seen);
+                                        }
+                                    }
+                                    out.push((t, *i, d, new[*i].lagged));
+                                }
+                                (out, late)
+                            })
+                        })
+                        .collect();
+                    let mut all = Vec::new();
+                    for h in handles {
+                        let (out, late) = h.join().unwrap();
+                        for r in late {
+                            c.apply_run(&r);
+                        }
+                        all.extend(out);
+                    }
+                    all
+                });
+                let mut progress = false;
+                let mut position = vec![0usize; threads];
+                for (t, i, d, _) in outcomes {
+                    match d {
+                        Decision::Reserved { pod: p, status, .. } => {
+                            let p: usize = p.trim_start_matches("rp-").parse().unwrap();
+                            pod[first_new + i] = Some(p);
+                            placed_at[first_new + i] = Some((round, t, position[t]));
+                            position[t] += 1;
+                            runs[i].status = Some(status);
+                            progress = true;
+                        }
+                        Decision::Pending { reason, .. } => prop_assert!(matches!(
+                            reason,
+                            PendingReason::InsufficientCapacity
+                                | PendingReason::UnsatisfiedRunAffinity
+                                | PendingReason::UnsatisfiedRunAntiAffinity
+                        ), "{:?}", reason),
+                        other => prop_assert!(false, "r{}: unexpected {:?}", i, other),
+                    }
+                }
+                prop_assert_eq!(c.check_invariants(), Ok(()));
+                if !progress {
+                    break;
+                }
+            }
+
+            // Capacity: the cache's ledger and a recount of the assignment.
+            let mut count = vec![0u64; caps.len()];
+            for p in pod.iter().flatten() {
+                count[*p] += 1;
+            }
+            for (p, cap) in caps.iter().enumerate() {
+                prop_assert!(count[p] <= *cap, "rp-{} holds {} > {}", p, count[p], cap);
+            }
+            for v in c.runtime_pods(Some("ns"), None, now()) {
+                let used: u64 = v.usage.get("runs").map_or(0, |u| u.parse().unwrap())
+                    + v.assumed.get("runs").map_or(0, |u| u.parse().unwrap());
+                prop_assert!(used <= v.capacity["runs"].parse::<u64>().unwrap(), "{:?}", v);
+            }
+
+            // An order of the decisions: what is known, then what each
+            // required term demands.
+            let mut before: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+            let placed: Vec<usize> = (first_new..n).filter(|i| pod[*i].is_some()).collect();
+            for e in 0..first_new {
+                before[e].extend(placed.iter().copied());
+            }
+            for a in &placed {
+                for b in &placed {
+                    let (Some(x), Some(y)) = (placed_at[*a], placed_at[*b]) else { continue };
+                    if x.0 < y.0 || (x.0 == y.0 && x.1 == y.1 && x.2 < y.2) {
+                        before[*a].insert(*b);
+                    }
+                }
+            }
+            for r in &placed {
+                let spec = &new[*r - first_new];
+                let p = pod[*r];
+                let others = |t: Label| -> Vec<usize> {
+                    (0..n).filter(|s| *s != *r && pod[*s].is_some() && matches(t, &labels[*s])).collect()
+                };
+                if let Some(t) = spec.required {
+                    let beside: Vec<usize> = others(t).into_iter().filter(|s| pod[*s] == p).collect();
+                    if beside.is_empty() {
+                        // It seeded the cohort: it needs its own labels to
+                        // match, and every other member came after it.
+                        prop_assert!(matches(t, &labels[*r]),
+                            "r{} on rp-{:?} without its required cohort {:?}", *r - first_new, p, t);
+                        for s in others(t) {
+                            before[*r].insert(s);
+                        }
+                    }
+                }
+                if let Some(t) = spec.required_anti {
+                    for s in others(t).into_iter().filter(|s| pod[*s] == p) {
+                        before[*r].insert(s);
+                    }
+                }
+            }
+            prop_assert!(has_order(n, &before),
+                "no order of the decisions satisfies every required term: pods {:?}, labels {:?}, runs {:?}, placed at {:?}",
+                pod, labels, new, placed_at);
+
+            // Whatever still waits fits nowhere now.
+            for (i, r) in runs.iter().enumerate() {
+                if pod[first_new + i].is_some() {
+                    continue;
+                }
+                let reqs = effective_requests(r.requests()).unwrap();
+                let plan = c.plan_top_for(
+                    "ns", "py", &reqs, r.spec.affinity.as_ref(), &labels[first_new + i], now(), 0,
+                ).unwrap();
+                prop_assert!(plan.feasible.is_empty(), "r{} fits {:?} but waits", i, plan.selected());
+            }
+        }
+    }
+}

@@ -1,12 +1,12 @@
-//! Cache tests: `apply` objects built by small `mk_*` helpers, assert on
-//! decisions, usage and wakeups. No HTTP, no cluster.
+//! Cache tests: `apply` objects built by the test kit (through the small
+//! `mk_*` wrappers below), assert on decisions, usage and wakeups. No HTTP,
+//! no cluster.
 
 use super::*;
-use crate::crd::{Run, RunStatus};
+use crate::crd::Run;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::PendingReason;
 use crate::testkit;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const NOW: &str = "2026-03-01T12:00:00Z";
 
@@ -36,13 +36,14 @@ fn mk_run(name: &str, runtime: &str, reqs: &[(&str, &str)]) -> Run {
     testkit::run(name, reqs).runtime(runtime).typed()
 }
 
-fn with_status(mut r: Run, phase: &str, pod: Option<&str>) -> Run {
-    r.status = Some(RunStatus {
-        phase: Some(phase.into()),
-        assigned_pod: pod.map(str::to_owned),
-        ..Default::default()
-    });
-    r
+/// `r` with its status replaced by `phase` on `pod` (the test kit's).
+fn with_status(r: Run, phase: &str, pod: Option<&str>) -> Run {
+    kit(&r).unset(&["status"]).status(phase, pod).typed()
+}
+
+/// A Run back in the test kit, to change it with the kit's setters.
+fn kit(r: &Run) -> testkit::Obj {
+    testkit::Obj(serde_json::to_value(r).expect("a Run serializes"))
 }
 
 fn key(name: &str) -> RunKey {
@@ -287,9 +288,12 @@ fn capacity_changes_wake_only_that_runtime() {
     c.apply_pod(&p, now());
     assert_eq!(drain(&c), vec!["p"]);
     // Stale heartbeat made fresh wakes.
-    let mut stale = mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]);
-    stale.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].last_probe_time =
-        Some(Time("2026-03-01T11:00:00Z".parse().unwrap()));
+    let stale: Pod = testkit::runtime_pod(
+        "rp-1",
+        &[("runs", "1"), ("gpu", "1")],
+        "2026-03-01T11:00:00Z",
+    )
+    .typed();
     c.apply_pod(&stale, now());
     drain(&c);
     c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]), now());
@@ -371,8 +375,9 @@ fn invalid_requests_fail_in_prefilter() {
 #[test]
 fn unavailable_pods_are_rejected_with_their_reason() {
     let c = mk_cache();
-    let mut p = mk_pod("rp-1", "py", &[]);
-    p.metadata.deletion_timestamp = Some(Time(now()));
+    let p: Pod = testkit::runtime_pod("rp-1", &[], NOW)
+        .set(&["metadata", "deletionTimestamp"], NOW)
+        .typed();
     c.apply_pod(&p, now());
     let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
     assert_eq!(plan.reason(), Some(PendingReason::RuntimePodUnavailable));
@@ -402,8 +407,7 @@ fn recreated_run_with_same_name_replaces_the_old_one() {
         "Running",
         Some("rp-1"),
     ));
-    let mut again = mk_run("a", "py", &[]);
-    again.metadata.uid = Some("uid-a-2".into());
+    let again: Run = testkit::run("a", &[]).uid("uid-a-2").typed();
     c.apply_run(&again);
     assert_eq!(usage(&c, "rp-1").0, m(&[]));
     assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
@@ -508,9 +512,8 @@ mod prop {
                         for r in lagged.drain(..) { c.apply_run(&r); }
                     }
                     Op::Complete(i) if i < runs.len() => {
-                        let mut r = runs[i].clone();
-                        let pod = r.status.as_ref().and_then(|s| s.assigned_pod.clone());
-                        r.status = Some(RunStatus { phase: Some("Succeeded".into()), assigned_pod: pod, ..Default::default() });
+                        let pod = runs[i].status.as_ref().and_then(|s| s.assigned_pod.clone());
+                        let r = with_status(runs[i].clone(), "Succeeded", pod.as_deref());
                         lagged.retain(|l| l.metadata.name != r.metadata.name);
                         c.apply_run(&r);
                         runs[i] = r;
@@ -567,18 +570,11 @@ mod prop {
 
 // === Function release (kruntimes) ===
 
-fn released(mut r: Run, condition: &str, status: &str) -> Run {
-    let s = r.status.get_or_insert_with(Default::default);
-    s.conditions
-        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: condition.into(),
-            status: status.into(),
-            reason: "Unregistered".into(),
-            message: String::new(),
-            last_transition_time: Time(now()),
-            observed_generation: None,
-        });
-    r
+/// `r` with one more status condition (the test kit's).
+fn released(r: Run, condition: &str, status: &str) -> Run {
+    kit(&r)
+        .condition(condition, status, "Unregistered", NOW)
+        .typed()
 }
 
 #[test]
@@ -706,47 +702,22 @@ fn fractional_capacity_admits_what_upstream_admits() {
 /// say why.
 mod affinity_concurrency {
     use super::*;
-    use crate::crd::{RunAffinity, RunAffinityRules, RunAffinityTerm};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
-    fn term(cohort: &str, op: &str) -> RunAffinityTerm {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-        RunAffinityTerm {
-            label_selector: Some(LabelSelector {
-                match_labels: None,
-                match_expressions: Some(vec![
-                    LabelSelectorRequirement {
-                        key: "cohort".into(),
-                        operator: op.into(),
-                        values: Some(vec![cohort.into()]),
-                    },
-                    LabelSelectorRequirement {
-                        key: "cohort".into(),
-                        operator: "Exists".into(),
-                        values: None,
-                    },
-                ]),
-            }),
-            topology_key: crate::crd::TOPOLOGY_RUNTIME_POD.into(),
-        }
+    fn term(cohort: &str, op: &str) -> serde_json::Value {
+        serde_json::json!({"topologyKey": crate::crd::TOPOLOGY_RUNTIME_POD,
+            "labelSelector": {"matchExpressions": [
+                {"key": "cohort", "operator": op, "values": [cohort]},
+                {"key": "cohort", "operator": "Exists"}]}})
     }
 
     fn cohort_run(name: &str, cohort: &str) -> Run {
-        let mut r = mk_run(name, "py", &[]);
-        r.metadata.labels = Some(BTreeMap::from([("cohort".into(), cohort.into())]));
-        r.spec.affinity = Some(RunAffinity {
-            run_affinity: Some(RunAffinityRules {
-                required_during_scheduling_ignored_during_execution: vec![term(cohort, "In")],
-                ..Default::default()
-            }),
-            run_anti_affinity: Some(RunAffinityRules {
-                required_during_scheduling_ignored_during_execution: vec![term(cohort, "NotIn")],
-                ..Default::default()
-            }),
-        });
-        r
+        testkit::run(name, &[])
+            .label("cohort", cohort)
+            .requires(false, term(cohort, "In"))
+            .requires(true, term(cohort, "NotIn"))
+            .typed()
     }
 
     proptest! {

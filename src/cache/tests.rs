@@ -1046,8 +1046,8 @@ mod affinity_prop {
             // required term demands.
             let mut before: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
             let placed: Vec<usize> = (first_new..n).filter(|i| pod[*i].is_some()).collect();
-            for e in 0..first_new {
-                before[e].extend(placed.iter().copied());
+            for succ in before.iter_mut().take(first_new) {
+                succ.extend(placed.iter().copied());
             }
             for a in &placed {
                 for b in &placed {

@@ -165,6 +165,7 @@ enum Op {
     Delete(&'static str, &'static str),
 }
 
+#[derive(Default)]
 struct Row {
     /// `<file> <Test>[/<case>]` upstream.
     upstream: &'static str,
@@ -176,19 +177,6 @@ struct Row {
     /// Changes after the first decisions, each followed by the loop.
     then: Vec<Op>,
     want: Vec<(&'static str, Want)>,
-}
-
-impl Default for Row {
-    fn default() -> Self {
-        Row {
-            upstream: "",
-            given: Vec::new(),
-            runs: Vec::new(),
-            plan: None,
-            then: Vec::new(),
-            want: Vec::new(),
-        }
-    }
 }
 
 // === strategy_test.go (least-loaded) ===

@@ -220,28 +220,47 @@ pub fn capacity_from_annotations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
-    /// A Ready Runtime Pod `default/rp-1` (uid `u1`) of runtime `python`
-    /// with `annotations` and a runtimed heartbeat at `heartbeat` (none:
-    /// the condition has no probe time), built by the test kit.
     fn mk_pod(annotations: &[(&str, &str)], heartbeat: Option<&str>) -> Pod {
-        let mut o = testkit::runtime_pod("rp-1", &[], heartbeat.unwrap_or_default())
-            .runtime("python")
-            .namespace("default")
-            .uid("u1");
-        for (k, v) in annotations {
-            o = o.annotation(k, v);
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("rp-1".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                labels: Some([("runtime".to_string(), "python".to_string())].into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
+                    PodCondition {
+                        type_: RUNTIMED_READY.into(),
+                        status: "True".into(),
+                        last_probe_time: heartbeat.map(|h| Time(ts(h))),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
         }
-        if heartbeat.is_none() {
-            o = o.unset(&["status", "conditions", "1", "lastProbeTime"]);
-        }
-        o.typed()
     }
 
     const NOW: &str = "2026-01-01T00:00:30Z";

@@ -117,17 +117,18 @@ pub fn retry_at(spec: &RunSpec, status: &RunStatus) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::Run;
-    use crate::testkit;
+    use crate::crd::RetryPolicy;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-    /// A Run spec of runtime `py` with `spec.retryPolicy.backoff`, built by
-    /// the test kit.
     fn spec(backoff: Option<&str>) -> RunSpec {
-        let mut o = testkit::run("r", &[]);
-        if let Some(b) = backoff {
-            o = o.set(&["spec", "retryPolicy", "backoff"], b);
+        RunSpec {
+            runtime: "py".into(),
+            retry_policy: backoff.map(|b| RetryPolicy {
+                backoff: Some(b.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
         }
-        o.typed::<Run>().spec
     }
 
     #[test]
@@ -173,14 +174,21 @@ mod tests {
     #[test]
     fn backing_off_only_when_upstream_is() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let status = |phase: &str, attempt: i32, running: Option<&str>| -> RunStatus {
-            let mut o = testkit::run("r", &[])
-                .status(phase, None)
-                .set(&["status", "attempt"], attempt);
-            if let Some(s) = running {
-                o = o.condition("Running", s, "RuntimeError", &t0.to_string());
-            }
-            o.typed::<Run>().status.unwrap()
+        let status = |phase: &str, attempt: i32, running: Option<&str>| RunStatus {
+            phase: Some(phase.into()),
+            attempt: Some(attempt),
+            conditions: running
+                .map(|s| Condition {
+                    type_: "Running".into(),
+                    status: s.into(),
+                    reason: "RuntimeError".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(t0),
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
         };
         let s = spec(Some("5s"));
         assert_eq!(

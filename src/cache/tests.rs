@@ -1,12 +1,12 @@
-//! Cache tests: `apply` objects built by small `mk_*` helpers, assert on
-//! decisions, usage and wakeups. No HTTP, no cluster.
+//! Cache tests: `apply` objects built by the test kit (through the small
+//! `mk_*` wrappers below), assert on decisions, usage and wakeups. No HTTP,
+//! no cluster.
 
 use super::*;
-use crate::crd::{Run, RunStatus};
+use crate::crd::Run;
 use crate::model::resources::effective_requests;
 use crate::runs::placement::PendingReason;
 use crate::testkit;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const NOW: &str = "2026-03-01T12:00:00Z";
 
@@ -36,13 +36,14 @@ fn mk_run(name: &str, runtime: &str, reqs: &[(&str, &str)]) -> Run {
     testkit::run(name, reqs).runtime(runtime).typed()
 }
 
-fn with_status(mut r: Run, phase: &str, pod: Option<&str>) -> Run {
-    r.status = Some(RunStatus {
-        phase: Some(phase.into()),
-        assigned_pod: pod.map(str::to_owned),
-        ..Default::default()
-    });
-    r
+/// `r` with its status replaced by `phase` on `pod` (the test kit's).
+fn with_status(r: Run, phase: &str, pod: Option<&str>) -> Run {
+    kit(&r).unset(&["status"]).status(phase, pod).typed()
+}
+
+/// A Run back in the test kit, to change it with the kit's setters.
+fn kit(r: &Run) -> testkit::Obj {
+    testkit::Obj(serde_json::to_value(r).expect("a Run serializes"))
 }
 
 fn key(name: &str) -> RunKey {
@@ -287,9 +288,12 @@ fn capacity_changes_wake_only_that_runtime() {
     c.apply_pod(&p, now());
     assert_eq!(drain(&c), vec!["p"]);
     // Stale heartbeat made fresh wakes.
-    let mut stale = mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]);
-    stale.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].last_probe_time =
-        Some(Time("2026-03-01T11:00:00Z".parse().unwrap()));
+    let stale: Pod = testkit::runtime_pod(
+        "rp-1",
+        &[("runs", "1"), ("gpu", "1")],
+        "2026-03-01T11:00:00Z",
+    )
+    .typed();
     c.apply_pod(&stale, now());
     drain(&c);
     c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1"), ("gpu", "1")]), now());
@@ -371,8 +375,9 @@ fn invalid_requests_fail_in_prefilter() {
 #[test]
 fn unavailable_pods_are_rejected_with_their_reason() {
     let c = mk_cache();
-    let mut p = mk_pod("rp-1", "py", &[]);
-    p.metadata.deletion_timestamp = Some(Time(now()));
+    let p: Pod = testkit::runtime_pod("rp-1", &[], NOW)
+        .set(&["metadata", "deletionTimestamp"], NOW)
+        .typed();
     c.apply_pod(&p, now());
     let plan = c.plan("ns", "py", &effective_requests(None).unwrap(), now());
     assert_eq!(plan.reason(), Some(PendingReason::RuntimePodUnavailable));
@@ -402,8 +407,7 @@ fn recreated_run_with_same_name_replaces_the_old_one() {
         "Running",
         Some("rp-1"),
     ));
-    let mut again = mk_run("a", "py", &[]);
-    again.metadata.uid = Some("uid-a-2".into());
+    let again: Run = testkit::run("a", &[]).uid("uid-a-2").typed();
     c.apply_run(&again);
     assert_eq!(usage(&c, "rp-1").0, m(&[]));
     assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
@@ -508,9 +512,8 @@ mod prop {
                         for r in lagged.drain(..) { c.apply_run(&r); }
                     }
                     Op::Complete(i) if i < runs.len() => {
-                        let mut r = runs[i].clone();
-                        let pod = r.status.as_ref().and_then(|s| s.assigned_pod.clone());
-                        r.status = Some(RunStatus { phase: Some("Succeeded".into()), assigned_pod: pod, ..Default::default() });
+                        let pod = runs[i].status.as_ref().and_then(|s| s.assigned_pod.clone());
+                        let r = with_status(runs[i].clone(), "Succeeded", pod.as_deref());
                         lagged.retain(|l| l.metadata.name != r.metadata.name);
                         c.apply_run(&r);
                         runs[i] = r;
@@ -567,18 +570,11 @@ mod prop {
 
 // === Function release (kruntimes) ===
 
-fn released(mut r: Run, condition: &str, status: &str) -> Run {
-    let s = r.status.get_or_insert_with(Default::default);
-    s.conditions
-        .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: condition.into(),
-            status: status.into(),
-            reason: "Unregistered".into(),
-            message: String::new(),
-            last_transition_time: Time(now()),
-            observed_generation: None,
-        });
-    r
+/// `r` with one more status condition (the test kit's).
+fn released(r: Run, condition: &str, status: &str) -> Run {
+    kit(&r)
+        .condition(condition, status, "Unregistered", NOW)
+        .typed()
 }
 
 #[test]
@@ -706,47 +702,22 @@ fn fractional_capacity_admits_what_upstream_admits() {
 /// say why.
 mod affinity_concurrency {
     use super::*;
-    use crate::crd::{RunAffinity, RunAffinityRules, RunAffinityTerm};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
-    fn term(cohort: &str, op: &str) -> RunAffinityTerm {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-        RunAffinityTerm {
-            label_selector: Some(LabelSelector {
-                match_labels: None,
-                match_expressions: Some(vec![
-                    LabelSelectorRequirement {
-                        key: "cohort".into(),
-                        operator: op.into(),
-                        values: Some(vec![cohort.into()]),
-                    },
-                    LabelSelectorRequirement {
-                        key: "cohort".into(),
-                        operator: "Exists".into(),
-                        values: None,
-                    },
-                ]),
-            }),
-            topology_key: crate::crd::TOPOLOGY_RUNTIME_POD.into(),
-        }
+    fn term(cohort: &str, op: &str) -> serde_json::Value {
+        serde_json::json!({"topologyKey": crate::crd::TOPOLOGY_RUNTIME_POD,
+            "labelSelector": {"matchExpressions": [
+                {"key": "cohort", "operator": op, "values": [cohort]},
+                {"key": "cohort", "operator": "Exists"}]}})
     }
 
     fn cohort_run(name: &str, cohort: &str) -> Run {
-        let mut r = mk_run(name, "py", &[]);
-        r.metadata.labels = Some(BTreeMap::from([("cohort".into(), cohort.into())]));
-        r.spec.affinity = Some(RunAffinity {
-            run_affinity: Some(RunAffinityRules {
-                required_during_scheduling_ignored_during_execution: vec![term(cohort, "In")],
-                ..Default::default()
-            }),
-            run_anti_affinity: Some(RunAffinityRules {
-                required_during_scheduling_ignored_during_execution: vec![term(cohort, "NotIn")],
-                ..Default::default()
-            }),
-        });
-        r
+        testkit::run(name, &[])
+            .label("cohort", cohort)
+            .requires(false, term(cohort, "In"))
+            .requires(true, term(cohort, "NotIn"))
+            .typed()
     }
 
     proptest! {
@@ -817,6 +788,313 @@ mod affinity_concurrency {
                         prop_assert!(false, "cohorts {} and {} share {}", other, k, p);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Run affinity under the cache's concurrent decide-and-reserve path, on
+/// random histories: random Runtime Pods and capacities, Runs already
+/// active on them, and new Runs with random labels and random required
+/// and preferred affinity and anti-affinity, decided from several threads
+/// at once in rounds (a round's writes come back through the watch at once
+/// or only after the round), until a round places nothing.
+///
+/// Then: the index matches a recount, no pod holds more than its capacity,
+/// every Run still waiting fits nowhere, and the final assignment can be
+/// explained by *some* order of the decisions in which every required term
+/// held when its Run was placed. A decision the cache made on a stale or
+/// torn view (two Runs seeding the same cohort on two pods, a Run placed
+/// beside one its anti-affinity excludes) leaves no such order.
+mod affinity_prop {
+    use super::*;
+    use crate::testkit::run_term;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    const KEYS: [&str; 2] = ["app", "tier"];
+    const VALUES: [&str; 3] = ["a", "b", "c"];
+
+    /// A label, or a term selecting it: (key, value) indices.
+    type Label = (usize, usize);
+
+    #[derive(Debug, Clone)]
+    struct NewRun {
+        labels: Vec<Label>,
+        required: Option<Label>,
+        required_anti: Option<Label>,
+        preferred: Option<(i32, Label)>,
+        preferred_anti: Option<(i32, Label)>,
+        /// The write comes back through the watch only after the round.
+        lagged: bool,
+    }
+
+    fn label() -> impl Strategy<Value = Label> {
+        (0..KEYS.len(), 0..VALUES.len())
+    }
+
+    fn new_run() -> impl Strategy<Value = NewRun> {
+        (
+            proptest::collection::vec(label(), 0..3),
+            proptest::option::weighted(0.5, label()),
+            proptest::option::weighted(0.4, label()),
+            proptest::option::of((1i32..100, label())),
+            proptest::option::of((1i32..100, label())),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(labels, required, required_anti, preferred, preferred_anti, lagged)| NewRun {
+                    labels,
+                    required,
+                    required_anti,
+                    preferred,
+                    preferred_anti,
+                    lagged,
+                },
+            )
+    }
+
+    fn labels_of(ls: &[Label]) -> BTreeMap<String, String> {
+        ls.iter()
+            .map(|(k, v)| (KEYS[*k].to_owned(), VALUES[*v].to_owned()))
+            .collect()
+    }
+
+    fn matches(term: Label, labels: &BTreeMap<String, String>) -> bool {
+        labels.get(KEYS[term.0]).map(String::as_str) == Some(VALUES[term.1])
+    }
+
+    fn term(l: Label) -> serde_json::Value {
+        run_term(&[(KEYS[l.0], VALUES[l.1])])
+    }
+
+    fn labelled(mut o: testkit::Obj, ls: &[Label]) -> testkit::Obj {
+        for (k, v) in labels_of(ls) {
+            o = o.label(&k, &v);
+        }
+        o
+    }
+
+    fn build(name: &str, r: &NewRun) -> Run {
+        let mut o = labelled(testkit::run(name, &[]), &r.labels);
+        if let Some(l) = r.required {
+            o = o.requires(false, term(l));
+        }
+        if let Some(l) = r.required_anti {
+            o = o.requires(true, term(l));
+        }
+        if let Some((w, l)) = r.preferred {
+            o = o.prefers(false, w, term(l));
+        }
+        if let Some((w, l)) = r.preferred_anti {
+            o = o.prefers(true, w, term(l));
+        }
+        o.typed()
+    }
+
+    /// Whether a graph over `n` nodes (`before[a]` holds the nodes that
+    /// come after `a`) has an order, i.e. no cycle.
+    fn has_order(n: usize, before: &[BTreeSet<usize>]) -> bool {
+        let mut indegree = vec![0usize; n];
+        for succ in before {
+            for s in succ {
+                indegree[*s] += 1;
+            }
+        }
+        let mut ready: Vec<usize> = (0..n).filter(|i| indegree[*i] == 0).collect();
+        let mut seen = 0;
+        while let Some(a) = ready.pop() {
+            seen += 1;
+            for s in &before[a] {
+                indegree[*s] -= 1;
+                if indegree[*s] == 0 {
+                    ready.push(*s);
+                }
+            }
+        }
+        seen == n
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn concurrent_placements_never_break_affinity_or_capacity(
+            caps in proptest::collection::vec(1u64..4, 1..5),
+            existing in proptest::collection::vec((proptest::collection::vec(label(), 0..3), 0usize..5), 0..6),
+            new in proptest::collection::vec(new_run(), 1..14),
+            threads in 1usize..4,
+        ) {
+            let c = Arc::new(mk_cache());
+            for (p, cap) in caps.iter().enumerate() {
+                c.apply_pod(&mk_pod(&format!("rp-{p}"), "py", &[("runs", &cap.to_string())]), now());
+            }
+            // Node i: existing Runs first, then the new ones. `pod[i]`:
+            // where Run i ended up; `labels[i]`: its labels.
+            let mut pod: Vec<Option<usize>> = Vec::new();
+            let mut labels: Vec<BTreeMap<String, String>> = Vec::new();
+            let mut load = vec![0u64; caps.len()];
+            for (i, (ls, p)) in existing.iter().enumerate() {
+                let p = p % caps.len();
+                if load[p] == caps[p] {
+                    continue;
+                }
+                load[p] += 1;
+                c.apply_run(&labelled(testkit::run(&format!("e{i}"), &[]), ls)
+                    .status("Running", Some(&format!("rp-{p}")))
+                    .typed());
+                pod.push(Some(p));
+                labels.push(labels_of(ls));
+            }
+            let first_new = pod.len();
+            let mut runs: Vec<Run> = Vec::new();
+            for (i, r) in new.iter().enumerate() {
+                let run = build(&format!("r{i}"), r);
+                c.apply_run(&run);
+                runs.push(run);
+                pod.push(None);
+                labels.push(labels_of(&r.labels));
+            }
+            let n = pod.len();
+            // Known order: (round, thread, position) of each placement.
+            let mut placed_at: Vec<Option<(usize, usize, usize)>> = vec![None; n];
+
+            for round in 0.. {
+                let waiting: Vec<usize> = (0..runs.len()).filter(|i| pod[first_new + i].is_none()).collect();
+                let chunk = waiting.len().div_ceil(threads).max(1);
+                let outcomes: Vec<(usize, usize, Decision, bool)> = std::thread::scope(|s| {
+                    let handles: Vec<_> = waiting
+                        .chunks(chunk)
+                        .enumerate()
+                        .map(|(t, part)| {
+                            let c = Arc::clone(&c);
+                            let runs = &runs;
+                            let new = &new;
+                            s.spawn(move || {
+                                let mut out = Vec::new();
+                                let mut late = Vec::new();
+                                for i in part {
+                                    let name = runs[*i].metadata.name.clone().unwrap();
+                                    let d = c.schedule_one(&key(&name), now());
+                                    if let Decision::Reserved { status, .. } = &d {
+                                        let mut seen = runs[*i].clone();
+                                        seen.status = Some(status.clone());
+                                        if new[*i].lagged {
+                                            late.push(seen);
+                                        } else {
+                                            c.apply_run(&seen);
+                                        }
+                                    }
+                                    out.push((t, *i, d, new[*i].lagged));
+                                }
+                                (out, late)
+                            })
+                        })
+                        .collect();
+                    let mut all = Vec::new();
+                    for h in handles {
+                        let (out, late) = h.join().unwrap();
+                        for r in late {
+                            c.apply_run(&r);
+                        }
+                        all.extend(out);
+                    }
+                    all
+                });
+                let mut progress = false;
+                let mut position = vec![0usize; threads];
+                for (t, i, d, _) in outcomes {
+                    match d {
+                        Decision::Reserved { pod: p, status, .. } => {
+                            let p: usize = p.trim_start_matches("rp-").parse().unwrap();
+                            pod[first_new + i] = Some(p);
+                            placed_at[first_new + i] = Some((round, t, position[t]));
+                            position[t] += 1;
+                            runs[i].status = Some(status);
+                            progress = true;
+                        }
+                        Decision::Pending { reason, .. } => prop_assert!(matches!(
+                            reason,
+                            PendingReason::InsufficientCapacity
+                                | PendingReason::UnsatisfiedRunAffinity
+                                | PendingReason::UnsatisfiedRunAntiAffinity
+                        ), "{:?}", reason),
+                        other => prop_assert!(false, "r{}: unexpected {:?}", i, other),
+                    }
+                }
+                prop_assert_eq!(c.check_invariants(), Ok(()));
+                if !progress {
+                    break;
+                }
+            }
+
+            // Capacity: the cache's ledger and a recount of the assignment.
+            let mut count = vec![0u64; caps.len()];
+            for p in pod.iter().flatten() {
+                count[*p] += 1;
+            }
+            for (p, cap) in caps.iter().enumerate() {
+                prop_assert!(count[p] <= *cap, "rp-{} holds {} > {}", p, count[p], cap);
+            }
+            for v in c.runtime_pods(Some("ns"), None, now()) {
+                let used: u64 = v.usage.get("runs").map_or(0, |u| u.parse().unwrap())
+                    + v.assumed.get("runs").map_or(0, |u| u.parse().unwrap());
+                prop_assert!(used <= v.capacity["runs"].parse::<u64>().unwrap(), "{:?}", v);
+            }
+
+            // An order of the decisions: what is known, then what each
+            // required term demands.
+            let mut before: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+            let placed: Vec<usize> = (first_new..n).filter(|i| pod[*i].is_some()).collect();
+            for succ in before.iter_mut().take(first_new) {
+                succ.extend(placed.iter().copied());
+            }
+            for a in &placed {
+                for b in &placed {
+                    let (Some(x), Some(y)) = (placed_at[*a], placed_at[*b]) else { continue };
+                    if x.0 < y.0 || (x.0 == y.0 && x.1 == y.1 && x.2 < y.2) {
+                        before[*a].insert(*b);
+                    }
+                }
+            }
+            for r in &placed {
+                let spec = &new[*r - first_new];
+                let p = pod[*r];
+                let others = |t: Label| -> Vec<usize> {
+                    (0..n).filter(|s| *s != *r && pod[*s].is_some() && matches(t, &labels[*s])).collect()
+                };
+                if let Some(t) = spec.required {
+                    let beside: Vec<usize> = others(t).into_iter().filter(|s| pod[*s] == p).collect();
+                    if beside.is_empty() {
+                        // It seeded the cohort: it needs its own labels to
+                        // match, and every other member came after it.
+                        prop_assert!(matches(t, &labels[*r]),
+                            "r{} on rp-{:?} without its required cohort {:?}", *r - first_new, p, t);
+                        for s in others(t) {
+                            before[*r].insert(s);
+                        }
+                    }
+                }
+                if let Some(t) = spec.required_anti {
+                    for s in others(t).into_iter().filter(|s| pod[*s] == p) {
+                        before[*r].insert(s);
+                    }
+                }
+            }
+            prop_assert!(has_order(n, &before),
+                "no order of the decisions satisfies every required term: pods {:?}, labels {:?}, runs {:?}, placed at {:?}",
+                pod, labels, new, placed_at);
+
+            // Whatever still waits fits nowhere now.
+            for (i, r) in runs.iter().enumerate() {
+                if pod[first_new + i].is_some() {
+                    continue;
+                }
+                let reqs = effective_requests(r.requests()).unwrap();
+                let plan = c.plan_top_for(
+                    "ns", "py", &reqs, r.spec.affinity.as_ref(), &labels[first_new + i], now(), 0,
+                ).unwrap();
+                prop_assert!(plan.feasible.is_empty(), "r{} fits {:?} but waits", i, plan.selected());
             }
         }
     }

@@ -144,15 +144,25 @@ fn terminal(
     s
 }
 
-/// An invalid request: `phase=Failed`, reason `InvalidResources`, the
-/// message naming the field, `completionTime`.
+/// An invalid request: `phase=Failed`, reason `InvalidResources`,
+/// `completionTime`, and a message naming the field. An amount that is not
+/// a non-negative integer starts with upstream's wording
+/// (`RunSpec.ResourceRequests`: `resource request "<name>" must be a
+/// non-negative integer`); a resource name upstream does not check has
+/// only ours.
 pub fn invalid(
     old: &RunStatus,
     err: &RequestError,
     generation: Option<i64>,
     now: Timestamp,
 ) -> RunStatus {
-    let message = truncate(err.to_string(), 1024);
+    let message = match err {
+        RequestError::Quantity { resource, .. } => {
+            format!("resource request {resource:?} must be a non-negative integer ({err})")
+        }
+        RequestError::Name { .. } => err.to_string(),
+    };
+    let message = truncate(message, 1024);
     terminal(
         old,
         phase::FAILED,

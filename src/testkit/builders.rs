@@ -25,12 +25,17 @@ pub const CAPACITY_PREFIX: &str = "kruntimes.io/capacity.";
 pub struct Obj(pub Value);
 
 impl Obj {
-    /// Sets the value at `path` (object keys), creating missing objects.
+    /// Sets the value at `path` (object keys; an index into an existing
+    /// array), creating missing objects.
     pub fn set(mut self, path: &[&str], value: impl Into<Value>) -> Self {
         let (last, parents) = path.split_last().expect("a non-empty path");
         let mut at = &mut self.0;
         for k in parents {
-            if !at.get(*k).is_some_and(Value::is_object) {
+            if let Some(i) = array_index(at, k) {
+                at = &mut at[i];
+                continue;
+            }
+            if !at.get(*k).is_some_and(|v| v.is_object() || v.is_array()) {
                 at[*k] = Value::Object(Map::new());
             }
             at = &mut at[*k];
@@ -39,12 +44,17 @@ impl Obj {
         self
     }
 
-    /// Removes the value at `path`, if there is one.
+    /// Removes the value at `path` (object keys; an index into an array on
+    /// the way), if there is one.
     pub fn unset(mut self, path: &[&str]) -> Self {
         let (last, parents) = path.split_last().expect("a non-empty path");
         let mut at = &mut self.0;
         for k in parents {
-            match at.get_mut(*k) {
+            let next = match array_index(at, k) {
+                Some(i) => at.get_mut(i),
+                None => at.get_mut(*k),
+            };
+            match next {
                 Some(v) => at = v,
                 None => return self,
             }
@@ -101,6 +111,12 @@ impl serde::Serialize for Obj {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.0.serialize(s)
     }
+}
+
+/// `k` as an index when `at` is an array that has it.
+fn array_index(at: &Value, k: &str) -> Option<usize> {
+    let i: usize = k.parse().ok()?;
+    at.as_array().is_some_and(|a| i < a.len()).then_some(i)
 }
 
 fn quantities(pairs: &[(&str, &str)]) -> Value {
@@ -270,6 +286,71 @@ impl Obj {
             None => o,
         }
     }
+
+    /// Appends a `status.conditions` entry (a Run's or a Pod's) with
+    /// `lastTransitionTime` `at` (RFC 3339).
+    pub fn condition(self, type_: &str, status: &str, reason: &str, at: &str) -> Self {
+        self.push(
+            &["status", "conditions"],
+            json!({"type": type_, "status": status, "reason": reason, "message": "",
+                "lastTransitionTime": at}),
+        )
+    }
+
+    /// Appends a required term to the Run's `spec.affinity.runAffinity`
+    /// (`anti`: `runAntiAffinity`).
+    pub fn requires(self, anti: bool, term: Value) -> Self {
+        self.push(
+            &[
+                "spec",
+                "affinity",
+                affinity_kind(anti),
+                "requiredDuringSchedulingIgnoredDuringExecution",
+            ],
+            term,
+        )
+    }
+
+    /// Appends a preferred term of `weight` to the Run's
+    /// `spec.affinity.runAffinity` (`anti`: `runAntiAffinity`).
+    pub fn prefers(self, anti: bool, weight: i32, term: Value) -> Self {
+        self.push(
+            &[
+                "spec",
+                "affinity",
+                affinity_kind(anti),
+                "preferredDuringSchedulingIgnoredDuringExecution",
+            ],
+            json!({"weight": weight, "runAffinityTerm": term}),
+        )
+    }
+
+    /// Appends `item` to the array at `path`, creating it.
+    fn push(self, path: &[&str], item: Value) -> Self {
+        let mut items = path
+            .iter()
+            .try_fold(&self.0, |at, k| at.get(*k))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        items.push(item);
+        self.set(path, items)
+    }
+}
+
+fn affinity_kind(anti: bool) -> &'static str {
+    if anti {
+        "runAntiAffinity"
+    } else {
+        "runAffinity"
+    }
+}
+
+/// A Run affinity term selecting Runs labelled `labels` (`matchLabels`) on
+/// the same Runtime Pod (topology key `kruntimes.io/runtime-pod`).
+pub fn run_term(labels: &[(&str, &str)]) -> Value {
+    json!({"labelSelector": {"matchLabels": quantities(labels)},
+        "topologyKey": "kruntimes.io/runtime-pod"})
 }
 
 // === groups, priority, devices ===
@@ -504,6 +585,11 @@ mod tests {
         assert_eq!(o.0, json!({"a": "x", "b": {"c": 2}}));
         let o = o.unset(&["b", "c"]).unset(&["missing", "x"]);
         assert_eq!(o.0, json!({"a": "x", "b": {}}));
+        let a = Obj(json!({"l": [{"x": 1}, {"x": 2}]}))
+            .set(&["l", "1", "y"], 3)
+            .unset(&["l", "0", "x"])
+            .unset(&["l", "5", "x"]);
+        assert_eq!(a.0, json!({"l": [{}, {"x": 2, "y": 3}]}));
         assert_eq!(list([o.clone()])["items"][0], o.0);
     }
 }

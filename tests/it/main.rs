@@ -64,5 +64,6 @@ mod run_affinity;
 mod run_status_contract;
 mod scenario;
 mod tls;
+mod upstream_runs;
 mod webhook_certs;
 mod workload_golden;

@@ -270,7 +270,9 @@ impl RunController {
                 resource_version,
                 status,
                 created,
+                rejections,
             } => {
+                metrics.decision_rejections(&rejections, None);
                 let mut unsettled = Unsettled {
                     cache: &self.cache,
                     namespace: &key.namespace,
@@ -313,7 +315,9 @@ impl RunController {
                 resource_version,
                 status,
                 write,
+                rejections,
             } => {
+                metrics.decision_rejections(&rejections, Some(reason));
                 let rv = resource_version.as_deref();
                 no_pods();
                 if write

@@ -168,6 +168,7 @@ impl RunController {
 
     /// Runs with retry or Pending backoff state (bounded by the Runs that
     /// exist and wait).
+    #[cfg(test)]
     pub fn backoff_entries(&self) -> usize {
         self.failures.lock().len() + self.pending.lock().len()
     }

@@ -747,6 +747,7 @@ impl RunCache {
     }
 
     /// Whether Run `uid` in `namespace` holds an assumed reservation, and where.
+    #[cfg(test)]
     pub fn assumed_pod(&self, namespace: &str, uid: &str) -> Option<String> {
         let st = self.state.read();
         st.namespaces
@@ -763,7 +764,8 @@ impl RunCache {
         Some(e.runtime.clone())
     }
 
-    /// The stored status of a Run (for callers that re-check before writing).
+    /// The stored status of a Run (for tests that check what was applied).
+    #[cfg(test)]
     pub fn run_status(&self, key: &RunKey) -> Option<(Option<String>, RunStatus)> {
         let st = self.state.read();
         let e = st.namespaces.get(&key.namespace)?.runs.get(&key.name)?;

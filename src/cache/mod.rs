@@ -28,8 +28,8 @@ use crate::model::resources::{
 };
 use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
-use crate::runs::targets::Targets;
 use crate::runs::queue::{RunKey, WorkQueue};
+use crate::runs::targets::Targets;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::RwLock;

@@ -20,7 +20,9 @@ use crate::runs::placement::{RejectionCounts, Score};
 use crate::runs::targets::Targets;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Filter reason of a pod without the required cohort.
@@ -161,7 +163,9 @@ pub fn parse_selector(s: &LabelSelector) -> Result<Selector, String> {
     Ok(Selector { reqs })
 }
 
-/// One term, evaluated against the namespace's active Runs.
+/// One term, evaluated against the namespace's active Runs by a scan:
+/// the reference [`Bound`] is tested against.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
 struct Rule {
     weight: i64,
@@ -171,7 +175,9 @@ struct Rule {
     seedable: bool,
 }
 
-/// A Run's compiled affinity (upstream `runAffinity`).
+/// A Run's compiled affinity (upstream `runAffinity`) over a scan of its
+/// targets: the reference [`Bound`] is tested against.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
 pub struct Affinity {
     required: Vec<Rule>,
@@ -195,6 +201,7 @@ fn term_selector(term: &RunAffinityTerm) -> Result<Selector, String> {
     parse_selector(sel).map_err(|e| format!("parse run affinity selector: {e}"))
 }
 
+#[cfg(test)]
 impl Affinity {
     /// Builds the rules of `affinity` for a Run labelled `own`, against
     /// `targets`: `(pod, labels)` of every active or assumed Run of the
@@ -300,6 +307,7 @@ impl Ranked<'_> {
 /// terms and ranks the rest as upstream's weighted plugins do. Returns the
 /// ranked pods, best first, and the pods the affinity rejected with their
 /// reason, in the order given.
+#[cfg(test)]
 pub fn rank<'a>(
     affinity: &Affinity,
     feasible: impl IntoIterator<Item = (&'a str, Score)>,
@@ -311,8 +319,11 @@ pub fn rank<'a>(
     )
 }
 
-/// [`rank`] with the required terms' filter and the raw preferred score
-/// given as functions of the pod.
+/// Filters `feasible` (pods that fit, best load first) by `filter` (the
+/// required terms) and ranks the rest as upstream's weighted plugins do,
+/// with `preferred_score` the raw preferred score of a pod. Returns the
+/// ranked pods, best first, and the pods the filter rejected with their
+/// reason, in the order given.
 pub fn rank_with<'a>(
     filter: impl Fn(&str) -> Result<(), &'static str>,
     preferred_score: impl Fn(&str) -> i64,
@@ -502,7 +513,7 @@ pub struct Placed<'c> {
 }
 
 /// Filters and ranks every pod of `cols` for a request with affinity, as
-/// [`rank`] over the feasible pods of a full scan would. When a required
+/// [`rank_with`] over the feasible pods of a full scan would. When a required
 /// term narrows the candidates to the pods holding a target it matches,
 /// only those are evaluated; the capacity counts over all pods come from
 /// the grouped decision, and every other fitting pod is counted refused.
@@ -538,11 +549,7 @@ pub fn place<'c>(
                 (fit, p.counts, false)
             }
         };
-    let (ranked, refused) = rank_with(
-        |p| bound.filter(p),
-        |p| bound.preferred_score(p),
-        feasible,
-    );
+    let (ranked, refused) = rank_with(|p| bound.filter(p), |p| bound.preferred_score(p), feasible);
     for (_, why) in &refused {
         if *why == UNSATISFIED_AFFINITY {
             counts.affinity += 1;
@@ -744,5 +751,113 @@ mod tests {
         let got: Vec<(&str, i64)> = ranked.iter().map(|r| (r.pod, r.affinity)).collect();
         assert_eq!(got, [("pod-b", 100), ("pod-c", 100), ("pod-a", 50)]);
         assert!(ranked.iter().all(|r| r.least_loaded == MAX_SCORE));
+    }
+}
+
+/// Terms matched through the target index answer as terms built from a
+/// scan of every target: the same filter and preferred score on every
+/// pod, and no pod outside the candidates passes.
+#[cfg(test)]
+mod bound {
+    use super::*;
+    use crate::crd::{RunAffinityRules, WeightedRunAffinityTerm};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use proptest::prelude::*;
+
+    const KEYS: [&str; 3] = ["a", "b", "c"];
+    const VALUES: [&str; 3] = ["x", "y", "z"];
+    const PODS: usize = 5;
+
+    fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+        proptest::collection::vec(proptest::option::of(0..VALUES.len()), KEYS.len()).prop_map(
+            |vs| {
+                KEYS.iter()
+                    .zip(vs)
+                    .filter_map(|(k, v)| Some(((*k).to_owned(), VALUES[v?].to_owned())))
+                    .collect()
+            },
+        )
+    }
+
+    fn term() -> impl Strategy<Value = RunAffinityTerm> {
+        let req = (
+            0..5u8,
+            0..KEYS.len(),
+            proptest::collection::vec(0..VALUES.len(), 1..3),
+        )
+            .prop_map(|(op, k, vs)| {
+                let (operator, values) = match op {
+                    0 | 1 => ("In", Some(vs)),
+                    2 => ("NotIn", Some(vs)),
+                    3 => ("Exists", None),
+                    _ => ("DoesNotExist", None),
+                };
+                LabelSelectorRequirement {
+                    key: KEYS[k].to_owned(),
+                    operator: operator.to_owned(),
+                    values: values.map(|vs| vs.into_iter().map(|v| VALUES[v].to_owned()).collect()),
+                }
+            });
+        (
+            proptest::collection::vec(req, 0..3),
+            proptest::option::of(labels()),
+        )
+            .prop_map(|(exprs, ml)| RunAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_expressions: Some(exprs),
+                    match_labels: ml,
+                }),
+                topology_key: TOPOLOGY_RUNTIME_POD.to_owned(),
+            })
+    }
+
+    fn rules() -> impl Strategy<Value = Option<RunAffinityRules>> {
+        let weighted =
+            (1..=100i32, term()).prop_map(|(weight, run_affinity_term)| WeightedRunAffinityTerm {
+                weight,
+                run_affinity_term,
+            });
+        proptest::option::of(
+            (
+                proptest::collection::vec(term(), 0..3),
+                proptest::collection::vec(weighted, 0..3),
+            )
+                .prop_map(|(required, preferred)| RunAffinityRules {
+                    required_during_scheduling_ignored_during_execution: required,
+                    preferred_during_scheduling_ignored_during_execution: preferred,
+                }),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn bound_terms_answer_as_a_scan(
+            targets in proptest::collection::vec((0..PODS, labels()), 0..12),
+            own in labels(),
+            run_affinity in rules(),
+            run_anti_affinity in rules(),
+        ) {
+            let aff = RunAffinity { run_affinity, run_anti_affinity };
+            let pods: Vec<String> = (0..=PODS).map(|p| format!("p-{p}")).collect();
+            let scan: Vec<(&str, &BTreeMap<String, String>)> =
+                targets.iter().map(|(p, l)| (pods[*p].as_str(), l)).collect();
+            let built = Affinity::build(&aff, &own, scan.iter().copied()).unwrap();
+            let mut index = Targets::default();
+            for (i, (p, l)) in scan.iter().enumerate() {
+                index.set((format!("r-{i}"), i % 2 == 0), Some((p, l)));
+            }
+            let terms = Terms::compile(&aff).unwrap();
+            let bound = Bound::new(&terms, &own, &index);
+            let candidates = bound.candidates();
+            for pod in &pods {
+                prop_assert_eq!(bound.filter(pod), built.filter(pod), "{}", pod);
+                prop_assert_eq!(bound.preferred_score(pod), built.preferred_score(pod), "{}", pod);
+                if let Some(c) = &candidates
+                    && built.filter(pod).is_ok()
+                {
+                    prop_assert!(c.iter().any(|p| **p == **pod), "{} passes outside {:?}", pod, c);
+                }
+            }
+        }
     }
 }

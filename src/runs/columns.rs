@@ -131,7 +131,13 @@ impl Columns {
 
     /// The filter for the pod at `i` (a request laid out by
     /// [`lay_out`](Self::lay_out)): what a scan of every pod finds for it.
-    pub fn verdict_at(&self, i: u32, laid: &Laid, has_unknown: bool, window: &Freshness) -> Verdict {
+    pub fn verdict_at(
+        &self,
+        i: u32,
+        laid: &Laid,
+        has_unknown: bool,
+        window: &Freshness,
+    ) -> Verdict {
         self.verdict(i as usize, laid, has_unknown, window)
     }
 

@@ -92,8 +92,7 @@ pub fn decide(run: &RunView<'_>, pods: &PodState<'_>, now: Timestamp) -> Choice 
     }
     let requests = match run.requests {
         Err(e) => {
-            let (status, write) =
-                with_status(status::invalid(run.status, e, run.generation, now));
+            let (status, write) = with_status(status::invalid(run.status, e, run.generation, now));
             return Choice::Invalid { status, write };
         }
         Ok(r) => r,

@@ -18,6 +18,10 @@ type Fast = foldhash::fast::RandomState;
 /// Labels of a target Run (shared by its entries in the index).
 pub type Labels = Arc<BTreeMap<String, String>>;
 
+/// Pods holding a target that carries one label value, with how many
+/// such targets each holds.
+type Posting = HashMap<Arc<str>, u32, Fast>;
+
 /// A target: a Run by name, active on a pod (`false`) or assumed there by
 /// this scheduler (`true`).
 pub type TargetKey = (String, bool);
@@ -31,7 +35,7 @@ pub struct Targets {
     on_pod: HashMap<Arc<str>, Vec<(TargetKey, Labels)>, Fast>,
     /// Per label key and value, the pods holding a target that carries
     /// it, with how many such targets each holds.
-    postings: HashMap<String, HashMap<String, HashMap<Arc<str>, u32, Fast>, Fast>, Fast>,
+    postings: HashMap<String, HashMap<String, Posting, Fast>, Fast>,
 }
 
 impl Targets {
@@ -136,9 +140,9 @@ impl Targets {
     /// pods holding a target it matches), with how many entries that is;
     /// `None` when it names no label a target must carry (`NotIn`,
     /// `DoesNotExist`).
-    fn narrowed(&self, r: &Requirement) -> Option<(usize, Vec<&HashMap<Arc<str>, u32, Fast>>)> {
+    fn narrowed(&self, r: &Requirement) -> Option<(usize, Vec<&Posting>)> {
         let values = |k: &str| self.postings.get(k);
-        let lists: Vec<&HashMap<Arc<str>, u32, Fast>> = match r {
+        let lists: Vec<&Posting> = match r {
             Requirement::Equals(k, v) => values(k).and_then(|m| m.get(v)).into_iter().collect(),
             Requirement::In(k, vs) => match values(k) {
                 Some(m) => {
@@ -164,7 +168,7 @@ impl Targets {
     /// posting lists (possibly repeated), or every pod holding a target.
     /// Returns how many entries reading them costs, and the pods.
     fn candidates(&self, sel: &Selector) -> (usize, Box<dyn Iterator<Item = &Arc<str>> + '_>) {
-        let mut best: Option<(usize, Vec<&HashMap<Arc<str>, u32, Fast>>)> = None;
+        let mut best: Option<(usize, Vec<&Posting>)> = None;
         for r in sel.requirements() {
             if let Some((n, lists)) = self.narrowed(r)
                 && best.as_ref().is_none_or(|(m, _)| n < *m)
@@ -186,10 +190,7 @@ impl Targets {
     /// The pods holding a target `sel` matches, each once, in no order.
     pub fn matching(&self, sel: &Selector) -> Vec<Arc<str>> {
         let (_, pods) = self.candidates(sel);
-        let mut out: Vec<Arc<str>> = pods
-            .filter(|p| self.pod_matches(p, sel))
-            .cloned()
-            .collect();
+        let mut out: Vec<Arc<str>> = pods.filter(|p| self.pod_matches(p, sel)).cloned().collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -225,7 +226,11 @@ mod tests {
     }
 
     fn selector() -> impl Strategy<Value = LabelSelector> {
-        let req = (0..5u8, 0..KEYS.len(), proptest::collection::vec(0..VALUES.len(), 1..3))
+        let req = (
+            0..5u8,
+            0..KEYS.len(),
+            proptest::collection::vec(0..VALUES.len(), 1..3),
+        )
             .prop_map(|(op, k, vs)| {
                 let (operator, values) = match op {
                     0 | 1 => ("In", Some(vs)),
@@ -239,12 +244,14 @@ mod tests {
                     values: values.map(|vs| vs.into_iter().map(|v| VALUES[v].to_owned()).collect()),
                 }
             });
-        (proptest::collection::vec(req, 0..3), proptest::option::of(labels())).prop_map(
-            |(exprs, ml)| LabelSelector {
+        (
+            proptest::collection::vec(req, 0..3),
+            proptest::option::of(labels()),
+        )
+            .prop_map(|(exprs, ml)| LabelSelector {
                 match_expressions: Some(exprs),
                 match_labels: ml,
-            },
-        )
+            })
     }
 
     /// An operation on the index: set target `(run, assumed)` on a pod

@@ -428,7 +428,63 @@ fn plan_affinity() {
         us(percentile(&t, 0.5)),
         us(percentile(&t, 0.99))
     );
+    // The same on one kept-alive connection: no connect per request, so
+    // the round trip is the server's time plus two loopback hops.
+    let conn = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    conn.set_nodelay(true).unwrap();
+    let mut conn = std::io::BufReader::new(conn);
+    let mut t = Vec::new();
+    for _ in 0..REQUESTS {
+        let start = Instant::now();
+        let (code, b) = http_kept_alive(&mut conn, "/v1/runs/plan", &body).unwrap();
+        t.push(start.elapsed());
+        assert_eq!(code, 200, "{b}");
+        assert!(b.contains("UnsatisfiedRunAffinity"), "{b}");
+    }
+    t.sort();
+    println!(
+        "  /v1/runs/plan, one kept-alive connection  p50 {} p99 {} ({REQUESTS} requests)",
+        us(percentile(&t, 0.5)),
+        us(percentile(&t, 0.99))
+    );
     let _ = std::fs::remove_file(path);
+}
+
+/// One `POST` on a kept-alive HTTP/1.1 connection: (status, body). Reads
+/// the head, then `content-length` bytes of body.
+fn http_kept_alive(
+    s: &mut std::io::BufReader<TcpStream>,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::BufRead;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.get_mut().write_all(request.as_bytes())?;
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        if s.read_line(&mut head)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut out = vec![0u8; len];
+    s.read_exact(&mut out)?;
+    Ok((code, String::from_utf8_lossy(&out).into_owned()))
 }
 
 // --- bulk apply ---

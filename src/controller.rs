@@ -168,6 +168,7 @@ impl RunController {
 
     /// Runs with retry or Pending backoff state (bounded by the Runs that
     /// exist and wait).
+    #[cfg(test)]
     pub fn backoff_entries(&self) -> usize {
         self.failures.lock().len() + self.pending.lock().len()
     }
@@ -270,7 +271,9 @@ impl RunController {
                 resource_version,
                 status,
                 created,
+                rejections,
             } => {
+                metrics.decision_rejections(&rejections, None);
                 let mut unsettled = Unsettled {
                     cache: &self.cache,
                     namespace: &key.namespace,
@@ -313,7 +316,9 @@ impl RunController {
                 resource_version,
                 status,
                 write,
+                rejections,
             } => {
+                metrics.decision_rejections(&rejections, Some(reason));
                 let rv = resource_version.as_deref();
                 no_pods();
                 if write

@@ -999,6 +999,29 @@ impl Metrics {
         }
     }
 
+    /// The rejections of one scheduling decision, per reason; `pending`
+    /// is the reason it left the Run Pending with, if it did (a Run with
+    /// no Runtime Pods at all counts once under it).
+    pub fn decision_rejections(
+        &self,
+        counts: &crate::runs::placement::RejectionCounts,
+        pending: Option<PendingReason>,
+    ) {
+        self.rejections(PendingReason::InsufficientCapacity, counts.insufficient);
+        self.rejections(PendingReason::ResourceNotDeclared, counts.not_declared);
+        self.rejections(PendingReason::RuntimePodUnavailable, counts.unavailable);
+        self.rejections(PendingReason::UnsatisfiedRunAffinity, counts.affinity);
+        self.rejections(
+            PendingReason::UnsatisfiedRunAntiAffinity,
+            counts.anti_affinity,
+        );
+        if let Some(reason) = pending
+            && counts.total_pods == 0
+        {
+            self.rejections(reason, 1);
+        }
+    }
+
     pub fn rejections(&self, reason: PendingReason, n: usize) {
         self.upstream.rejected(reason, n);
         if n > 0 {

@@ -29,6 +29,7 @@ use crate::model::resources::{
 use crate::model::runtime_pod::{Freshness, PodFacts, Unavailable};
 use crate::runs::columns::Columns;
 use crate::runs::queue::{RunKey, WorkQueue};
+use crate::runs::targets::Targets;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::RwLock;
@@ -199,9 +200,30 @@ struct NsState {
     /// The Runtime Pods of each runtime (by interned id) as columns: what
     /// a decision scans. A copy of the slots' numbers, kept in step.
     columns: HashMap<u32, Columns>,
+    /// The affinity targets (active and assumed Runs) by pod and label,
+    /// kept in step with `runs` and `assumed` by [`sync_targets`](Self::sync_targets).
+    targets: Targets,
 }
 
 impl NsState {
+    /// Brings the affinity targets of Run `name` in step with its entry
+    /// and reservation: active on its `assignedPod` while Scheduled,
+    /// Running or Ready (upstream's `isActiveAffinityTarget`), assumed on
+    /// the pod of its reservation.
+    fn sync_targets(&mut self, name: &str) {
+        let entry = self.runs.get(name);
+        let active = entry.and_then(|e| {
+            let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
+            phase::is_active(e.status.phase.as_deref()).then_some((pod, &e.labels))
+        });
+        let assumed = entry.and_then(|e| {
+            let a = self.assumed.get(&e.uid).filter(|a| a.run == name)?;
+            Some((&*a.pod, &e.labels))
+        });
+        self.targets.set((name.to_owned(), false), active);
+        self.targets.set((name.to_owned(), true), assumed);
+    }
+
     /// Copies a pod's capacity and usage to its columns (after any change
     /// to `slot.res`).
     fn sync_res(&mut self, pod: &str) {

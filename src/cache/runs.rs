@@ -7,14 +7,15 @@ use crate::model::resources::{
     Requests, ResourceNames, ResourceVec, accounted_requests, effective_requests,
 };
 use crate::model::runtime_pod::Freshness;
-use crate::runs::affinity::{self, Affinity};
+use crate::runs::affinity::{self, Bound, Terms};
 use crate::runs::columns::Verdict;
+use crate::runs::decide::{Choice, PodState, RunView, decide, selection_failed};
 use crate::runs::placement::{PendingReason, Rejection, RejectionCounts, Score};
 use crate::runs::queue::RunKey;
 use crate::runs::retry;
 use crate::runs::status;
 use k8s_openapi::jiff::Timestamp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Entries of each list `POST /v1/runs/plan` returns unless the request
@@ -36,6 +37,8 @@ pub enum Decision {
         status: RunStatus,
         /// The Run's `creationTimestamp`, for the scheduling latency.
         created: Option<Timestamp>,
+        /// The pods the decision rejected, per reason (for the metrics).
+        rejections: RejectionCounts,
     },
     /// Nothing fits; `write` says whether the status changes.
     Pending {
@@ -44,6 +47,8 @@ pub enum Decision {
         resource_version: Option<String>,
         status: RunStatus,
         write: bool,
+        /// The pods the decision rejected, per reason (for the metrics).
+        rejections: RejectionCounts,
     },
     /// Invalid request: fail the Run.
     Invalid {
@@ -103,9 +108,10 @@ pub fn has_terms(a: &crate::crd::RunAffinity) -> bool {
         })
 }
 
-/// The affinity targets of a namespace: `(pod, labels)` of every Run active
-/// on a pod (Scheduled, Running or Ready with an `assignedPod`, as
-/// upstream's `isActiveAffinityTarget`) and of every assumed Run.
+/// The affinity targets of a namespace recounted from its Run entries:
+/// `(pod, labels)` of every Run active on a pod (Scheduled, Running or
+/// Ready with an `assignedPod`, as upstream's `isActiveAffinityTarget`) and
+/// of every assumed Run. The invariant check holds the index to it.
 fn affinity_targets(nss: &NsState) -> Vec<(&str, &BTreeMap<String, String>)> {
     let mut out: Vec<(&str, &BTreeMap<String, String>)> = nss
         .runs
@@ -124,11 +130,6 @@ fn affinity_targets(nss: &NsState) -> Vec<(&str, &BTreeMap<String, String>)> {
     out
 }
 
-/// Upstream's message for a Run whose affinity cannot be compiled.
-fn selection_failed(e: String) -> String {
-    format!("pod selection failed: pre-filter run affinity: {e}")
-}
-
 /// `"<Reason>: <detail>"` of a pod the affinity rejected.
 fn describe_affinity(reason: &str) -> String {
     let detail = if reason == affinity::UNSATISFIED_AFFINITY {
@@ -139,38 +140,17 @@ fn describe_affinity(reason: &str) -> String {
     format!("{reason}: {detail}")
 }
 
-/// Re-ranks a full plan (every pod listed) with the Run's affinity, then
-/// cuts the lists to `limit` (0: all).
-fn ranked_plan(full: PlanResult, aff: &Affinity, limit: usize) -> PlanResult {
-    let PlanResult {
-        feasible,
-        mut rejected,
-        mut counts,
-        ..
-    } = full;
-    let (ranked, refused) =
-        affinity::rank(aff, feasible.iter().map(|(n, s)| (n.as_str(), s.clone())));
-    for (pod, why) in &refused {
-        if *why == affinity::UNSATISFIED_AFFINITY {
-            counts.affinity += 1;
-        } else {
-            counts.anti_affinity += 1;
-        }
-        rejected.push(((*pod).to_owned(), describe_affinity(why)));
-    }
-    rejected.sort_by(|a, b| a.0.cmp(&b.0));
-    let cut = |n: usize| if limit == 0 { n } else { n.min(limit) };
-    rejected.truncate(cut(rejected.len()));
-    let n = cut(ranked.len());
-    PlanResult {
-        affinity_scores: ranked.iter().take(n).map(|r| r.affinity).collect(),
-        feasible: ranked
-            .into_iter()
-            .take(n)
-            .map(|r| (r.pod.to_owned(), r.load))
-            .collect(),
-        rejected,
-        counts,
+/// The rejection of a pod failing the clock-free rules: their reason, in
+/// the pod's facts.
+fn base_rejection(nss: &NsState, pod: &str) -> Rejection {
+    let base = nss
+        .pods
+        .get(pod)
+        .and_then(|s| s.pod.as_ref())
+        .map(|p| p.cold.base.clone());
+    match base {
+        Some(Err(u)) => Rejection::Unavailable(u),
+        _ => Rejection::Unavailable(crate::model::runtime_pod::Unavailable::NotReady),
     }
 }
 
@@ -365,6 +345,7 @@ impl RunCache {
                 .insert(name.to_owned());
         }
         nss.runs.insert(name.to_owned(), entry);
+        nss.sync_targets(name);
         if unscheduled {
             self.queue.add(RunKey::new(ns, name));
             self.metrics.wake(WakeCause::RunChanged, 1);
@@ -385,6 +366,7 @@ impl RunCache {
         };
         let mut released_on = Vec::new();
         self.forget_run(nss, name, old, &mut released_on);
+        nss.sync_targets(name);
         self.wake_released(nss, namespace, released_on);
         self.queue.add(RunKey::new(namespace, name));
     }
@@ -421,6 +403,7 @@ impl RunCache {
             slot.res.sub_assumed(&a.amounts);
         }
         nss.sync_res(&a.pod);
+        nss.sync_targets(&a.run);
         self.metrics.assumed_reservations.dec();
         Some(a.pod)
     }
@@ -445,11 +428,11 @@ impl RunCache {
         }
     }
 
-    /// Decides one cycle for `key`: pre-filter, filter, score, and — when a pod
-    /// fits — reserves it, all under one write lock so concurrent cycles
-    /// cannot double-book.
+    /// One cycle for `key`: the Run and its namespace's pods looked up,
+    /// [`decide`](crate::runs::decide::decide)d, and the result applied
+    /// (a reservation when a pod fits), all under one write lock so
+    /// concurrent cycles cannot double-book. The caller emits the metrics.
     pub fn schedule_one(&self, key: &RunKey, now: Timestamp) -> Decision {
-        let stale = self.config.heartbeat_stale_after;
         let mut st = self.state.write();
         let State {
             names,
@@ -466,133 +449,75 @@ impl RunCache {
         if !entry.unscheduled() || nss.assumed.contains_key(&entry.uid) {
             return Decision::Skip;
         }
-        let rv = entry.resource_version.clone();
-        if entry.cancel {
-            let status = status::cancelled(&entry.status, entry.generation, now);
-            let write = status::differs(&entry.status, &status);
-            return Decision::Cancelled {
-                uid: entry.uid.clone(),
-                resource_version: rv,
+        let run = RunView {
+            status: &entry.status,
+            generation: entry.generation,
+            cancel: entry.cancel,
+            requests: &entry.requests,
+            retry_at: entry.retry_at,
+            runtime: &entry.runtime,
+            labels: &entry.labels,
+            affinity: entry.affinity.as_deref(),
+        };
+        let pods = PodState {
+            names,
+            columns: runtime_values
+                .lookup(&entry.runtime)
+                .and_then(|id| nss.columns.get(&id)),
+            targets: &nss.targets,
+            stale_after: self.config.heartbeat_stale_after,
+        };
+        let choice = decide(&run, &pods, now);
+        let uid = entry.uid.clone();
+        let resource_version = entry.resource_version.clone();
+        match choice {
+            Choice::Cancelled { status, write } => Decision::Cancelled {
+                uid,
+                resource_version,
                 status,
                 write,
-            };
-        }
-        let requests = match &entry.requests {
-            Err(e) => {
-                let status = status::invalid(&entry.status, e, entry.generation, now);
-                let write = status::differs(&entry.status, &status);
-                return Decision::Invalid {
-                    uid: entry.uid.clone(),
-                    resource_version: rv,
-                    status,
-                    write,
+            },
+            Choice::Invalid { status, write } => Decision::Invalid {
+                uid,
+                resource_version,
+                status,
+                write,
+            },
+            Choice::BackingOff { until } => Decision::BackingOff { until },
+            Choice::Pending {
+                reason,
+                status,
+                write,
+                counts,
+            } => Decision::Pending {
+                uid,
+                reason,
+                resource_version,
+                status,
+                write,
+                rejections: counts,
+            },
+            Choice::Place {
+                pod,
+                request,
+                counts,
+            } => {
+                let (status, created) = {
+                    let pod_uid = nss
+                        .pods
+                        .get(&pod)
+                        .and_then(|slot| slot.pod.as_ref())
+                        .map(|p| p.cold.uid.to_string())
+                        .unwrap_or_default();
+                    (
+                        status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now),
+                        entry.created,
+                    )
                 };
-            }
-            Ok(r) => r,
-        };
-        if let Some(until) = entry.retry_at
-            && now < until
-        {
-            return Decision::BackingOff { until };
-        }
-        let (request, unknown) = requests.resolve(names);
-        let runtime = entry.runtime.clone();
-        let window = Freshness::new(now, stale);
-        let cols = runtime_values
-            .lookup(&runtime)
-            .and_then(|id| nss.columns.get(&id));
-        let (best, counts) = match (&entry.affinity, cols) {
-            // With affinity: every fitting pod, filtered and ranked by the
-            // terms against the active and assumed Runs, under this lock.
-            (Some(aff), cols) => {
-                let targets = affinity_targets(nss);
-                let built = match Affinity::build(aff, &entry.labels, targets.iter().copied()) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let status = status::selection_failed(&entry.status, &selection_failed(e));
-                        let write = status::differs(&entry.status, &status);
-                        return Decision::Invalid {
-                            uid: entry.uid.clone(),
-                            resource_version: rv,
-                            status,
-                            write,
-                        };
-                    }
-                };
-                match cols {
-                    Some(cols) => {
-                        let p = cols.plan(&request, !unknown.is_empty(), &window, 0);
-                        let mut counts = p.counts.clone();
-                        let (ranked, refused) = affinity::rank(
-                            &built,
-                            p.feasible.iter().map(|(n, s)| (&***n, s.clone())),
-                        );
-                        for (_, why) in &refused {
-                            if *why == affinity::UNSATISFIED_AFFINITY {
-                                counts.affinity += 1;
-                            } else {
-                                counts.anti_affinity += 1;
-                            }
-                        }
-                        let best = ranked.first().and_then(|r| {
-                            p.feasible
-                                .iter()
-                                .find(|(n, _)| &***n == r.pod)
-                                .map(|(n, _)| Arc::clone(n))
-                        });
-                        (best, counts)
-                    }
-                    None => (None, RejectionCounts::default()),
+                if let Some(slot) = nss.pods.get_mut(&pod) {
+                    slot.res.add_assumed(&request);
                 }
-            }
-            (None, Some(cols)) => {
-                let (best, counts) = cols.best(&request, !unknown.is_empty(), &window);
-                (best.map(|i| Arc::clone(cols.name(i))), counts)
-            }
-            (None, None) => (None, RejectionCounts::default()),
-        };
-        #[allow(
-            clippy::expect_used,
-            reason = "the Run was looked up above, under the same lock"
-        )]
-        let entry = nss.runs.get(&key.name).expect("present above");
-
-        self.metrics
-            .rejections(PendingReason::InsufficientCapacity, counts.insufficient);
-        self.metrics
-            .rejections(PendingReason::ResourceNotDeclared, counts.not_declared);
-        self.metrics
-            .rejections(PendingReason::RuntimePodUnavailable, counts.unavailable);
-        self.metrics
-            .rejections(PendingReason::UnsatisfiedRunAffinity, counts.affinity);
-        self.metrics.rejections(
-            PendingReason::UnsatisfiedRunAntiAffinity,
-            counts.anti_affinity,
-        );
-
-        match best {
-            Some(pod) => {
-                #[allow(
-                    clippy::expect_used,
-                    reason = "`best` is an index into columns of existing slots, under the same lock"
-                )]
-                let slot = nss.pods.get_mut(&pod).expect("best pod has a slot");
-                let pod_uid = slot
-                    .pod
-                    .as_ref()
-                    .map(|p| p.cold.uid.to_string())
-                    .unwrap_or_default();
-                slot.res.add_assumed(&request);
                 nss.sync_res(&pod);
-                #[allow(
-                    clippy::expect_used,
-                    reason = "the Run was looked up above, under the same lock"
-                )]
-                let entry = nss.runs.get(&key.name).expect("present above");
-                let status =
-                    status::scheduled(&entry.status, &pod, &pod_uid, entry.generation, now);
-                let uid = entry.uid.clone();
-                let created = entry.created;
                 nss.assumed.insert(
                     uid.clone(),
                     Assumption {
@@ -601,30 +526,15 @@ impl RunCache {
                         amounts: request,
                     },
                 );
+                nss.sync_targets(&key.name);
                 self.metrics.assumed_reservations.inc();
                 Decision::Reserved {
                     uid,
                     pod: pod.to_string(),
-                    resource_version: rv,
+                    resource_version,
                     status,
                     created,
-                }
-            }
-            None => {
-                let reason = counts.pending_reason();
-                if counts.total_pods == 0 {
-                    self.metrics.rejections(reason, 1);
-                }
-                let message = counts.message(&runtime);
-                let status =
-                    status::pending(&entry.status, reason, &message, entry.generation, now);
-                let write = status::differs(&entry.status, &status);
-                Decision::Pending {
-                    uid: entry.uid.clone(),
-                    reason,
-                    resource_version: rv,
-                    status,
-                    write,
+                    rejections: counts,
                 }
             }
         }
@@ -718,18 +628,62 @@ impl RunCache {
         let Some(aff) = affinity.filter(|a| has_terms(a)) else {
             return Ok(self.plan_top(namespace, runtime, requests, now, limit));
         };
-        let built = {
-            let st = self.state.read();
-            let targets = st
-                .namespaces
-                .get(namespace)
-                .map(affinity_targets)
-                .unwrap_or_default();
-            Affinity::build(aff, own, targets.iter().copied())
+        let terms = Terms::compile(aff).map_err(selection_failed)?;
+        let st = self.state.read();
+        let (request, unknown) = requests.resolve(&st.names);
+        let Some((nss, cols)) = st.namespaces.get(namespace).and_then(|nss| {
+            let id = st.runtime_values.lookup(runtime)?;
+            Some((nss, nss.columns.get(&id)?))
+        }) else {
+            return Ok(PlanResult {
+                feasible: Vec::new(),
+                rejected: Vec::new(),
+                counts: RejectionCounts::default(),
+                affinity_scores: Vec::new(),
+            });
+        };
+        let has_unknown = !unknown.is_empty();
+        let window = Freshness::new(now, self.config.heartbeat_stale_after);
+        let bound = Bound::new(&terms, own, &nss.targets);
+        let placed = affinity::place(&bound, cols, &request, has_unknown, &window);
+        let cut = |n: usize| if limit == 0 { n } else { n.min(limit) };
+        let n = cut(placed.ranked.len());
+        let kept: HashSet<&str> = placed.ranked.iter().map(|r| r.pod).collect();
+        let refused: HashMap<&str, &'static str> = placed.refused.iter().copied().collect();
+        // Rejected pods in name order, up to the cut: the capacity's
+        // rejections and the affinity's.
+        let laid = cols.lay_out(&request);
+        let mut rejected: Vec<(String, String)> = Vec::new();
+        for name in nss.pods.keys() {
+            if limit > 0 && rejected.len() >= limit {
+                break;
+            }
+            let Some(i) = cols.position(name) else {
+                continue;
+            };
+            let why = match cols.verdict_at(i, &laid, has_unknown, &window) {
+                Verdict::Fits if kept.contains(&**name) => continue,
+                Verdict::Fits => match refused.get(&**name) {
+                    Some(why) => describe_affinity(why),
+                    None if placed.narrowed => describe_affinity(affinity::UNSATISFIED_AFFINITY),
+                    None => continue,
+                },
+                Verdict::Rejected(r) => r.describe(&st.names, &unknown),
+                Verdict::Base => base_rejection(nss, name).describe(&st.names, &unknown),
+            };
+            rejected.push((name.to_string(), why));
         }
-        .map_err(selection_failed)?;
-        let full = self.plan_top(namespace, runtime, requests, now, 0);
-        Ok(ranked_plan(full, &built, limit))
+        Ok(PlanResult {
+            affinity_scores: placed.ranked.iter().take(n).map(|r| r.affinity).collect(),
+            feasible: placed
+                .ranked
+                .into_iter()
+                .take(n)
+                .map(|r| (r.pod.to_owned(), r.load))
+                .collect(),
+            rejected,
+            counts: placed.counts,
+        })
     }
 
     /// Dry-run placement; `f` reads the outcome while the snapshot is held,
@@ -783,19 +737,7 @@ impl RunCache {
                     let r = match v {
                         Verdict::Rejected(r) => r,
                         // The clock-free rules failed: their reason is in the facts.
-                        Verdict::Base | Verdict::Fits => {
-                            let base = nss
-                                .pods
-                                .get(n)
-                                .and_then(|s| s.pod.as_ref())
-                                .map(|p| p.cold.base.clone());
-                            match base {
-                                Some(Err(u)) => Rejection::Unavailable(u),
-                                _ => Rejection::Unavailable(
-                                    crate::model::runtime_pod::Unavailable::NotReady,
-                                ),
-                            }
-                        }
+                        Verdict::Base | Verdict::Fits => base_rejection(nss, n),
                     };
                     (&**n, r)
                 })
@@ -805,6 +747,7 @@ impl RunCache {
     }
 
     /// Whether Run `uid` in `namespace` holds an assumed reservation, and where.
+    #[cfg(test)]
     pub fn assumed_pod(&self, namespace: &str, uid: &str) -> Option<String> {
         let st = self.state.read();
         st.namespaces
@@ -821,7 +764,8 @@ impl RunCache {
         Some(e.runtime.clone())
     }
 
-    /// The stored status of a Run (for callers that re-check before writing).
+    /// The stored status of a Run (for tests that check what was applied).
+    #[cfg(test)]
     pub fn run_status(&self, key: &RunKey) -> Option<(Option<String>, RunStatus)> {
         let st = self.state.read();
         let e = st.namespaces.get(&key.namespace)?.runs.get(&key.name)?;
@@ -863,6 +807,16 @@ impl RunCache {
                         want
                     ));
                 }
+            }
+            let mut want: Vec<(&str, &BTreeMap<String, String>)> = affinity_targets(nss);
+            let mut held: Vec<(&str, &BTreeMap<String, String>)> =
+                nss.targets.iter().map(|(_, p, l)| (p, l)).collect();
+            want.sort();
+            held.sort();
+            if held != want {
+                return Err(format!(
+                    "{ns}: affinity targets {held:?} != recount {want:?}"
+                ));
             }
             if let Some((p, _)) = actual.into_iter().find(|(_, v)| !v.is_empty()) {
                 return Err(format!("{ns}/{p}: usage counted on a pod without a slot"));

@@ -13,10 +13,17 @@
 //! total wins, ties by pod name. Pure: no cache, no clock.
 
 use crate::crd::{RunAffinity, RunAffinityTerm, TOPOLOGY_RUNTIME_POD};
-use crate::runs::placement::Score;
+use crate::model::resources::ResourceVec;
+use crate::model::runtime_pod::Freshness;
+use crate::runs::columns::{Columns, Verdict};
+use crate::runs::placement::{RejectionCounts, Score};
+use crate::runs::targets::Targets;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::HashSet;
+use std::sync::Arc;
 
 /// Filter reason of a pod without the required cohort.
 pub const UNSATISFIED_AFFINITY: &str = "UnsatisfiedRunAffinity";
@@ -28,7 +35,7 @@ pub const MAX_SCORE: i64 = 100;
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
+pub(crate) enum Requirement {
     Equals(String, String),
     In(String, Vec<String>),
     NotIn(String, Vec<String>),
@@ -44,6 +51,11 @@ pub struct Selector {
 }
 
 impl Selector {
+    /// The requirements, all of which must hold.
+    pub(crate) fn requirements(&self) -> &[Requirement] {
+        &self.reqs
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.reqs.iter().all(|r| match r {
             Requirement::Equals(k, v) => labels.get(k) == Some(v),
@@ -151,7 +163,9 @@ pub fn parse_selector(s: &LabelSelector) -> Result<Selector, String> {
     Ok(Selector { reqs })
 }
 
-/// One term, evaluated against the namespace's active Runs.
+/// One term, evaluated against the namespace's active Runs by a scan:
+/// the reference [`Bound`] is tested against.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
 struct Rule {
     weight: i64,
@@ -161,7 +175,9 @@ struct Rule {
     seedable: bool,
 }
 
-/// A Run's compiled affinity (upstream `runAffinity`).
+/// A Run's compiled affinity (upstream `runAffinity`) over a scan of its
+/// targets: the reference [`Bound`] is tested against.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
 pub struct Affinity {
     required: Vec<Rule>,
@@ -185,6 +201,7 @@ fn term_selector(term: &RunAffinityTerm) -> Result<Selector, String> {
     parse_selector(sel).map_err(|e| format!("parse run affinity selector: {e}"))
 }
 
+#[cfg(test)]
 impl Affinity {
     /// Builds the rules of `affinity` for a Run labelled `own`, against
     /// `targets`: `(pod, labels)` of every active or assumed Run of the
@@ -290,14 +307,32 @@ impl Ranked<'_> {
 /// terms and ranks the rest as upstream's weighted plugins do. Returns the
 /// ranked pods, best first, and the pods the affinity rejected with their
 /// reason, in the order given.
+#[cfg(test)]
 pub fn rank<'a>(
     affinity: &Affinity,
+    feasible: impl IntoIterator<Item = (&'a str, Score)>,
+) -> (Vec<Ranked<'a>>, Vec<(&'a str, &'static str)>) {
+    rank_with(
+        |p| affinity.filter(p),
+        |p| affinity.preferred_score(p),
+        feasible,
+    )
+}
+
+/// Filters `feasible` (pods that fit, best load first) by `filter` (the
+/// required terms) and ranks the rest as upstream's weighted plugins do,
+/// with `preferred_score` the raw preferred score of a pod. Returns the
+/// ranked pods, best first, and the pods the filter rejected with their
+/// reason, in the order given.
+pub fn rank_with<'a>(
+    filter: impl Fn(&str) -> Result<(), &'static str>,
+    preferred_score: impl Fn(&str) -> i64,
     feasible: impl IntoIterator<Item = (&'a str, Score)>,
 ) -> (Vec<Ranked<'a>>, Vec<(&'a str, &'static str)>) {
     let mut kept: Vec<(&'a str, Score)> = Vec::new();
     let mut rejected = Vec::new();
     for (pod, s) in feasible {
-        match affinity.filter(pod) {
+        match filter(pod) {
             Ok(()) => kept.push((pod, s)),
             Err(why) => rejected.push((pod, why)),
         }
@@ -321,7 +356,7 @@ pub fn rank<'a>(
             ranked.push(Ranked {
                 pod,
                 load: s.clone(),
-                affinity: affinity.preferred_score(pod),
+                affinity: preferred_score(pod),
                 least_loaded: ll,
             });
         }
@@ -336,6 +371,198 @@ pub fn rank<'a>(
     }
     ranked.sort_by(|a, b| b.total().cmp(&a.total()).then_with(|| a.pod.cmp(b.pod)));
     (ranked, rejected)
+}
+
+/// A Run's terms, parsed once: upstream's pre-filter, without the
+/// targets. Matched against the namespace's targets by [`Bound`].
+#[derive(Debug, Clone, Default)]
+pub struct Terms {
+    required: Vec<Selector>,
+    required_anti: Vec<Selector>,
+    preferred: Vec<(i64, Selector)>,
+    preferred_anti: Vec<(i64, Selector)>,
+}
+
+impl Terms {
+    /// Parses every term, in the order [`Affinity::build`] does, failing
+    /// with the same message on the first that cannot be parsed.
+    pub fn compile(affinity: &RunAffinity) -> Result<Terms, String> {
+        let mut t = Terms::default();
+        for (rules, anti) in [
+            (affinity.run_affinity.as_ref(), false),
+            (affinity.run_anti_affinity.as_ref(), true),
+        ] {
+            let Some(rules) = rules else { continue };
+            for term in &rules.required_during_scheduling_ignored_during_execution {
+                let sel = term_selector(term)?;
+                if anti {
+                    t.required_anti.push(sel);
+                } else {
+                    t.required.push(sel);
+                }
+            }
+            for w in &rules.preferred_during_scheduling_ignored_during_execution {
+                let sel = term_selector(&w.run_affinity_term)?;
+                let weight = i64::from(w.weight);
+                if anti {
+                    t.preferred_anti.push((weight, sel));
+                } else {
+                    t.preferred.push((weight, sel));
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// [`Terms`] of a Run labelled `own` against the namespace's indexed
+/// targets: the same filter and preferred score as [`Affinity`] built
+/// from a scan of every target, read per pod from the targets on it.
+pub struct Bound<'a> {
+    terms: &'a Terms,
+    targets: &'a Targets,
+    /// Per required term: no target matches and the Run's own labels do,
+    /// so it seeds the cohort and every pod passes.
+    seeds: Vec<bool>,
+    /// The narrowest required term that does not pass every pod: only
+    /// pods holding a target it matches can pass the filter.
+    narrowest: Option<usize>,
+}
+
+impl<'a> Bound<'a> {
+    pub fn new(terms: &'a Terms, own: &BTreeMap<String, String>, targets: &'a Targets) -> Self {
+        let seeds: Vec<bool> = terms
+            .required
+            .iter()
+            .map(|sel| sel.matches(own) && !targets.any_matching(sel))
+            .collect();
+        let narrowest = terms
+            .required
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !seeds[*i])
+            .min_by_key(|(_, sel)| targets.cost(sel))
+            .map(|(i, _)| i);
+        Bound {
+            terms,
+            targets,
+            seeds,
+            narrowest,
+        }
+    }
+
+    /// The pods that can pass the required terms, when a required term
+    /// narrows them (each once, in no order); `None` when any pod can.
+    pub fn candidates(&self) -> Option<Vec<Arc<str>>> {
+        let i = self.narrowest?;
+        Some(self.targets.matching(&self.terms.required[i]))
+    }
+
+    /// Whether `pod` passes the required terms; the filter reason if not.
+    pub fn filter(&self, pod: &str) -> Result<(), &'static str> {
+        let on_pod = |sel: &Selector| self.targets.pod_matches(pod, sel);
+        if self
+            .terms
+            .required
+            .iter()
+            .zip(&self.seeds)
+            .any(|(sel, seeds)| !seeds && !on_pod(sel))
+        {
+            return Err(UNSATISFIED_AFFINITY);
+        }
+        if self.terms.required_anti.iter().any(on_pod) {
+            return Err(UNSATISFIED_ANTI_AFFINITY);
+        }
+        Ok(())
+    }
+
+    /// The raw preferred score, as [`Affinity::preferred_score`].
+    pub fn preferred_score(&self, pod: &str) -> i64 {
+        let on_pod = |sel: &Selector| self.targets.pod_matches(pod, sel);
+        let hit: i64 = self
+            .terms
+            .preferred
+            .iter()
+            .filter(|(_, sel)| on_pod(sel))
+            .map(|(w, _)| w)
+            .sum();
+        let miss: i64 = self
+            .terms
+            .preferred_anti
+            .iter()
+            .filter(|(_, sel)| !on_pod(sel))
+            .map(|(w, _)| w)
+            .sum();
+        hit + miss
+    }
+}
+
+/// A Run with affinity placed over one runtime's pods.
+#[derive(Debug, Clone)]
+pub struct Placed<'c> {
+    /// Pods that fit and pass the required terms, ranked, best first.
+    pub ranked: Vec<Ranked<'c>>,
+    /// Rejections over every pod, the affinity's included.
+    pub counts: RejectionCounts,
+    /// Pods that fit but the terms refuse, with the reason: every such
+    /// pod, or when `narrowed`, those among the candidates.
+    pub refused: Vec<(&'c str, &'static str)>,
+    /// Candidates were narrowed by a required term: every fitting pod
+    /// outside them is refused with [`UNSATISFIED_AFFINITY`].
+    pub narrowed: bool,
+}
+
+/// Filters and ranks every pod of `cols` for a request with affinity, as
+/// [`rank_with`] over the feasible pods of a full scan would. When a required
+/// term narrows the candidates to the pods holding a target it matches,
+/// only those are evaluated; the capacity counts over all pods come from
+/// the grouped decision, and every other fitting pod is counted refused.
+pub fn place<'c>(
+    bound: &Bound<'_>,
+    cols: &'c Columns,
+    request: &ResourceVec,
+    has_unknown: bool,
+    window: &Freshness,
+) -> Placed<'c> {
+    let (feasible, mut counts, narrowed): (Vec<(&'c str, Score)>, RejectionCounts, bool) =
+        match bound.candidates() {
+            Some(candidates) => {
+                let (_, counts) = cols.best(request, has_unknown, window);
+                let laid = cols.lay_out(request);
+                let fit: Vec<(&'c str, Score)> = candidates
+                    .iter()
+                    .filter_map(|p| cols.position(p))
+                    .filter(|&i| cols.verdict_at(i, &laid, has_unknown, window) == Verdict::Fits)
+                    .map(|i| (&**cols.name(i), cols.score_at(i, &laid)))
+                    .collect();
+                let fitting = counts.total_pods
+                    - counts.insufficient
+                    - counts.not_declared
+                    - counts.unavailable;
+                let mut counts = counts;
+                counts.affinity += fitting - fit.len();
+                (fit, counts, true)
+            }
+            None => {
+                let p = cols.plan(request, has_unknown, window, 0);
+                let fit = p.feasible.into_iter().map(|(n, s)| (&**n, s)).collect();
+                (fit, p.counts, false)
+            }
+        };
+    let (ranked, refused) = rank_with(|p| bound.filter(p), |p| bound.preferred_score(p), feasible);
+    for (_, why) in &refused {
+        if *why == UNSATISFIED_AFFINITY {
+            counts.affinity += 1;
+        } else {
+            counts.anti_affinity += 1;
+        }
+    }
+    Placed {
+        ranked,
+        counts,
+        refused,
+        narrowed,
+    }
 }
 
 /// Admission: every term's topology key, selector and weight, with the
@@ -524,5 +751,113 @@ mod tests {
         let got: Vec<(&str, i64)> = ranked.iter().map(|r| (r.pod, r.affinity)).collect();
         assert_eq!(got, [("pod-b", 100), ("pod-c", 100), ("pod-a", 50)]);
         assert!(ranked.iter().all(|r| r.least_loaded == MAX_SCORE));
+    }
+}
+
+/// Terms matched through the target index answer as terms built from a
+/// scan of every target: the same filter and preferred score on every
+/// pod, and no pod outside the candidates passes.
+#[cfg(test)]
+mod bound {
+    use super::*;
+    use crate::crd::{RunAffinityRules, WeightedRunAffinityTerm};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use proptest::prelude::*;
+
+    const KEYS: [&str; 3] = ["a", "b", "c"];
+    const VALUES: [&str; 3] = ["x", "y", "z"];
+    const PODS: usize = 5;
+
+    fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+        proptest::collection::vec(proptest::option::of(0..VALUES.len()), KEYS.len()).prop_map(
+            |vs| {
+                KEYS.iter()
+                    .zip(vs)
+                    .filter_map(|(k, v)| Some(((*k).to_owned(), VALUES[v?].to_owned())))
+                    .collect()
+            },
+        )
+    }
+
+    fn term() -> impl Strategy<Value = RunAffinityTerm> {
+        let req = (
+            0..5u8,
+            0..KEYS.len(),
+            proptest::collection::vec(0..VALUES.len(), 1..3),
+        )
+            .prop_map(|(op, k, vs)| {
+                let (operator, values) = match op {
+                    0 | 1 => ("In", Some(vs)),
+                    2 => ("NotIn", Some(vs)),
+                    3 => ("Exists", None),
+                    _ => ("DoesNotExist", None),
+                };
+                LabelSelectorRequirement {
+                    key: KEYS[k].to_owned(),
+                    operator: operator.to_owned(),
+                    values: values.map(|vs| vs.into_iter().map(|v| VALUES[v].to_owned()).collect()),
+                }
+            });
+        (
+            proptest::collection::vec(req, 0..3),
+            proptest::option::of(labels()),
+        )
+            .prop_map(|(exprs, ml)| RunAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_expressions: Some(exprs),
+                    match_labels: ml,
+                }),
+                topology_key: TOPOLOGY_RUNTIME_POD.to_owned(),
+            })
+    }
+
+    fn rules() -> impl Strategy<Value = Option<RunAffinityRules>> {
+        let weighted =
+            (1..=100i32, term()).prop_map(|(weight, run_affinity_term)| WeightedRunAffinityTerm {
+                weight,
+                run_affinity_term,
+            });
+        proptest::option::of(
+            (
+                proptest::collection::vec(term(), 0..3),
+                proptest::collection::vec(weighted, 0..3),
+            )
+                .prop_map(|(required, preferred)| RunAffinityRules {
+                    required_during_scheduling_ignored_during_execution: required,
+                    preferred_during_scheduling_ignored_during_execution: preferred,
+                }),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn bound_terms_answer_as_a_scan(
+            targets in proptest::collection::vec((0..PODS, labels()), 0..12),
+            own in labels(),
+            run_affinity in rules(),
+            run_anti_affinity in rules(),
+        ) {
+            let aff = RunAffinity { run_affinity, run_anti_affinity };
+            let pods: Vec<String> = (0..=PODS).map(|p| format!("p-{p}")).collect();
+            let scan: Vec<(&str, &BTreeMap<String, String>)> =
+                targets.iter().map(|(p, l)| (pods[*p].as_str(), l)).collect();
+            let built = Affinity::build(&aff, &own, scan.iter().copied()).unwrap();
+            let mut index = Targets::default();
+            for (i, (p, l)) in scan.iter().enumerate() {
+                index.set((format!("r-{i}"), i % 2 == 0), Some((p, l)));
+            }
+            let terms = Terms::compile(&aff).unwrap();
+            let bound = Bound::new(&terms, &own, &index);
+            let candidates = bound.candidates();
+            for pod in &pods {
+                prop_assert_eq!(bound.filter(pod), built.filter(pod), "{}", pod);
+                prop_assert_eq!(bound.preferred_score(pod), built.preferred_score(pod), "{}", pod);
+                if let Some(c) = &candidates
+                    && built.filter(pod).is_ok()
+                {
+                    prop_assert!(c.iter().any(|p| **p == **pod), "{} passes outside {:?}", pod, c);
+                }
+            }
+        }
     }
 }

@@ -40,6 +40,8 @@ struct ResCol {
 #[derive(Debug, Default, Clone)]
 pub struct Columns {
     names: Vec<Arc<str>>,
+    /// Position of each name.
+    positions: HashMap<Arc<str>, u32, foldhash::fast::RandomState>,
     /// The first 16 bytes of each name, big-endian and zero-padded: name
     /// order without reading the name, unless two prefixes are equal.
     prefix: Vec<u128>,
@@ -102,7 +104,7 @@ pub enum Verdict {
 
 /// A request laid out against one [`Columns`]: per requested resource its
 /// column (in id order), and the requested amount per column.
-struct Laid {
+pub struct Laid {
     /// `(id, amount, column)`; `None` when no pod here declares it.
     filter: SmallVec<[(ResId, u64, Option<u32>); 4]>,
     /// Requested amount per column (0 where not requested).
@@ -122,6 +124,28 @@ impl Columns {
         &self.names[i as usize]
     }
 
+    /// The position of the pod named `name`, if it is here.
+    pub fn position(&self, name: &str) -> Option<u32> {
+        self.positions.get(name).copied()
+    }
+
+    /// The filter for the pod at `i` (a request laid out by
+    /// [`lay_out`](Self::lay_out)): what a scan of every pod finds for it.
+    pub fn verdict_at(
+        &self,
+        i: u32,
+        laid: &Laid,
+        has_unknown: bool,
+        window: &Freshness,
+    ) -> Verdict {
+        self.verdict(i as usize, laid, has_unknown, window)
+    }
+
+    /// The score of the feasible pod at `i`.
+    pub fn score_at(&self, i: u32, laid: &Laid) -> Score {
+        self.score(i as usize, laid)
+    }
+
     /// Appends a pod; returns its position.
     pub fn push(
         &mut self,
@@ -131,6 +155,7 @@ impl Columns {
         heartbeat: Option<Timestamp>,
     ) -> u32 {
         let i = self.names.len() as u32;
+        self.positions.insert(Arc::clone(&name), i);
         self.prefix.push(name_prefix(&name));
         self.names.push(name);
         self.base_ok.push(false);
@@ -235,7 +260,11 @@ impl Columns {
             self.leave(last);
         }
         self.groups.of.swap_remove(i);
+        self.positions.remove(&*self.names[i]);
         self.names.swap_remove(i);
+        if let Some(moved) = self.names.get(i) {
+            self.positions.insert(Arc::clone(moved), i as u32);
+        }
         self.prefix.swap_remove(i);
         self.base_ok.swap_remove(i);
         self.heartbeat.swap_remove(i);
@@ -361,6 +390,9 @@ impl Columns {
                 self.names.get(i)
             ));
         }
+        if self.position(name) != Some(i as u32) {
+            return Err(format!("{name}: position index differs"));
+        }
         if self.prefix[i] != name_prefix(name) {
             return Err(format!("{name}: name prefix differs"));
         }
@@ -414,6 +446,13 @@ impl Columns {
     /// Checks the groups as a whole (with [`check`](Self::check) for every
     /// position): no member, group or heartbeat is left over.
     pub fn check_groups(&self) -> Result<(), String> {
+        if self.positions.len() != self.names.len() {
+            return Err(format!(
+                "{} positions indexed for {} pods",
+                self.positions.len(),
+                self.names.len()
+            ));
+        }
         let available = self.base_ok.iter().filter(|&&b| b).count();
         let members: usize = self.groups.list.iter().map(|g| g.members.len()).sum();
         if members != available || self.beats.len() != available {
@@ -437,7 +476,7 @@ impl Columns {
     }
 
     /// Resolves a request's resources to this group's columns, once per decision.
-    fn lay_out(&self, request: &ResourceVec) -> Laid {
+    pub fn lay_out(&self, request: &ResourceVec) -> Laid {
         let mut per_col: SmallVec<[u64; 8]> = SmallVec::from_elem(0, self.ids.len());
         let filter = request
             .iter()

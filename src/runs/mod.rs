@@ -3,7 +3,9 @@
 
 pub mod affinity;
 pub mod columns;
+pub mod decide;
 pub mod placement;
 pub mod queue;
 pub mod retry;
 pub mod status;
+pub mod targets;

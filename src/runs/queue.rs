@@ -200,6 +200,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     /// Keys waiting for a delayed add.
+    #[cfg(test)]
     pub fn delayed_len(&self) -> usize {
         self.delayed.lock().by_key.len()
     }
@@ -324,7 +325,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
-    /// Number of keys waiting or being worked on.
+    /// Number of keys waiting or being worked on (tests wait for zero).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn outstanding(&self) -> usize {
         let g = self.inner.lock();
         g.dirty.len() + g.processing.len()

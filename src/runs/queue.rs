@@ -200,7 +200,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     /// Keys waiting for a delayed add.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub fn delayed_len(&self) -> usize {
         self.delayed.lock().by_key.len()
     }

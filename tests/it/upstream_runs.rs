@@ -1209,7 +1209,7 @@ async fn check(row: &Row) {
         }
         app.controller.drain().await;
     }
-    let queued_later = app.state.cache.queue().delayed_len() > 0;
+    let queued_later = app.state.runs.cache.queue().delayed_len() > 0;
     let stored = get(&app, &format!("/v1/objects?kind=Run&namespace={NS}"))
         .await
         .body;

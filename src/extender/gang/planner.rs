@@ -371,9 +371,13 @@ mod tests {
     fn under_a_sample_a_fresh_group_plans_the_domain_the_sample_ends_inside() {
         // Three empty racks of three nodes; a gang of two one-cpu pods fits
         // in any of them.
-        let cache = racks(&[("r1", 3, "4"), ("r2", 3, "4"), ("r3", 3, "4")]);
-        let pods = gang(&cache, "g", 2, "1", true);
-        let names = all_nodes(&cache);
+        let cache = ClusterIndex::of(testkit::racks(&[
+            ("r1", 3, "4"),
+            ("r2", 3, "4"),
+            ("r3", 3, "4"),
+        ]));
+        let pods = cache.apply_objects(testkit::gang("g", 2, "1", true));
+        let names = cache.read().node_names();
         let every: Vec<&str> = names.iter().map(String::as_str).collect();
         // Every node offered: best fit, the first of equal racks.
         assert_eq!(planned_rack(&cache, &pods[0], &every), "r1");
@@ -407,28 +411,26 @@ mod tests {
 
     #[test]
     fn nodes_the_pods_own_affinity_excludes_do_not_make_a_sample() {
-        let cache = racks(&[("r1", 3, "4"), ("r2", 3, "4"), ("r3", 3, "4")]);
-        cache.apply_pod_group(&group("g", 2, true));
+        let cache = ClusterIndex::of(testkit::racks(&[
+            ("r1", 3, "4"),
+            ("r2", 3, "4"),
+            ("r3", 3, "4"),
+        ]));
         // g-0 may run on r1 and two nodes of r2 only: kube-scheduler offers
         // exactly those, every one of them (no sample).
         let mine = ["r1-0", "r1-1", "r1-2", "r2-0", "r2-1"];
-        let mut p = crate::extender::plugins::testing::pod("g-0", Some("g"), "1", None);
-        p.spec.as_mut().expect("spec").affinity = Some(
-            serde_json::from_value(serde_json::json!({"nodeAffinity": {
+        let mut objs = testkit::gang("g", 2, "1", true);
+        objs[1] = objs[1].clone().set(
+            &["spec", "affinity"],
+            serde_json::json!({"nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": mine}]}
-            ]}}}))
-            .expect("affinity"),
+            ]}}}),
         );
-        cache.apply_pod(&p);
-        cache.apply_pod(&crate::extender::plugins::testing::pod(
-            "g-1",
-            Some("g"),
-            "1",
-            None,
-        ));
+        let pods = cache.apply_objects(objs);
+        let p = &pods[0];
         // r2-2 has room but the pod may not use it: best fit, r1.
-        assert_eq!(planned_rack(&cache, &p, &mine), "r1");
+        assert_eq!(planned_rack(&cache, p, &mine), "r1");
     }
 
     #[test]

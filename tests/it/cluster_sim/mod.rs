@@ -8,3 +8,4 @@
 // Each world uses the part of the harness it needs.
 #[allow(dead_code)]
 mod harness;
+mod runs;

@@ -345,8 +345,13 @@ impl RunCache {
         // Assumed → actual handoff, or release when the Run went elsewhere.
         if let Some(a) = nss.assumed.get(&uid) {
             let handed_over = entry.counted.as_ref().is_some_and(|(p, _)| *p == a.pod);
+            // A later attempt waiting again: the placed one ran and ended
+            // unseen (the watch was away); nothing will hand it over.
+            let retried = phase::is_unscheduled(entry.status.phase.as_deref())
+                && entry.status.attempt.unwrap_or(0) > a.attempt;
             let moved_on = phase::is_terminal(entry.status.phase.as_deref())
                 || released
+                || retried
                 || entry.deleting && !active
                 || assigned.as_deref().is_some_and(|p| p != &*a.pod);
             if handed_over || moved_on {
@@ -599,6 +604,7 @@ impl RunCache {
                         run: key.name.clone(),
                         pod: Arc::clone(&pod),
                         amounts: request,
+                        attempt: entry.status.attempt.unwrap_or(0),
                     },
                 );
                 self.metrics.assumed_reservations.inc();

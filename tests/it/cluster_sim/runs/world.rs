@@ -132,6 +132,7 @@ impl fmt::Display for Figures {
 
 /// One watch event as an object stream carries it.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant, reason = "a few in flight at a time")]
 enum Change {
     Pod(Pod),
     Run(Run),
@@ -1307,13 +1308,12 @@ impl World {
                 .iter()
                 .find(|p| p.name == pod)
                 .and_then(|p| p.agent.clone())
+            && let Err(e) = a.release(&uid, RUNTIMED)
         {
-            if let Err(e) = a.release(&uid, RUNTIMED) {
-                sim.violated(
-                    "runtimed may release its own holds",
-                    format!("{pod}: {name}: {e}"),
-                );
-            }
+            sim.violated(
+                "runtimed may release its own holds",
+                format!("{pod}: {name}: {e}"),
+            );
         }
         let what = if retry { "retries" } else { ph };
         self.ev(sim, format!("{pod}: {name} {what} {why}"));

@@ -168,7 +168,7 @@ impl RunController {
 
     /// Runs with retry or Pending backoff state (bounded by the Runs that
     /// exist and wait).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub fn backoff_entries(&self) -> usize {
         self.failures.lock().len() + self.pending.lock().len()
     }
@@ -234,8 +234,15 @@ impl RunController {
             .await;
     }
 
-    /// One cycle for one Run.
+    /// One cycle for one Run, at the wall clock's time.
     pub async fn cycle(&self, key: &RunKey) -> CycleOutcome {
+        self.cycle_at(key, Timestamp::now()).await
+    }
+
+    /// One cycle for one Run with `now` as the time its decision reads
+    /// (heartbeat freshness, retry backoffs, condition times): the
+    /// scheduling loop passes the wall clock, a simulation its own clock.
+    pub async fn cycle_at(&self, key: &RunKey, now: Timestamp) -> CycleOutcome {
         let start = Instant::now();
         let metrics = Arc::clone(self.cache.metrics());
         let runtime = self.cache.runtime_of(key).unwrap_or_default();
@@ -257,7 +264,7 @@ impl RunController {
                 })
                 .inc();
         };
-        let decision = self.cache.schedule_one(key, Timestamp::now());
+        let decision = self.cache.schedule_one(key, now);
         // Upstream times a sync from after its cancel and request checks.
         let timed = matches!(
             &decision,
@@ -290,7 +297,7 @@ impl RunController {
                         metrics.runs_scheduled.inc();
                         sync(sync_result::SCHEDULED);
                         if let Some(created) = created {
-                            let waited = Timestamp::now().duration_since(created);
+                            let waited = now.duration_since(created);
                             metrics.run_scheduled_after(waited.as_secs_f64());
                             if !waited.is_negative() {
                                 upstream
@@ -376,7 +383,7 @@ impl RunController {
             Decision::BackingOff { until } => {
                 // One timer at the end of the backoff, no polling before.
                 let delay = until
-                    .duration_since(Timestamp::now())
+                    .duration_since(now)
                     .try_into()
                     .unwrap_or(Duration::ZERO);
                 self.cache.queue().forget_delayed(key);

@@ -350,6 +350,10 @@ struct Assumption {
     run: String,
     pod: Arc<str>,
     amounts: ResourceVec,
+    /// The Run's `status.attempt` when it was placed: the Run back to
+    /// Pending with a later attempt has moved on (it ran and failed while
+    /// the watch was away), so the reservation goes.
+    attempt: i32,
 }
 
 fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {

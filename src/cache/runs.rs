@@ -325,8 +325,13 @@ impl RunCache {
         // Assumed → actual handoff, or release when the Run went elsewhere.
         if let Some(a) = nss.assumed.get(&uid) {
             let handed_over = entry.counted.as_ref().is_some_and(|(p, _)| *p == a.pod);
+            // A later attempt waiting again: the placed one ran and ended
+            // unseen (the watch was away); nothing will hand it over.
+            let retried = phase::is_unscheduled(entry.status.phase.as_deref())
+                && entry.status.attempt.unwrap_or(0) > a.attempt;
             let moved_on = phase::is_terminal(entry.status.phase.as_deref())
                 || released
+                || retried
                 || entry.deleting && !active
                 || assigned.as_deref().is_some_and(|p| p != &*a.pod);
             if handed_over || moved_on {
@@ -470,6 +475,7 @@ impl RunCache {
         let choice = decide(&run, &pods, now);
         let uid = entry.uid.clone();
         let resource_version = entry.resource_version.clone();
+        let attempt = entry.status.attempt.unwrap_or(0);
         match choice {
             Choice::Cancelled { status, write } => Decision::Cancelled {
                 uid,
@@ -524,6 +530,7 @@ impl RunCache {
                         run: key.name.clone(),
                         pod: Arc::clone(&pod),
                         amounts: request,
+                        attempt,
                     },
                 );
                 nss.sync_targets(&key.name);
@@ -747,7 +754,7 @@ impl RunCache {
     }
 
     /// Whether Run `uid` in `namespace` holds an assumed reservation, and where.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub fn assumed_pod(&self, namespace: &str, uid: &str) -> Option<String> {
         let st = self.state.read();
         st.namespaces
@@ -765,7 +772,7 @@ impl RunCache {
     }
 
     /// The stored status of a Run (for tests that check what was applied).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub fn run_status(&self, key: &RunKey) -> Option<(Option<String>, RunStatus)> {
         let st = self.state.read();
         let e = st.namespaces.get(&key.namespace)?.runs.get(&key.name)?;

@@ -668,6 +668,31 @@ fn released_or_timed_out_run_drops_its_assumed_reservation() {
     }
 }
 
+/// The watch was away while a placed Run ran, failed and went back to
+/// Pending for its next attempt: the next object seen is that Pending one.
+/// Its reservation goes (nothing would ever hand it over) and the Run is
+/// placed again; an older Pending object of the same attempt keeps it.
+#[test]
+fn a_retried_run_seen_pending_again_drops_its_assumed_reservation() {
+    let c = mk_cache();
+    c.apply_pod(&mk_pod("rp-1", "py", &[("runs", "1")]), now());
+    let mut first = with_status(mk_run("a", "py", &[]), "Pending", None);
+    first.status.as_mut().unwrap().attempt = Some(1);
+    c.apply_run(&first);
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+    // A late event of the same attempt: still reserved.
+    c.apply_run(&first);
+    assert_eq!(usage(&c, "rp-1").1, m(&[("runs", "1")]));
+    assert_eq!(c.schedule_one(&key("a"), now()), Decision::Skip);
+    // Attempt 2, Pending: the reservation is gone and a is placed again.
+    let mut retried = first.clone();
+    retried.status.as_mut().unwrap().attempt = Some(2);
+    c.apply_run(&retried);
+    assert_eq!(usage(&c, "rp-1"), (m(&[]), m(&[])));
+    c.check_invariants().unwrap();
+    assert_eq!(reserved_pod(&c.schedule_one(&key("a"), now())), "rp-1");
+}
+
 /// Upstream compares a fractional capacity exactly: `gpu: 1500m` takes one
 /// Run of gpu 1, not two; `runs: 2500m` takes two Runs.
 #[test]

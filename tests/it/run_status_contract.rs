@@ -227,35 +227,40 @@ async fn a_retried_run_waits_out_its_backoff_then_is_placed() {
     api.put(Res::Pods, runtime_pod("rp-1", "4"));
     let (c, task) = replica(&api).await;
     let failed_at = Timestamp::now();
-    // Attempt 3 of a policy with a 1s backoff: 2s after Running=False.
+    // Attempt 3 of a policy with a 2s backoff: 4s after Running=False.
     api.put(
         Res::Runs,
         json!({"metadata": {"name": "retry", "namespace": "ns"},
-            "spec": {"runtime": "py", "retryPolicy": {"maxAttempts": 3, "backoff": "1s"}},
+            "spec": {"runtime": "py", "retryPolicy": {"maxAttempts": 3, "backoff": "2s"}},
             "status": {"phase": "Pending", "attempt": 3, "conditions": [
                 {"type": "Running", "status": "False", "reason": "RuntimeError", "message": "exit 1",
                  "lastTransitionTime": kube_time(failed_at)}]}}),
     );
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Once the replica has the Run (however long its start takes on a busy
+    // machine), the pending metrics count it as backing off.
+    wait_for("the Run counted as backing off", || {
+        c.state
+            .runs
+            .cache
+            .pending_runs(Timestamp::now())
+            .backing_off
+            >= 1
+    })
+    .await;
     assert_eq!(status(&api, "retry")["phase"], "Pending");
     assert_eq!(
         writes(&api, "retry"),
         0,
         "nothing written while backing off"
     );
-    let explain = c.state.runs.cache.pending_runs(Timestamp::now());
-    assert!(
-        explain.backing_off >= 1,
-        "the pending metrics count it as backing off: {explain:?}"
-    );
     wait_for("placed after the backoff", || {
         status(&api, "retry")["phase"] == "Scheduled"
     })
     .await;
     let waited = Timestamp::now().duration_since(failed_at);
-    // kube_time has second precision: the backoff ends 2s after the
+    // kube_time has second precision: the backoff ends 4s after the
     // truncated transition time.
-    assert!(waited.as_secs_f64() >= 1.0, "placed after {waited:?}");
+    assert!(waited.as_secs_f64() >= 3.0, "placed after {waited:?}");
     assert_eq!(writes(&api, "retry"), 1);
     task.abort();
 }

@@ -8,4 +8,5 @@
 // Each world uses the part of the harness it needs.
 #[allow(dead_code)]
 mod harness;
+mod runs;
 mod scheduler;

@@ -1029,7 +1029,11 @@ impl Gangs {
                 .short
                 .get(group)
                 .is_some_and(|p| p.uid == uid && p.status);
-        let what = if group.composite { "child groups" } else { "pods" };
+        let what = if group.composite {
+            "child groups"
+        } else {
+            "pods"
+        };
         let short = have < need;
         let (status, reason, message) = if short && !placeable {
             (

@@ -1144,7 +1144,11 @@ impl World {
             ),
         ];
         for (kind, n) in want {
-            let ok = if end { sizes[kind] == n } else { sizes[kind] <= n };
+            let ok = if end {
+                sizes[kind] == n
+            } else {
+                sizes[kind] <= n
+            };
             sim.check(ok, "no memory the live objects do not explain", || {
                 format!(
                     "the cluster index holds {} {kind} objects, the API server {} (and {} deletions on their way)",
@@ -1156,11 +1160,7 @@ impl World {
         }
         // At the end every wait is over; between steps each is bounded by
         // the pods or groups that exist.
-        let (pods_most, groups_most) = if end {
-            (0, 0)
-        } else {
-            (pods, live_groups)
-        };
+        let (pods_most, groups_most) = if end { (0, 0) } else { (pods, live_groups) };
         let tables = [
             ("held binds", s.gangs.held(), pods_most),
             ("reserved members", s.gangs.kept(), pods_most),

@@ -991,7 +991,7 @@ impl Gangs {
         placeable: bool,
         why: &str,
     ) {
-        let (current, generation, have, need) = {
+        let (current, generation) = {
             let snap = nodes.read();
             let (conds, generation) = if group.composite {
                 let Some(c) = snap.composite(&group.namespace, &group.name) else {
@@ -1010,15 +1010,12 @@ impl Gangs {
                     g.metadata.generation,
                 )
             };
-            let (have, need) = gang::placed(&snap, group);
             (
                 conds
                     .into_iter()
                     .flatten()
                     .find(|c| c.type_ == BELOW_MIN_COUNT),
                 generation,
-                have,
-                need,
             )
         };
         // True as the cache shows it or as this process last wrote it.
@@ -1029,6 +1026,12 @@ impl Gangs {
                 .short
                 .get(group)
                 .is_some_and(|p| p.uid == uid && p.status);
+        // Every bind of a scheduled group passes here: nothing to say (and
+        // no members to count) unless a report is up or filter failed.
+        if placeable && !was_true {
+            return;
+        }
+        let (have, need) = gang::placed(&nodes.read(), group);
         let what = if group.composite {
             "child groups"
         } else {

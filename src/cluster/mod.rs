@@ -193,10 +193,13 @@ pub enum EventReason {
     /// `Warning`, on a PodGroup or CompositePodGroup: members of such a
     /// group could not be evicted in time and are left running.
     EvictionIncomplete,
+    /// `Warning`, on a PodGroup or CompositePodGroup: initially scheduled,
+    /// it lost bound members and the rest cannot be placed again.
+    GangBelowMinCount,
 }
 
 impl EventReason {
-    pub const ALL: [EventReason; 14] = [
+    pub const ALL: [EventReason; 15] = [
         EventReason::Scheduled,
         EventReason::NoRuntimePods,
         EventReason::InsufficientCapacity,
@@ -211,6 +214,7 @@ impl EventReason {
         EventReason::BindingFailed,
         EventReason::Preempted,
         EventReason::EvictionIncomplete,
+        EventReason::GangBelowMinCount,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -229,6 +233,7 @@ impl EventReason {
             EventReason::BindingFailed => "BindingFailed",
             EventReason::Preempted => "Preempted",
             EventReason::EvictionIncomplete => "EvictionIncomplete",
+            EventReason::GangBelowMinCount => "GangBelowMinCount",
         }
     }
 }

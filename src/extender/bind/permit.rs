@@ -80,6 +80,15 @@ pub const UNSCHEDULABLE: &str = "Unschedulable";
 pub const SCHEDULED: &str = "Scheduled";
 /// Event reason when a gang's wait expires.
 pub const WAIT_EXPIRED: EventReason = EventReason::GangWaitExpired;
+/// Condition type on a PodGroup or CompositePodGroup initially scheduled
+/// that is short of its `minCount` (`minGroupCount`) again and cannot be
+/// placed: `True` (reason [`UNSCHEDULABLE`]) while so, `False` (reason
+/// [`SCHEDULED`]) once whole again. Upstream's `PodGroupInitiallyScheduled`
+/// is terminal once `True` and its `DisruptionTarget` means the group is
+/// about to be terminated, so neither can say this.
+pub const BELOW_MIN_COUNT: &str = "kruntimes.io/BelowMinCount";
+/// Event reason when a group's [`BELOW_MIN_COUNT`] condition turns `True`.
+pub const BELOW_MIN_EVENT: EventReason = EventReason::GangBelowMinCount;
 
 /// How long gangs wait, and how many members may wait at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +249,8 @@ struct Written {
 #[derive(Debug)]
 struct WrittenTable {
     by_group: HashMap<GroupRef, Written>,
+    /// The last [`BELOW_MIN_COUNT`] condition written, per group.
+    short: HashMap<GroupRef, Written>,
     /// Sweep when the table grows past this.
     sweep_at: usize,
 }
@@ -316,6 +327,7 @@ impl Gangs {
             generation: AtomicU64::new(0),
             written: Mutex::new(WrittenTable {
                 by_group: HashMap::new(),
+                short: HashMap::new(),
                 sweep_at: MIN_SWEEP,
             }),
             planner: Arc::default(),
@@ -356,7 +368,8 @@ impl Gangs {
 
     /// Groups whose last written condition is remembered.
     pub fn written(&self) -> usize {
-        self.written.lock().by_group.len()
+        let w = self.written.lock();
+        w.by_group.len() + w.short.len()
     }
 
     /// Whether a member's bind is held now.
@@ -915,36 +928,34 @@ impl Gangs {
             reason: reason.to_owned(),
             message: message.clone(),
         };
-        if let Some(c) = &current {
-            if c.status == "True" {
-                return;
-            }
-            if (c.status == "True") == status && c.reason == reason && c.message == message {
-                return;
-            }
+        // Initially scheduled (terminal): what is left to say is whether
+        // the group is short of its minCount again.
+        let scheduled = current.as_ref().is_some_and(|c| c.status == "True")
+            || self
+                .written
+                .lock()
+                .by_group
+                .get(group)
+                .is_some_and(|prev| prev.uid == uid && prev.status);
+        if scheduled {
+            self.set_below_min(nodes, writer, group, &uid, status, &message)
+                .await;
+            return;
+        }
+        if let Some(c) = &current
+            && !status
+            && c.reason == reason
+            && c.message == message
+        {
+            return;
         }
         {
             let mut w = self.written.lock();
-            match w.by_group.get(group) {
-                // What this group object was last given (another uid: a
-                // group of the same name that is gone).
-                Some(prev) if prev.uid == uid && prev.status => return,
-                Some(prev) if *prev == want => return,
-                _ => {}
+            if w.by_group.get(group) == Some(&want) {
+                return;
             }
             w.by_group.insert(group.clone(), want);
-            if w.by_group.len() > w.sweep_at {
-                let snap = nodes.read();
-                w.by_group.retain(|g, written| {
-                    let meta = if g.composite {
-                        snap.composite(&g.namespace, &g.name).map(|c| &c.metadata)
-                    } else {
-                        snap.group(&g.namespace, &g.name).map(|c| &c.metadata)
-                    };
-                    meta.and_then(|m| m.uid.as_deref()) == Some(written.uid.as_str())
-                });
-                w.sweep_at = (w.by_group.len() * 2).max(MIN_SWEEP);
-            }
+            w.sweep(nodes);
         }
         let now = k8s_openapi::jiff::Timestamp::now();
         let transition = match &current {
@@ -963,6 +974,162 @@ impl Gangs {
             tracing::warn!(%group, error = %e, "writing the group condition failed");
             self.written.lock().by_group.remove(group);
         }
+    }
+
+    /// For a group initially scheduled: writes [`BELOW_MIN_COUNT`] `True`
+    /// when it is placed short of its minCount and filter or the permit
+    /// found its missing members cannot be placed (`placeable` false, with
+    /// their reason), and `False` once it is whole again; an Event when it
+    /// turns `True`. Written only when it changes, as the other condition.
+    /// Nothing is evicted: whether the members still running are of use
+    /// is the workload owner's decision.
+    async fn set_below_min(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        group: &GroupRef,
+        uid: &str,
+        placeable: bool,
+        why: &str,
+    ) {
+        let (current, generation) = {
+            let snap = nodes.read();
+            let (conds, generation) = if group.composite {
+                let Some(c) = snap.composite(&group.namespace, &group.name) else {
+                    return;
+                };
+                (
+                    c.status.as_ref().and_then(|s| s.conditions.clone()),
+                    c.metadata.generation,
+                )
+            } else {
+                let Some(g) = snap.group(&group.namespace, &group.name) else {
+                    return;
+                };
+                (
+                    g.status.as_ref().and_then(|s| s.conditions.clone()),
+                    g.metadata.generation,
+                )
+            };
+            (
+                conds
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.type_ == BELOW_MIN_COUNT),
+                generation,
+            )
+        };
+        // True as the cache shows it or as this process last wrote it.
+        let was_true = current.as_ref().is_some_and(|c| c.status == "True")
+            || self
+                .written
+                .lock()
+                .short
+                .get(group)
+                .is_some_and(|p| p.uid == uid && p.status);
+        // Every bind of a scheduled group passes here: nothing to say (and
+        // no members to count) unless a report is up or filter failed.
+        if placeable && !was_true {
+            return;
+        }
+        let (have, need) = gang::placed(&nodes.read(), group);
+        let what = if group.composite {
+            "child groups"
+        } else {
+            "pods"
+        };
+        let short = have < need;
+        let (status, reason, message) = if short && !placeable {
+            (
+                true,
+                UNSCHEDULABLE,
+                bounded(format!(
+                    "{have} of {need} {what} placed since the group was scheduled: {why}"
+                )),
+            )
+        } else if !short && was_true {
+            (
+                false,
+                SCHEDULED,
+                bounded(format!("{have} of {need} {what} placed again")),
+            )
+        } else {
+            return;
+        };
+        if let Some(c) = &current
+            && (c.status == "True") == status
+            && c.reason == reason
+            && c.message == message
+        {
+            return;
+        }
+        let want = Written {
+            uid: uid.to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message: message.clone(),
+        };
+        let turned_true = {
+            let mut w = self.written.lock();
+            let prev = w.short.insert(group.clone(), want.clone());
+            if prev.as_ref() == Some(&want) {
+                return;
+            }
+            w.sweep(nodes);
+            status && !was_true
+        };
+        let transition = match &current {
+            Some(c) if (c.status == "True") == status => c.last_transition_time.clone(),
+            _ => Time(k8s_openapi::jiff::Timestamp::now()),
+        };
+        let condition = Condition {
+            type_: BELOW_MIN_COUNT.to_owned(),
+            status: if status { "True" } else { "False" }.to_owned(),
+            reason: reason.to_owned(),
+            message: message.clone(),
+            last_transition_time: transition,
+            observed_generation: generation,
+        };
+        if let Err(e) = writer.write_group_condition(group, &condition).await {
+            tracing::warn!(%group, error = %e, "writing the group condition failed");
+            self.written.lock().short.remove(group);
+            return;
+        }
+        if turned_true {
+            tracing::info!(%group, %message, "gang below minCount");
+            writer
+                .record_event(
+                    &ObjectRef::group(group, Some(uid)),
+                    EventKind::Warning,
+                    BELOW_MIN_EVENT,
+                    &message,
+                )
+                .await;
+        }
+    }
+}
+
+// === impl WrittenTable ===
+
+impl WrittenTable {
+    /// Drops what was written to group objects gone (or replaced) once the
+    /// table doubled.
+    fn sweep(&mut self, nodes: &ClusterIndex) {
+        if self.by_group.len() + self.short.len() <= self.sweep_at {
+            return;
+        }
+        let snap = nodes.read();
+        let live = |g: &GroupRef, written: &mut Written| {
+            let meta = if g.composite {
+                snap.composite(&g.namespace, &g.name).map(|c| &c.metadata)
+            } else {
+                snap.group(&g.namespace, &g.name).map(|c| &c.metadata)
+            };
+            meta.and_then(|m| m.uid.as_deref()) == Some(written.uid.as_str())
+        };
+        self.by_group.retain(live);
+        self.short.retain(live);
+        self.sweep_at = ((self.by_group.len() + self.short.len()) * 2).max(MIN_SWEEP);
     }
 }
 

@@ -4,7 +4,7 @@
 //! fails closed when the cache lacks the pod's group, parents or claims.
 
 use super::*;
-use crate::cluster::{ClaimAllocationRef, WriteError};
+use crate::cluster::{ClaimAllocationRef, EventKind, EventReason, ObjectRef, WriteError};
 use crate::crd::RunStatus;
 use crate::metrics::{BindFailureLabels, GangWaitLabels};
 use crate::testkit;
@@ -757,4 +757,147 @@ fn too_large_names_the_unit_its_size_and_the_flag() {
         ..GangConfig::default()
     });
     assert_eq!(fits.too_large(&snap, "ns", "a0"), None);
+}
+
+/// A writer that keeps the group conditions and Events written.
+#[derive(Default)]
+struct Recorded {
+    conditions: Mutex<Vec<(String, String, String)>>,
+    events: Mutex<Vec<EventReason>>,
+}
+
+impl ClusterWriter for Recorded {
+    fn write_run_status<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<&'a str>,
+        _: &'a RunStatus,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Err(WriteError::Other("not expected here".into())) })
+    }
+    fn bind_pod<'a>(&'a self, _: &'a PodBinding) -> BoxFuture<'a, Result<(), BindError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn clear_claim_allocation<'a>(
+        &'a self,
+        _: &'a ClaimAllocationRef,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn write_group_condition<'a>(
+        &'a self,
+        _: &'a GroupRef,
+        c: &'a Condition,
+    ) -> BoxFuture<'a, Result<(), WriteError>> {
+        Box::pin(async move {
+            let row = (c.type_.clone(), c.status.clone(), c.reason.clone());
+            self.conditions.lock().push(row);
+            Ok(())
+        })
+    }
+    fn record_event<'a>(
+        &'a self,
+        _: &'a ObjectRef,
+        _: EventKind,
+        reason: EventReason,
+        _: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.events.lock().push(reason) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scheduled_gang_short_of_its_min_count_is_reported_once_and_cleared_when_whole() {
+    let nodes = ClusterIndex::new();
+    nodes.apply_node(&node("n1"));
+    let mut g = gang("g", 2, None);
+    g.metadata.uid = Some("g-uid".into());
+    nodes.apply_pod_group(&g);
+    let bound = |name: &str| {
+        testkit::pod(name)
+            .namespace("ns")
+            .group("g")
+            .on_node("n1")
+            .typed()
+    };
+    nodes.apply_pod(&bound("p0"));
+    nodes.apply_pod(&bound("p1"));
+    let gangs = Gangs::with_config(GangConfig::default());
+    let writer = Recorded::default();
+    let r = GroupRef::group("ns", "g");
+    let row = |t: &str, s: &str, why: &str| (t.to_owned(), s.to_owned(), why.to_owned());
+    let (scheduled, short) = (permit::POD_GROUP_SCHEDULED, permit::BELOW_MIN_COUNT);
+
+    gangs
+        .set_condition(
+            &nodes,
+            &writer,
+            &r,
+            None,
+            true,
+            permit::SCHEDULED,
+            "quorum bound",
+        )
+        .await;
+    // Whole: a filter note says nothing more.
+    gangs
+        .set_condition(
+            &nodes,
+            &writer,
+            &r,
+            None,
+            false,
+            permit::UNSCHEDULABLE,
+            "full",
+        )
+        .await;
+    assert_eq!(
+        *writer.conditions.lock(),
+        vec![row(scheduled, "True", "Scheduled")]
+    );
+
+    // A member evicted and not placeable again: reported, once.
+    nodes.delete_pod("ns", "p1");
+    for _ in 0..3 {
+        gangs
+            .set_condition(
+                &nodes,
+                &writer,
+                &r,
+                None,
+                false,
+                permit::UNSCHEDULABLE,
+                "full",
+            )
+            .await;
+    }
+    assert_eq!(
+        *writer.conditions.lock(),
+        vec![
+            row(scheduled, "True", "Scheduled"),
+            row(short, "True", "Unschedulable")
+        ]
+    );
+    assert_eq!(*writer.events.lock(), vec![EventReason::GangBelowMinCount]);
+
+    // Whole again: cleared, with no further Event.
+    nodes.apply_pod(&bound("p1"));
+    gangs
+        .set_condition(
+            &nodes,
+            &writer,
+            &r,
+            None,
+            true,
+            permit::SCHEDULED,
+            "quorum bound",
+        )
+        .await;
+    assert_eq!(
+        writer.conditions.lock().last(),
+        Some(&row(short, "False", "Scheduled"))
+    );
+    assert_eq!(writer.conditions.lock().len(), 3);
+    assert_eq!(writer.events.lock().len(), 1);
 }

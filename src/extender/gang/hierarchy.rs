@@ -253,6 +253,13 @@ pub(super) enum QuorumCount {
     Placed,
 }
 
+/// `(placed, need)` of a group: its pods bound or assumed (for a
+/// composite, its children at their own quorum) and its `minCount`
+/// (`minGroupCount`); `(0, 1)` for a group the cache does not hold.
+pub fn placed(snap: &ClusterState, r: &GroupRef) -> (usize, usize) {
+    tally(snap, r, QuorumCount::Placed, 0)
+}
+
 /// `(have, need)` of a group: pods for a PodGroup, satisfied children for a
 /// composite. A basic group needs one.
 pub(super) fn tally(

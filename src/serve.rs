@@ -5,7 +5,7 @@ use crate::cache::{CacheConfig, RunCache};
 use crate::cluster::ClusterWriter;
 use crate::cluster::kube::KubeWriter;
 use crate::cluster::leader::{self, LeaderConfig};
-use crate::cluster::load::{self, load_path};
+use crate::cluster::load;
 use crate::cluster::standalone::StandaloneStore;
 use crate::controller::RunController;
 use crate::extender::bind::device_gate::{BindingConfig, BindingGate};
@@ -569,7 +569,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub fn load_state(
     path: &std::path::Path,
 ) -> anyhow::Result<(Vec<serde_json::Value>, crate::cluster::load::Skipped)> {
-    let objects = load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
+    let objects =
+        load::load_path(path).with_context(|| format!("reading --state {}", path.display()))?;
     let (objects, skipped) = crate::cluster::load::skip_unmodelled(objects);
     if !skipped.is_empty() {
         tracing::info!(path = %path.display(), skipped = skipped.total(), "--state: skipped {skipped}");

@@ -702,7 +702,6 @@ impl ClusterState {
     }
 
     /// Whether a pod is assumed (bound here, not yet seen bound).
-    #[cfg(any(test, feature = "testkit"))]
     pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
         self.assumed
             .contains_key(&(namespace.to_owned(), name.to_owned()))

@@ -103,10 +103,7 @@ async fn served_plan_checks_the_terms_only_on_the_pods_of_the_required_cohort() 
     let _ = std::fs::remove_file(&path);
     assert_eq!(stored, PODS + RUNS);
     // The pods holding a Run of cohort c-7: the only candidates.
-    let cohort: BTreeSet<String> = (0..RUNS)
-        .filter(|j| j % COHORTS == 7)
-        .map(pod_of)
-        .collect();
+    let cohort: BTreeSet<String> = (0..RUNS).filter(|j| j % COHORTS == 7).map(pod_of).collect();
     assert!(cohort.len() < PODS / 4, "{}", cohort.len());
     let body = json!({"metadata": {"name": "r", "namespace": "bench", "labels": {"cohort": "c-7"}},
         "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}},
@@ -169,6 +166,9 @@ async fn served_plan_checks_the_terms_only_on_the_pods_of_the_required_cohort() 
         .unwrap();
     assert_eq!(direct.selected(), Some(selected));
     let direct_feasible: Vec<&str> = direct.feasible.iter().map(|(p, _)| p.as_str()).collect();
-    let served_feasible: Vec<&str> = feasible.iter().map(|f| f["pod"].as_str().unwrap()).collect();
+    let served_feasible: Vec<&str> = feasible
+        .iter()
+        .map(|f| f["pod"].as_str().unwrap())
+        .collect();
     assert_eq!(direct_feasible, served_feasible);
 }

@@ -35,7 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use runs::{DEFAULT_PLAN_LIMIT, Decision, PendingRuns, PlanOutcome, PlanResult};
@@ -77,6 +77,9 @@ pub struct RunCache {
     metrics: Arc<Metrics>,
     /// Initial lists are in.
     synced: AtomicBool,
+    /// Pods whose Runs plans with affinity terms checked, since start
+    /// ([`RunCache::affinity_pods_examined`]).
+    affinity_examined: AtomicU64,
 }
 
 /// Everything the cache knows.
@@ -373,7 +376,17 @@ impl RunCache {
             queue,
             metrics,
             synced: AtomicBool::new(false),
+            affinity_examined: AtomicU64::new(0),
         }
+    }
+
+    /// How many pods plans with affinity terms (`POST /v1/runs/plan`,
+    /// `explain run`) have checked the terms on since start: with a
+    /// required term that narrows, only the fitting pods holding a Run it
+    /// matches, never every pod. Tests hold the served plan to the indexed
+    /// path with it.
+    pub fn affinity_pods_examined(&self) -> u64 {
+        self.affinity_examined.load(Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &CacheConfig {

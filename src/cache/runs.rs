@@ -653,6 +653,8 @@ impl RunCache {
         let window = Freshness::new(now, self.config.heartbeat_stale_after);
         let bound = Bound::new(&terms, own, &nss.targets);
         let placed = affinity::place(&bound, cols, &request, has_unknown, &window);
+        self.affinity_examined
+            .fetch_add(placed.examined as u64, std::sync::atomic::Ordering::Relaxed);
         let cut = |n: usize| if limit == 0 { n } else { n.min(limit) };
         let n = cut(placed.ranked.len());
         let kept: HashSet<&str> = placed.ranked.iter().map(|r| r.pod).collect();

@@ -510,6 +510,9 @@ pub struct Placed<'c> {
     /// Candidates were narrowed by a required term: every fitting pod
     /// outside them is refused with [`UNSATISFIED_AFFINITY`].
     pub narrowed: bool,
+    /// Pods the terms were checked on: the fitting candidates when
+    /// `narrowed`, every fitting pod otherwise.
+    pub examined: usize,
 }
 
 /// Filters and ranks every pod of `cols` for a request with affinity, as
@@ -549,6 +552,7 @@ pub fn place<'c>(
                 (fit, p.counts, false)
             }
         };
+    let examined = feasible.len();
     let (ranked, refused) = rank_with(|p| bound.filter(p), |p| bound.preferred_score(p), feasible);
     for (_, why) in &refused {
         if *why == UNSATISFIED_AFFINITY {
@@ -562,6 +566,7 @@ pub fn place<'c>(
         counts,
         refused,
         narrowed,
+        examined,
     }
 }
 

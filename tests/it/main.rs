@@ -61,6 +61,7 @@ mod plan_limit;
 mod preempt;
 mod replay;
 mod run_affinity;
+mod run_affinity_served;
 mod run_status_contract;
 mod scenario;
 mod tls;

@@ -109,10 +109,10 @@ async fn served_plan_checks_the_terms_only_on_the_pods_of_the_required_cohort() 
         "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}},
             "affinity": affinity()}})
     .to_string();
-    let before = app.state.cache.affinity_pods_examined();
+    let before = app.state.runs.cache.affinity_pods_examined();
     let r = post(&app, "/v1/runs/plan", &body).await;
     assert!(r.status.is_success(), "{}", r.text);
-    let examined = app.state.cache.affinity_pods_examined() - before;
+    let examined = app.state.runs.cache.affinity_pods_examined() - before;
     // Every pod of the cohort fits (two Runs of 8), so each is examined
     // once; a path around the index would examine all PODS.
     assert_eq!(examined, cohort.len() as u64);
@@ -153,6 +153,7 @@ async fn served_plan_checks_the_terms_only_on_the_pods_of_the_required_cohort() 
     .unwrap();
     let direct = app
         .state
+        .runs
         .cache
         .plan_top_for(
             "bench",

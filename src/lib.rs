@@ -33,12 +33,13 @@
 //! Dependencies point down. A module may import only modules of a lower
 //! layer than its own; modules of one layer never import each other. The
 //! test `tests/it/layering.rs` reads this table and every `crate::` path under
-//! `src/`, and fails on an import that goes up or sideways.
+//! `src/`, and fails on an import that goes up or sideways (test code's
+//! use of the test kit excepted: the compiler keeps it out of production).
 //!
 //! | layer | modules | what they are |
 //! |-------|---------|---------------|
 //! | 0 | `transport`, `crd`, `model`, `tls` | leaves: HTTP plumbing, the CRD, the pure core, TLS |
-//! | 1 | `workload`, `pods`, `runs`, `testkit` | pure domain; the test kit (fixtures, under `cfg(test)` or the `testkit` feature) |
+//! | 1 | `workload`, `pods`, `runs`, `testkit` | pure domain; the test kit (fixtures, under `cfg(test)` or the `testkit` feature; any layer's tests may use it) |
 //! | 2 | `metrics` | the metrics registry |
 //! | 3 | `cache`, `health` | storage and indexes; readiness and task supervision |
 //! | 4 | `cluster` | ports and adapters |

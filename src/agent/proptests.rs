@@ -15,11 +15,11 @@
 use super::journal::JournalHold;
 use super::ledger::{Decision, Origin};
 use super::source::{AgentConfig, AgentState};
-use crate::crd::{Run, RunSpec, RunStatus};
+use crate::crd::Run;
 use crate::model::refs::RunRef;
 use crate::model::resources::Requests;
+use crate::testkit;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
@@ -94,40 +94,28 @@ fn uid(i: usize) -> String {
     format!("u{i}")
 }
 
+/// Run `default/r<i>` (uid `u<i>`) of runtime `python` with no requests,
+/// in the truth's phase, assigned here or to another pod.
 fn mk_run(i: usize, t: &Truth) -> Run {
-    let mut r = Run::new(
-        &format!("r{i}"),
-        RunSpec {
-            runtime: "python".into(),
-            ..Default::default()
-        },
-    );
-    r.metadata.namespace = Some("default".into());
-    r.metadata.uid = Some(uid(i));
-    r.status = Some(RunStatus {
-        phase: Some(t.phase.into()),
-        assigned_pod: Some(if t.here { POD } else { "rp-2" }.into()),
-        ..Default::default()
-    });
-    r
+    testkit::run(&format!("r{i}"), &[])
+        .namespace("default")
+        .uid(&uid(i))
+        .runtime("python")
+        .unset(&["metadata", "resourceVersion"])
+        .unset(&["spec", "resources"])
+        .status(t.phase, Some(if t.here { POD } else { "rp-2" }))
+        .typed()
 }
 
+/// This agent's Runtime Pod `default/rp-1`, declaring [`CAPACITY`] runs.
 fn pod() -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            namespace: Some("default".into()),
-            annotations: Some(
-                [(
-                    "kruntimes.io/capacity.runs".to_owned(),
-                    CAPACITY.to_string(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    testkit::runtime_pod(
+        POD,
+        &[("runs", &CAPACITY.to_string())],
+        "2026-01-01T00:00:00Z",
+    )
+    .namespace("default")
+    .typed()
 }
 
 struct World {

@@ -886,13 +886,11 @@ fn unindex(nss: &mut NsState, name: &str, old: &RunEntry, released_on: &mut Vec<
 mod differential {
     use super::*;
     use crate::cache::CacheConfig;
-    use crate::crd::{RunResources, RunSpec};
     use crate::metrics::Metrics;
     use crate::runs::placement::evaluate;
     use crate::runs::queue::WorkQueue;
-    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use crate::testkit;
+    use k8s_openapi::api::core::v1::Pod;
     use proptest::prelude::*;
 
     fn now() -> Timestamp {
@@ -923,84 +921,51 @@ mod differential {
 
     fn pod(p: &PodSpec) -> Pod {
         let name = format!("rp-{:02}", p.name);
-        let caps = RES
+        let caps: Vec<(&str, String)> = RES
             .iter()
             .zip(p.caps)
             .filter(|(_, c)| CAPS[*c] > 0)
-            .map(|(r, c)| (format!("kruntimes.io/capacity.{r}"), CAPS[c].to_string()))
+            .map(|(r, c)| (*r, CAPS[c].to_string()))
             .collect();
+        let caps: Vec<(&str, &str)> = caps.iter().map(|(r, c)| (*r, c.as_str())).collect();
         let stamp = match p.health {
-            1 => "2026-03-01T11:00:00Z".parse().unwrap(),
-            4 => "2026-03-01T13:00:00Z".parse().unwrap(),
-            _ => now(),
+            1 => "2026-03-01T11:00:00Z".to_owned(),
+            4 => "2026-03-01T13:00:00Z".to_owned(),
+            _ => now().to_string(),
         };
-        let mut conditions = vec![PodCondition {
-            type_: "Ready".into(),
-            status: if p.health == 3 { "False" } else { "True" }.into(),
-            ..Default::default()
-        }];
-        if p.health != 2 {
-            conditions.push(PodCondition {
-                type_: "kruntimes.io/RuntimedReady".into(),
-                status: "True".into(),
-                last_probe_time: Some(Time(stamp)),
-                ..Default::default()
-            });
+        let mut o = testkit::runtime_pod(&name, &caps, &stamp);
+        if p.other_runtime {
+            o = o.runtime("go");
         }
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some("ns".into()),
-                uid: Some(format!("uid-{name}")),
-                labels: Some(
-                    [(
-                        "runtime".to_string(),
-                        if p.other_runtime { "go" } else { "py" }.to_string(),
-                    )]
-                    .into(),
-                ),
-                annotations: Some(caps),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: Some(conditions),
-                ..Default::default()
-            }),
+        if p.health == 3 {
+            o = o.set(&["status", "conditions", "0", "status"], "False");
         }
+        if p.health == 2 {
+            // Ready, but no runtimed heartbeat condition at all.
+            o = o.set(
+                &["status", "conditions"],
+                serde_json::json!([{"type": "Ready", "status": "True"}]),
+            );
+        }
+        o.typed()
     }
 
     fn run(name: &str, amounts: &[u64; 3], extra: bool, assigned: Option<String>) -> Run {
-        let mut reqs: std::collections::BTreeMap<String, Quantity> = RES
+        let amounts: Vec<String> = amounts.iter().map(u64::to_string).collect();
+        let mut reqs: Vec<(&str, &str)> = RES
             .iter()
-            .zip(amounts)
-            .map(|(r, a)| (r.to_string(), Quantity(a.to_string())))
+            .zip(&amounts)
+            .map(|(r, a)| (*r, a.as_str()))
             .collect();
         if extra {
-            reqs.insert("fpga".into(), Quantity("1".into()));
+            reqs.push(("fpga", "1"));
         }
-        let mut r = Run::new(
-            name,
-            RunSpec {
-                runtime: "py".into(),
-                resources: Some(RunResources {
-                    requests: Some(reqs),
-                }),
-                ..Default::default()
-            },
-        );
-        r.metadata.namespace = Some("ns".into());
-        r.metadata.uid = Some(format!("uid-{name}"));
-        r.metadata.resource_version = Some("1".into());
-        if let Some(p) = assigned {
-            r.status = Some(RunStatus {
-                phase: Some("Running".into()),
-                assigned_pod: Some(p),
-                ..Default::default()
-            });
+        let r = testkit::run(name, &reqs);
+        match assigned {
+            Some(p) => r.status("Running", Some(&p)),
+            None => r,
         }
-        r
+        .typed()
     }
 
     /// The best pod, the counts, the feasible pods best first and the

@@ -560,9 +560,7 @@ mod tests {
     }
 
     fn node(name: &str) -> Node {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        n
+        crate::testkit::node(name).typed()
     }
 
     /// A list, changes, a failed watch (the rest is not read: the watch

@@ -220,47 +220,29 @@ pub fn capacity_from_annotations<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use crate::testkit;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
 
+    /// The Ready Runtime Pod `default/rp-1` (uid `u1`, runtime `python`)
+    /// with `annotations`, its runtimed heartbeat at `heartbeat` (none: a
+    /// `RuntimedReady` condition without a probe time).
     fn mk_pod(annotations: &[(&str, &str)], heartbeat: Option<&str>) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("rp-1".into()),
-                namespace: Some("default".into()),
-                uid: Some("u1".into()),
-                labels: Some([("runtime".to_string(), "python".to_string())].into()),
-                annotations: Some(
-                    annotations
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: Some(vec![
-                    PodCondition {
-                        type_: "Ready".into(),
-                        status: "True".into(),
-                        ..Default::default()
-                    },
-                    PodCondition {
-                        type_: RUNTIMED_READY.into(),
-                        status: "True".into(),
-                        last_probe_time: heartbeat.map(|h| Time(ts(h))),
-                        ..Default::default()
-                    },
-                ]),
-                ..Default::default()
-            }),
+        let p = annotations.iter().fold(
+            testkit::runtime_pod("rp-1", &[], heartbeat.unwrap_or_default())
+                .namespace("default")
+                .uid("u1")
+                .runtime("python"),
+            |p, (k, v)| p.annotation(k, v),
+        );
+        match heartbeat {
+            Some(_) => p,
+            None => p.unset(&["status", "conditions", "1", "lastProbeTime"]),
         }
+        .typed()
     }
 
     const NOW: &str = "2026-01-01T00:00:30Z";

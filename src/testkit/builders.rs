@@ -463,6 +463,42 @@ impl Obj {
         self.set(&["status", "allocation", "devices", "results"], results)
     }
 
+    /// A ResourceClaim allocation result's (by index) device binding
+    /// conditions: `bindingConditions` that must all be True before the
+    /// pod binds, `bindingFailureConditions` any of which True fails it.
+    pub fn binding_conditions(self, result: usize, conditions: &[&str], failures: &[&str]) -> Self {
+        let i = result.to_string();
+        let at = ["status", "allocation", "devices", "results", i.as_str()];
+        self.set(
+            &[&at[..], &["bindingConditions"]].concat(),
+            json!(conditions),
+        )
+        .set(
+            &[&at[..], &["bindingFailureConditions"]].concat(),
+            json!(failures),
+        )
+    }
+
+    /// Appends a ResourceClaim's `status.devices` entry for
+    /// `(driver, pool, device)` with the condition types in `true_types`
+    /// True (at `at`, RFC 3339) and one unrelated `Other=False`.
+    pub fn device_status(self, device: (&str, &str, &str), true_types: &[&str], at: &str) -> Self {
+        let (driver, pool, name) = device;
+        let conditions: Vec<Value> = true_types
+            .iter()
+            .map(|t| (t, "True"))
+            .chain(std::iter::once((&"Other", "False")))
+            .map(|(t, status)| {
+                json!({"type": t, "status": status, "reason": "R", "message": "",
+                    "lastTransitionTime": at})
+            })
+            .collect();
+        self.push(
+            &["status", "devices"],
+            json!({"driver": driver, "pool": pool, "device": name, "conditions": conditions}),
+        )
+    }
+
     /// A ResourceClaim's `status.reservedFor`: pods `(name, uid)`.
     pub fn reserved_for(self, pods: &[(&str, &str)]) -> Self {
         let r: Vec<Value> = pods

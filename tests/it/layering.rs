@@ -2,6 +2,12 @@
 //! module imports only modules of a lower layer. The table is parsed from
 //! the crate docs, so the docs and this test cannot drift apart.
 //!
+//! The test kit is the one exception: any layer's tests may build their
+//! fixtures with it. The compiler keeps it out of production code (it
+//! exists only under `cfg(test)` or the `testkit` feature, and CI lints the
+//! library and binaries without that feature), so a `crate::testkit` path
+//! is always a test's, wherever it is.
+//!
 //! `LAYERING_SRC=<dir>` checks another source tree (e.g. an older commit's
 //! `src/` with this tree's `lib.rs`).
 
@@ -139,6 +145,9 @@ fn module_of(src: &Path, file: &Path) -> String {
 /// Checks a module graph against the layers: every edge must point to a
 /// strictly lower layer, and every module must have a layer. `files` are
 /// `(module, path for messages, source)`.
+/// The test kit: fixtures any layer's tests may use (see the module docs).
+const TESTKIT: &str = "testkit";
+
 fn violations(layers: &BTreeMap<String, usize>, files: &[(String, String, String)]) -> Vec<String> {
     let mut problems = Vec::new();
     for (module, path, source) in files {
@@ -157,7 +166,7 @@ fn violations(layers: &BTreeMap<String, usize>, files: &[(String, String, String
             "crate::"
         };
         for (line, target) in referenced_modules(source, root) {
-            if &target == module {
+            if &target == module || target == TESTKIT {
                 continue;
             }
             match layers.get(&target) {
@@ -283,6 +292,11 @@ fn upward_and_sideways_imports_fail() {
         ),
         file("transport", "use axum::Router;"),
         file("stray", "use crate::cache::RunCache;"),
+        // A leaf's tests build fixtures with the test kit (layer 1).
+        file(
+            "model",
+            "#[cfg(test)]\nmod tests {\n    use crate::testkit;\n}",
+        ),
     ];
     let problems = violations(&layers, &files);
     assert_eq!(

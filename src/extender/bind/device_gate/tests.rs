@@ -4,10 +4,10 @@
 use super::*;
 use crate::cluster::{BindError, PodBinding, WriteError};
 use crate::crd::RunStatus;
+use crate::testkit;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Records allocation clears and events; nothing else is expected of it.
@@ -67,60 +67,45 @@ impl ClusterWriter for Recorder {
 /// A device `(name, bindingConditions, bindingFailureConditions)`.
 type Dev<'a> = (&'a str, &'a [&'a str], &'a [&'a str]);
 
-/// An allocated claim `name` (uid `name-uid`) with those devices, the True
-/// conditions reported per device, and the consumers.
+/// An allocated claim `ns/name` (uid `name-uid`, resourceVersion 7,
+/// allocated at [`ALLOCATED`]) with those devices of driver `drv` in pool
+/// `pool`, the conditions reported True per device, and the consumers (pod
+/// uids).
 fn claim(
     name: &str,
     devices: &[Dev<'_>],
     true_conds: &[(&str, &[&str])],
     reserved: &[&str],
 ) -> ResourceClaim {
-    let results: Vec<Value> = devices
+    let allocated: Vec<(&str, &str, &str)> = devices
         .iter()
-        .map(|(d, bc, fc)| {
-            json!({"request": "r", "driver": "drv", "pool": "pool", "device": d,
-                "bindingConditions": bc, "bindingFailureConditions": fc})
-        })
+        .map(|(d, _, _)| ("drv", "pool", *d))
         .collect();
-    let statuses: Vec<Value> = true_conds
-        .iter()
-        .map(|(d, conds)| {
-            let conds: Vec<Value> = conds
-                .iter()
-                .map(|c| {
-                    json!({"type": c, "status": "True", "reason": "R", "message": "",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"})
-                })
-                .chain(std::iter::once(
-                    json!({"type": "Other", "status": "False", "reason": "R",
-                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
-                ))
-                .collect();
-            json!({"driver": "drv", "pool": "pool", "device": d, "conditions": conds})
-        })
-        .collect();
-    let reserved: Vec<Value> = reserved
-        .iter()
-        .map(|u| json!({"resource": "pods", "name": u, "uid": u}))
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"), "resourceVersion": "7"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
-        "status": {"allocation": {"devices": {"results": results}, "allocationTimestamp": "2026-01-01T00:00:00Z"},
-            "devices": statuses, "reservedFor": reserved}}))
-    .unwrap()
+    let mut c = testkit::claim(name, "c")
+        .namespace("ns")
+        .uid(&format!("{name}-uid"))
+        .set(&["metadata", "resourceVersion"], "7")
+        .allocated(&allocated)
+        .set(&["status", "allocation", "allocationTimestamp"], ALLOCATED);
+    for (i, (_, conditions, failures)) in devices.iter().enumerate() {
+        c = c.binding_conditions(i, conditions, failures);
+    }
+    for (d, conds) in true_conds {
+        c = c.device_status(("drv", "pool", d), conds, ALLOCATED);
+    }
+    let reserved: Vec<(&str, &str)> = reserved.iter().map(|u| (*u, *u)).collect();
+    c.reserved_for(&reserved).typed()
 }
 
+/// Pod `ns/p` (uid `p-uid`) using the claims of those names.
 fn pod(claims: &[&str]) -> Pod {
-    let rc: Vec<Value> = claims
+    claims
         .iter()
-        .map(|c| json!({"name": c, "resourceClaimName": c}))
-        .collect();
-    serde_json::from_value(
-        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "p-uid"},
-        "spec": {"containers": [{"name": "c", "image": "i"}], "resourceClaims": rc}}),
-    )
-    .unwrap()
+        .fold(
+            testkit::pod("p").namespace("ns").uid("p-uid").requests(&[]),
+            |p, c| p.uses_claim(c, Some(c), None),
+        )
+        .typed()
 }
 
 /// The `allocationTimestamp` of the claims below.
@@ -404,7 +389,8 @@ async fn the_timeout_runs_from_the_first_wait_across_calls() {
         .allocation
         .as_mut()
         .unwrap()
-        .allocation_timestamp = serde_json::from_value(json!("2026-01-01T00:05:00Z")).ok();
+        .allocation_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:05:00Z")).ok();
     f.nodes.apply_claim(&again);
     let (r, elapsed) = f.gate().await;
     assert!(r.unwrap_err().contains("retry"));

@@ -256,14 +256,11 @@ pub fn group_claims<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn class(name: &str, explicit: Option<&str>, created: &str) -> DeviceClass {
-        let mut v = json!({"metadata": {"name": name, "creationTimestamp": created}, "spec": {}});
-        if let Some(e) = explicit {
-            v["spec"]["extendedResourceName"] = json!(e);
-        }
-        serde_json::from_value(v).unwrap()
+        crate::testkit::device_class(name, explicit)
+            .set(&["metadata", "creationTimestamp"], created)
+            .typed()
     }
 
     #[test]

@@ -42,12 +42,13 @@ fn cpu(c: &ClusterIndex, node: &str) -> Option<u64> {
 
 /// A pod bound to `node` requesting one of an unusual resource.
 fn unusual(i: usize, node: &str) -> Pod {
-    serde_json::from_value(
-        json!({"metadata": {"name": format!("u{i}"), "namespace": "ns", "uid": format!("u{i}")},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
-            "resources": {"requests": {"cpu": "1m", format!("example.com/r-{i}"): "1"}}}]}}),
-    )
-    .unwrap()
+    let name = format!("u{i}");
+    testkit::pod(&name)
+        .namespace("ns")
+        .uid(&name)
+        .set(&["spec", "nodeName"], node)
+        .requests(&[("cpu", "1m"), (&format!("example.com/r-{i}"), "1")])
+        .typed()
 }
 
 #[test]
@@ -264,18 +265,17 @@ proptest! {
 fn claims_follow_allocation_and_slices() {
     let c = ClusterIndex::new();
     c.apply_node(&mk_node("n1", "16"));
-    let slice: ResourceSlice = serde_json::from_value(json!({"metadata": {"name": "s"},
-        "spec": {"driver": "d", "nodeName": "n1", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "cpu0", "nodeAllocatableResources": {"cpu": {"mapping": {"deviceMultiplier": "4"}}}}]}}))
-    .unwrap();
+    let slice: ResourceSlice = testkit::slice("s", "d", "n1", &["cpu0"])
+        .set(&["spec", "pool", "name"], "p")
+        .node_allocatable(0, json!({"cpu": {"mapping": {"deviceMultiplier": "4"}}}))
+        .typed();
     let claim = |allocated: bool| -> ResourceClaim {
-        let mut v = json!({"metadata": {"name": "cl", "namespace": "ns"},
-            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}}});
-        if allocated {
-            v["status"] = json!({"allocation": {"devices": {"results": [
-                {"request": "r", "driver": "d", "pool": "p", "device": "cpu0"}]}}});
+        let c = testkit::claim("cl", "c").namespace("ns");
+        match allocated {
+            true => c.allocated(&[("d", "p", "cpu0")]),
+            false => c,
         }
-        serde_json::from_value(v).unwrap()
+        .typed()
     };
     c.apply_pod(&mk_pod("a", Some("n1"), "1", Some("cl")));
     c.apply_pod(&mk_pod("b", Some("n1"), "1", Some("cl")));
@@ -296,18 +296,16 @@ fn cpu_slice(name: &str, node: &str, per_pod: Option<&str>) -> ResourceSlice {
     if let Some(o) = per_pod {
         res["overhead"] = json!({"perPod": o});
     }
-    serde_json::from_value(json!({"metadata": {"name": name},
-        "spec": {"driver": "d", "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "cpu0", "nodeAllocatableResources": {"cpu": res}}]}}))
-    .unwrap()
+    testkit::slice(name, "d", node, &["cpu0"])
+        .node_allocatable(0, json!({"cpu": res}))
+        .typed()
 }
 
 fn allocated(claim: &str, pool: &str) -> ResourceClaim {
-    serde_json::from_value(json!({"metadata": {"name": claim, "namespace": "ns"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
-        "status": {"allocation": {"devices": {"results": [
-            {"request": "r", "driver": "d", "pool": pool, "device": "cpu0"}]}}}}))
-    .unwrap()
+    testkit::claim(claim, "c")
+        .namespace("ns")
+        .allocated(&[("d", pool, "cpu0")])
+        .typed()
 }
 
 #[test]

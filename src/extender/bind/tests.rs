@@ -12,7 +12,6 @@ use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use parking_lot::Mutex;
 use permit::GangConfig;
-use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -141,13 +140,14 @@ fn composite(
 
 /// Claim `name`, allocated, its device gated on `Attached` (not yet True).
 fn gated_claim(name: &str, pod_uid: &str) -> k8s_openapi::api::resource::v1::ResourceClaim {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "ns", "uid": format!("{name}-uid"), "resourceVersion": "1"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
-        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "drv",
-            "pool": "pool", "device": "d0", "bindingConditions": ["Attached"]}]}},
-            "reservedFor": [{"resource": "pods", "name": "x", "uid": pod_uid}]}}))
-    .expect("claim")
+    testkit::claim(name, "c")
+        .namespace("ns")
+        .uid(&format!("{name}-uid"))
+        .set(&["metadata", "resourceVersion"], "1")
+        .allocated(&[("drv", "pool", "d0")])
+        .binding_conditions(0, &["Attached"], &[])
+        .reserved_for(&[("x", pod_uid)])
+        .typed()
 }
 
 /// A node `n1`, a gang `g` of `min` pods `p0..p<pods>`, and the binder.

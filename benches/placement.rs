@@ -11,6 +11,9 @@
 //!   `NotIn`, `Exists`, `DoesNotExist`, `matchLabels`) over 10,000 Runtime
 //!   Pods holding 20,000 active Runs of 200 cohorts; plan at the default
 //!   limit, as `POST /v1/runs/plan` answers.
+//! - `affinity/plan-unrequired/10000`: the same Run without its required
+//!   affinity term (preferred terms and required anti-affinity only), so
+//!   nothing narrows the candidates to a cohort.
 
 mod common;
 
@@ -96,6 +99,30 @@ fn affinity(c: &mut Criterion) {
                     "py",
                     &req,
                     Some(&aff),
+                    &own,
+                    now,
+                    kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,
+                )
+                .unwrap();
+            assert!(p.selected().is_some());
+            black_box(p)
+        })
+    });
+    // Without the required term nothing narrows the candidates: every
+    // feasible pod is filtered by the anti-affinity and ranked, as upstream
+    // ranks them.
+    let mut open = aff.clone();
+    if let Some(a) = open.run_affinity.as_mut() {
+        a.required_during_scheduling_ignored_during_execution.clear();
+    }
+    g.bench_function(BenchmarkId::new("plan-unrequired", PODS), |b| {
+        b.iter(|| {
+            let p = cache
+                .plan_top_for(
+                    "bench",
+                    "py",
+                    &req,
+                    Some(&open),
                     &own,
                     now,
                     kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,

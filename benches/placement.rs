@@ -113,7 +113,8 @@ fn affinity(c: &mut Criterion) {
     // ranks them.
     let mut open = aff.clone();
     if let Some(a) = open.run_affinity.as_mut() {
-        a.required_during_scheduling_ignored_during_execution.clear();
+        a.required_during_scheduling_ignored_during_execution
+            .clear();
     }
     g.bench_function(BenchmarkId::new("plan-unrequired", PODS), |b| {
         b.iter(|| {

@@ -117,18 +117,17 @@ pub fn retry_at(spec: &RunSpec, status: &RunStatus) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::RetryPolicy;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use crate::testkit;
 
+    /// The test kit's Run's spec, with `spec.retryPolicy.backoff`.
     fn spec(backoff: Option<&str>) -> RunSpec {
-        RunSpec {
-            runtime: "py".into(),
-            retry_policy: backoff.map(|b| RetryPolicy {
-                backoff: Some(b.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let r = testkit::run("r", &[]);
+        match backoff {
+            Some(b) => r.set(&["spec", "retryPolicy", "backoff"], b),
+            None => r,
         }
+        .typed::<crate::crd::Run>()
+        .spec
     }
 
     #[test]
@@ -173,22 +172,17 @@ mod tests {
 
     #[test]
     fn backing_off_only_when_upstream_is() {
-        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let status = |phase: &str, attempt: i32, running: Option<&str>| RunStatus {
-            phase: Some(phase.into()),
-            attempt: Some(attempt),
-            conditions: running
-                .map(|s| Condition {
-                    type_: "Running".into(),
-                    status: s.into(),
-                    reason: "RuntimeError".into(),
-                    message: String::new(),
-                    observed_generation: None,
-                    last_transition_time: Time(t0),
-                })
-                .into_iter()
-                .collect(),
-            ..Default::default()
+        let status = |phase: &str, attempt: i32, running: Option<&str>| -> RunStatus {
+            let r = testkit::run("r", &[])
+                .set(&["status", "phase"], phase)
+                .set(&["status", "attempt"], attempt);
+            match running {
+                Some(st) => r.condition("Running", st, "RuntimeError", "2026-01-01T00:00:00Z"),
+                None => r,
+            }
+            .typed::<crate::crd::Run>()
+            .status
+            .unwrap_or_default()
         };
         let s = spec(Some("5s"));
         assert_eq!(

@@ -1278,9 +1278,8 @@ async fn agent_restart_after_sigkill_keeps_scheduled_admissions() {
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
     let state = dir.join("state.json");
-    let objects = std::iter::once(pod_obj(&[("runs", "3")])).chain(
-        ["r1", "r2", "r3", "r4"].map(|n| run_obj(n, "Scheduled", Some(POD), &[])),
-    );
+    let objects = std::iter::once(pod_obj(&[("runs", "3")]))
+        .chain(["r1", "r2", "r3", "r4"].map(|n| run_obj(n, "Scheduled", Some(POD), &[])));
     std::fs::write(
         &state,
         serde_json::to_string(&testkit::list(objects)).expect("json"),

@@ -80,6 +80,12 @@ impl Obj {
         self.set(&["metadata", "labels", key], value)
     }
 
+    /// `metadata.labels` entries, one per `(key, value)` (added to any
+    /// there are): a Node's, a Pod's or a Run's labels.
+    pub fn labels(self, pairs: &[(&str, &str)]) -> Self {
+        pairs.iter().fold(self, |o, (k, v)| o.label(k, v))
+    }
+
     /// One `metadata.annotations` entry.
     pub fn annotation(self, key: &str, value: &str) -> Self {
         self.set(&["metadata", "annotations", key], value)
@@ -483,11 +489,26 @@ impl Obj {
     /// `(driver, pool, device)` with the condition types in `true_types`
     /// True (at `at`, RFC 3339) and one unrelated `Other=False`.
     pub fn device_status(self, device: (&str, &str, &str), true_types: &[&str], at: &str) -> Self {
-        let (driver, pool, name) = device;
-        let conditions: Vec<Value> = true_types
+        let conditions: Vec<(&str, &str)> = true_types
             .iter()
-            .map(|t| (t, "True"))
-            .chain(std::iter::once((&"Other", "False")))
+            .map(|t| (*t, "True"))
+            .chain(std::iter::once(("Other", "False")))
+            .collect();
+        self.device_conditions(device, &conditions, at)
+    }
+
+    /// Appends a ResourceClaim's `status.devices` entry for
+    /// `(driver, pool, device)` reporting exactly `conditions`
+    /// (`(type, status)`, at `at`, RFC 3339), as a driver reports them.
+    pub fn device_conditions(
+        self,
+        device: (&str, &str, &str),
+        conditions: &[(&str, &str)],
+        at: &str,
+    ) -> Self {
+        let (driver, pool, name) = device;
+        let conditions: Vec<Value> = conditions
+            .iter()
             .map(|(t, status)| {
                 json!({"type": t, "status": status, "reason": "R", "message": "",
                     "lastTransitionTime": at})
@@ -616,6 +637,29 @@ mod tests {
     }
 
     #[test]
+    fn device_entries_report_the_conditions_given() {
+        let c = claim("c", "k")
+            .device_status(("d", "p", "x"), &["A"], "t")
+            .device_conditions(("d", "p", "y"), &[("A", "False"), ("B", "True")], "t");
+        let reported = |i: usize| -> Vec<(String, String)> {
+            c.0["status"]["devices"][i]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| (c["type"].to_string(), c["status"].to_string()))
+                .collect()
+        };
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(t, s)| (format!("{t:?}"), format!("{s:?}")))
+                .collect()
+        };
+        assert_eq!(reported(0), pairs(&[("A", "True"), ("Other", "False")]));
+        assert_eq!(reported(1), pairs(&[("A", "False"), ("B", "True")]));
+        assert_eq!(c.0["status"]["devices"][1]["device"], "y");
+    }
+
+    #[test]
     fn set_and_unset_create_and_remove_nested_fields() {
         let o = Obj(json!({"a": 1})).set(&["b", "c"], 2).set(&["a"], "x");
         assert_eq!(o.0, json!({"a": "x", "b": {"c": 2}}));
@@ -626,6 +670,11 @@ mod tests {
             .unset(&["l", "0", "x"])
             .unset(&["l", "5", "x"]);
         assert_eq!(a.0, json!({"l": [{}, {"x": 2, "y": 3}]}));
+        let l = Obj(json!({}))
+            .label("a", "1")
+            .labels(&[("b", "2"), ("a", "3")]);
+        assert_eq!(l.0, json!({"metadata": {"labels": {"a": "3", "b": "2"}}}));
+
         assert_eq!(list([o.clone()])["items"][0], o.0);
     }
 }

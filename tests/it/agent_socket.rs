@@ -6,13 +6,12 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kruntimes_scheduler::agent::Agent;
 use kruntimes_scheduler::agent::metrics::AgentMetrics;
 use kruntimes_scheduler::agent::server::{self, PeerPolicy, SocketError};
 use kruntimes_scheduler::agent::source::AgentConfig;
-use kruntimes_scheduler::crd::{Run, RunResources, RunSpec, RunStatus};
+use kruntimes_scheduler::crd::Run;
+use kruntimes_scheduler::testkit::{self, Obj};
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt as _;
@@ -27,48 +26,33 @@ const NS: &str = "default";
 
 // === fixtures ===
 
+/// This agent's Runtime Pod `default/rp-1` (uid `pod-uid`) declaring
+/// `capacity`, with no labels and no status: the agent reads only the
+/// capacity annotations.
+fn pod_obj(capacity: &[(&str, &str)]) -> Obj {
+    testkit::runtime_pod(POD, capacity, "2026-01-01T00:00:00Z")
+        .namespace(NS)
+        .uid("pod-uid")
+        .unset(&["metadata", "labels"])
+        .unset(&["status"])
+}
+
 fn mk_pod(capacity: &[(&str, &str)]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            namespace: Some(NS.into()),
-            uid: Some("pod-uid".into()),
-            annotations: Some(
-                capacity
-                    .iter()
-                    .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    pod_obj(capacity).typed()
+}
+
+/// Run `default/name` (uid `uid-<name>`, no resourceVersion) of runtime
+/// `python` requesting `requests`, in `phase`, assigned to `pod`.
+fn run_obj(name: &str, phase: &str, pod: Option<&str>, requests: &[(&str, &str)]) -> Obj {
+    testkit::run(name, requests)
+        .namespace(NS)
+        .runtime("python")
+        .unset(&["metadata", "resourceVersion"])
+        .status(phase, pod)
 }
 
 fn mk_run(name: &str, phase: &str, pod: Option<&str>, requests: &[(&str, &str)]) -> Run {
-    let mut run = Run::new(
-        name,
-        RunSpec {
-            runtime: "python".into(),
-            resources: Some(RunResources {
-                requests: Some(
-                    requests
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                        .collect(),
-                ),
-            }),
-            ..Default::default()
-        },
-    );
-    run.metadata.namespace = Some(NS.into());
-    run.metadata.uid = Some(format!("uid-{name}"));
-    run.status = Some(RunStatus {
-        phase: Some(phase.into()),
-        assigned_pod: pod.map(str::to_owned),
-        ..Default::default()
-    });
-    run
+    run_obj(name, phase, pod, requests).typed()
 }
 
 fn config(max_bypass: u32) -> AgentConfig {
@@ -1294,19 +1278,11 @@ async fn agent_restart_after_sigkill_keeps_scheduled_admissions() {
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod");
     let state = dir.join("state.json");
-    let mut objects = vec![serde_json::to_value(mk_pod(&[("runs", "3")])).expect("pod")];
-    for n in ["r1", "r2", "r3", "r4"] {
-        let mut v = serde_json::to_value(mk_run(n, "Scheduled", Some(POD), &[])).expect("run");
-        v["apiVersion"] = json!("kruntimes.io/v1alpha1");
-        v["kind"] = json!("Run");
-        objects.push(v);
-    }
-    objects[0]["apiVersion"] = json!("v1");
-    objects[0]["kind"] = json!("Pod");
+    let objects = std::iter::once(pod_obj(&[("runs", "3")]))
+        .chain(["r1", "r2", "r3", "r4"].map(|n| run_obj(n, "Scheduled", Some(POD), &[])));
     std::fs::write(
         &state,
-        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
-            .expect("json"),
+        serde_json::to_string(&testkit::list(objects)).expect("json"),
     )
     .expect("write state");
     let sock = dir.join("agent.sock");

@@ -10,54 +10,49 @@ use kruntimes_scheduler::serve::Standalone;
 use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
 
+/// Pod `ml/name` requesting cpu 1, in `group`, with the pod claim `claim`
+/// (a ResourceClaim of that name).
 fn pod(name: &str, group: Option<&str>, claim: Option<&str>) -> Value {
-    let mut spec = json!({"containers": [{"name": "c", "image": "i",
-        "resources": {"requests": {"cpu": "1"}}}]});
+    let mut p = testkit::pod(name);
     if let Some(g) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": g});
+        p = p.group(g);
     }
     if let Some(c) = claim {
-        spec["resourceClaims"] = json!([{"name": c, "resourceClaimName": c}]);
+        p = p.uses_claim(c, Some(c), None);
     }
-    json!({"kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("{name}-uid")}, "spec": spec})
+    p.value()
 }
 
+/// PodGroup `ml/name`, a gang of one, under the composite `parent`.
 fn group(name: &str, parent: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": 1}}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+    let g = testkit::pod_group(name).gang(1);
+    match parent {
+        Some(p) => g.parent(p),
+        None => g,
     }
-    json!({"kind": "PodGroup", "apiVersion": "scheduling.k8s.io/v1beta1",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    .value()
 }
 
+/// CompositePodGroup `ml/name`, a gang of one group, under `parent`.
 fn composite(name: &str, parent: Option<&str>) -> Value {
-    let mut spec = json!({"schedulingPolicy": {"gang": {"minGroupCount": 1}},
-        "workloadRef": {"workloadName": "w", "templateName": name}});
-    if let Some(p) = parent {
-        spec["parentCompositePodGroupName"] = json!(p);
+    let c = testkit::composite(name).gang(1);
+    match parent {
+        Some(p) => c.parent(p),
+        None => c,
     }
-    json!({"kind": "CompositePodGroup", "apiVersion": "scheduling.k8s.io/v1alpha3",
-        "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
+    .value()
 }
 
-/// Claim `name`, allocated with no binding conditions.
+/// Claim `ml/name`, allocated with no binding conditions.
 fn claim(name: &str) -> Value {
-    json!({"kind": "ResourceClaim", "apiVersion": "resource.k8s.io/v1",
-        "metadata": {"name": name, "namespace": "ml"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c"}}]}},
-        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": "drv",
-            "pool": "n1", "device": "d0"}]}}}})
+    testkit::claim(name, "c")
+        .namespace("ml")
+        .allocated(&[("drv", "n1", "d0")])
+        .value()
 }
 
 async fn upsert(a: &Standalone, items: Vec<Value>) {
-    let r = post(
-        a,
-        "/v1/objects",
-        &json!({"kind": "List", "apiVersion": "v1", "items": items}).to_string(),
-    )
-    .await;
+    let r = post(a, "/v1/objects", &testkit::list(items).to_string()).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
 

@@ -7,7 +7,8 @@ use axum::http::StatusCode;
 use common::{app, get, post};
 use kruntimes_scheduler::extender::bind::device_gate::{BindingConfig, BindingGate};
 use kruntimes_scheduler::serve::Standalone;
-use serde_json::{Value, json};
+use kruntimes_scheduler::testkit;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tower::ServiceExt;
@@ -16,35 +17,29 @@ use tower::ServiceExt;
 /// is True and has failed when `AttachFailed` is; `conditions` are what the
 /// driver reports for it.
 fn claim(conditions: &[(&str, &str)]) -> Value {
-    let conds: Vec<Value> = conditions
-        .iter()
-        .map(|(t, s)| {
-            json!({"type": t, "status": s, "reason": "Driver", "message": "",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"})
-        })
-        .collect();
-    json!({"kind": "ResourceClaim", "apiVersion": "resource.k8s.io/v1",
-        "metadata": {"name": "gpu", "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
-        "status": {
-            "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com",
-                "pool": "n1", "device": "gpu-0", "bindingConditions": ["Attached"],
-                "bindingFailureConditions": ["AttachFailed"]}]}},
-            "devices": [{"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "conditions": conds}],
-            "reservedFor": [{"resource": "pods", "name": "gpu-pod", "uid": "gpu-pod-uid"}]}})
+    testkit::claim("gpu", "gpu.example.com")
+        .allocated(&[("gpu.example.com", "n1", "gpu-0")])
+        .binding_conditions(0, &["Attached"], &["AttachFailed"])
+        .device_conditions(
+            ("gpu.example.com", "n1", "gpu-0"),
+            conditions,
+            "2026-01-01T00:00:00Z",
+        )
+        .reserved_for(&[("gpu-pod", "gpu-pod-uid")])
+        .value()
 }
 
 /// A node, the pod and its claim with no condition reported yet.
 fn cluster() -> Standalone {
     let app = app("");
-    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"},
-         "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}},
-        {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "gpu-pod", "namespace": "default", "uid": "gpu-pod-uid"},
-         "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
-            "containers": [{"name": "c", "image": "cuda", "resources": {"requests": {"cpu": "3"}, "claims": [{"name": "gpu"}]}}]}},
-        claim(&[])]});
-    set(&app, objects);
+    let pod = testkit::pod("gpu-pod")
+        .namespace("default")
+        .requests(&[("cpu", "3")])
+        .uses_claim("gpu", Some("gpu"), None);
+    set(
+        &app,
+        testkit::list([testkit::node("n1").value(), pod.value(), claim(&[])]),
+    );
     app
 }
 

@@ -15,24 +15,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A Ready Runtime Pod `ns/name` of runtime `py` declaring `caps`, its
+/// runtimed heartbeat now.
 fn pod(name: &str, caps: &[(&str, &str)]) -> Value {
-    let ann: serde_json::Map<String, Value> = caps
-        .iter()
-        .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), json!(v)))
-        .collect();
-    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"}, "annotations": ann},
-        "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+    testkit::runtime_pod(name, caps, &kube_time(Timestamp::now())).value()
 }
 
+/// A Run `ns/name` of runtime `py` requesting `reqs`.
 fn run(name: &str, reqs: &[(&str, &str)]) -> Value {
-    let reqs: serde_json::Map<String, Value> = reqs
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"runtime": "py", "resources": {"requests": reqs}}})
+    testkit::run(name, reqs).value()
 }
 
 fn config() -> CacheConfig {
@@ -93,7 +84,7 @@ async fn runs_get_scheduled_pending_ones_explained_with_events() {
     // A pod without the runtime label is not watched at all.
     api.put(
         Res::Pods,
-        json!({"metadata": {"name": "web", "namespace": "ns"}, "status": {"phase": "Running"}}),
+        testkit::pod("web").namespace("ns").phase("Running").value(),
     );
     let (c, task) = replica(&api).await;
     for i in 0..4 {
@@ -233,12 +224,10 @@ async fn a_lagging_watch_never_lets_a_second_run_overbook() {
 async fn a_dropped_watch_relists_without_double_counting() {
     let api = FakeApi::start().await;
     api.put(Res::Pods, pod("rp-1", &[("runs", "4")]));
-    let mut a = run("a", &[("runs", "2")]);
-    a["status"] = json!({"phase": "Running", "assignedPod": "rp-1"});
-    let mut b = run("b", &[]);
-    b["status"] = json!({"phase": "Running", "assignedPod": "rp-1"});
-    api.put(Res::Runs, a);
-    api.put(Res::Runs, b);
+    let a = testkit::run("a", &[("runs", "2")]).status("Running", Some("rp-1"));
+    let b = testkit::run("b", &[]).status("Running", Some("rp-1"));
+    api.put(Res::Runs, a.value());
+    api.put(Res::Runs, b.value());
     let (c, task) = replica(&api).await;
     let usage = |c: &Cluster| {
         c.state
@@ -437,15 +426,11 @@ async fn a_missing_workload_api_is_named_in_readiness_and_a_metric() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verb_is_a_retryable_error_until_the_caches_sync() {
     let api = FakeApi::start().await;
-    api.put(
-        Res::Nodes,
-        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
-    );
+    api.put(Res::Nodes, testkit::node("n1").value());
     api.fail_lists(Res::Nodes, true);
     let c = cluster(config(), api.client(), "test").await;
     let app = || kruntimes_scheduler::http::router(c.state.clone());
-    let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "p-uid"},
-        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let pod = testkit::pod("p").namespace("ns").uid("p-uid").requests(&[]);
     let calls = [
         (
             "/scheduler/filter",
@@ -497,12 +482,17 @@ async fn extender_binds_through_the_api_with_the_uid_precondition() {
     let api = FakeApi::start().await;
     api.put(
         Res::Nodes,
-        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "4Gi", "pods": "10"}}}),
+        testkit::node("n1")
+            .allocatable("4", "4Gi")
+            .pod_slots("10")
+            .value(),
     );
     api.put(
         Res::Pods,
-        json!({"metadata": {"name": "web", "namespace": "ns"},
-            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+        testkit::pod("web")
+            .namespace("ns")
+            .requests(&[("cpu", "3")])
+            .value(),
     );
     let c = cluster(config(), api.client(), "test").await;
     // Groups the test server does not serve (scheduling, resource) do not block readiness.
@@ -589,21 +579,17 @@ async fn bind_call(app: &axum::Router, body: Value) -> String {
 /// is True and has failed when `AttachFailed` is; `conditions` are the
 /// device's reported conditions.
 fn gpu_claim(conditions: &[(&str, &str)]) -> Value {
-    let conds: Vec<Value> = conditions
-        .iter()
-        .map(|(t, s)| {
-            json!({"type": t, "status": s, "reason": "Driver", "message": "",
-            "lastTransitionTime": "2026-01-01T00:00:00Z"})
-        })
-        .collect();
-    json!({"metadata": {"name": "gpu", "namespace": "ns"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
-        "status": {
-            "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com",
-                "pool": "n1", "device": "gpu-0", "bindingConditions": ["Attached"],
-                "bindingFailureConditions": ["AttachFailed"]}]}},
-            "devices": [{"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "conditions": conds}],
-            "reservedFor": [{"resource": "pods", "name": "web", "uid": "uid-Pod-ns-web"}]}})
+    testkit::claim("gpu", "gpu.example.com")
+        .namespace("ns")
+        .allocated(&[("gpu.example.com", "n1", "gpu-0")])
+        .binding_conditions(0, &["Attached"], &["AttachFailed"])
+        .device_conditions(
+            ("gpu.example.com", "n1", "gpu-0"),
+            conditions,
+            "2026-01-01T00:00:00Z",
+        )
+        .reserved_for(&[("web", "uid-Pod-ns-web")])
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -611,13 +597,18 @@ async fn extender_clears_a_failed_claim_allocation_through_the_api() {
     let api = FakeApi::start().await;
     api.put(
         Res::Nodes,
-        json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "4Gi", "pods": "10"}}}),
+        testkit::node("n1")
+            .allocatable("4", "4Gi")
+            .pod_slots("10")
+            .value(),
     );
     api.put(
         Res::Pods,
-        json!({"metadata": {"name": "web", "namespace": "ns"},
-            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
-                "containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpu"}]}}]}}),
+        testkit::pod("web")
+            .namespace("ns")
+            .requests(&[])
+            .uses_claim("gpu", Some("gpu"), None)
+            .value(),
     );
     let failed = api.put(
         Res::ResourceClaims,

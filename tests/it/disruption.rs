@@ -83,11 +83,14 @@ async fn standalone_a_spread_all_group_is_preempted_then_evicted_whole() {
     assert_eq!(a.state.extender.evictions.pending(), 1);
     // kube-scheduler nominates n2 for the preemptor; the evictor deletes
     // sp1 from the store.
-    let trainer = json!({"kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": "trainer", "namespace": "default", "uid": "trainer-uid"},
-        "spec": {"priority": 1000, "containers": [{"name": "c", "image": "train"}]},
-        "status": {"phase": "Pending", "nominatedNodeName": "n2"}});
-    let r = post(&a, "/v1/objects", &trainer.to_string()).await;
+    let trainer = testkit::pod("trainer")
+        .namespace("default")
+        .uid("trainer-uid")
+        .requests(&[])
+        .priority(1000)
+        .phase("Pending")
+        .set(&["status", "nominatedNodeName"], "n2");
+    let r = post(&a, "/v1/objects", &trainer.json()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     wait_until_async("sp1 evicted", Duration::from_secs(10), || async {
         !exists(&a, "sp1").await
@@ -149,12 +152,16 @@ async fn standalone_without_the_flag_the_spread_candidate_is_dropped() {
     assert_eq!(a.state.extender.evictions.pending(), 0);
 }
 
-/// A node with room for one 3-cpu pod.
+/// Member `ml/name` of the group `train` at priority 10 requesting cpu
+/// 3, Running on `node` (a node with room for one 3-cpu pod).
 fn member(name: &str, node: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ml"},
-        "spec": {"nodeName": node, "priority": 10, "schedulingGroup": {"podGroupName": "train"},
-            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]},
-        "status": {"phase": "Running"}})
+    testkit::pod(name)
+        .unset(&["metadata", "uid"])
+        .requests(&[("cpu", "3")])
+        .group("train")
+        .priority(10)
+        .on_node(node)
+        .value()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,9 +177,11 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     }
     api.put(
         Res::PodGroups,
-        json!({"metadata": {"name": "train", "namespace": "ml"},
-            "spec": {"priority": 10, "schedulingPolicy": {"gang": {"minCount": 3}},
-                "disruptionMode": {"all": {}}}}),
+        testkit::pod_group("train")
+            .priority(10)
+            .gang(3)
+            .disrupt_all()
+            .value(),
     );
     for (p, n) in [("train-0", "n0"), ("train-1", "n1"), ("train-2", "n2")] {
         api.put(Res::Pods, member(p, n));
@@ -194,9 +203,12 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     // train-0 alone (it can name only pods on n0).
     let preemptor = api.put(
         Res::Pods,
-        json!({"metadata": {"name": "big", "namespace": "ml"},
-            "spec": {"priority": 1000, "containers": [{"name": "c", "image": "i",
-                "resources": {"requests": {"cpu": "3"}}}]}, "status": {"phase": "Pending"}}),
+        testkit::pod("big")
+            .unset(&["metadata", "uid"])
+            .requests(&[("cpu", "3")])
+            .priority(1000)
+            .phase("Pending")
+            .value(),
     );
     let uid = |p: &str| format!("uid-Pod-ml-{p}");
     let body = json!({"Pod": preemptor, "NodeNameToVictims": null,

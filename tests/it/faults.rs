@@ -24,17 +24,17 @@ fn config() -> CacheConfig {
     }
 }
 
+/// A Ready Runtime Pod `ns/name` of runtime `py` declaring 10 runs, its
+/// runtimed heartbeat now.
 fn runtime_pod(name: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"},
-            "annotations": {"kruntimes.io/capacity.runs": "10"}},
-        "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+    testkit::runtime_pod(name, &[("runs", "10")], &kube_time(Timestamp::now())).value()
 }
 
+/// A Run `ns/name` of runtime `py` with no requests.
 fn run(name: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"runtime": "py"}})
+    testkit::run(name, &[])
+        .unset(&["spec", "resources"])
+        .value()
 }
 
 fn phase(api: &FakeApi, name: &str) -> Option<String> {
@@ -172,13 +172,12 @@ async fn a_watched_object_whose_handling_panics_is_survived() {
     wait_ready(&health, "first list", Duration::from_secs(10)).await;
 
     // This Node's handling panics inside the Node watcher task.
-    let mut bad = testkit::node("bad")
+    let bad = testkit::node("bad")
         .allocatable("4", "4Gi")
         .set(&["status", "allocatable", "pods"], "10")
         .label("rack", "r1")
-        .value();
-    bad["metadata"]["annotations"] = json!({ PANIC_WHEN_WATCHED: "true" });
-    api.put(Res::Nodes, bad);
+        .annotation(PANIC_WHEN_WATCHED, "true");
+    api.put(Res::Nodes, bad.value());
     let body = wait_unready(
         &health,
         "the Node watcher panicked",

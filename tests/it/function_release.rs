@@ -10,24 +10,24 @@ use kruntimes_scheduler::cache::CacheConfig;
 use kruntimes_scheduler::crd::DEFAULT_RELEASED_CONDITION;
 use kruntimes_scheduler::serve::{Standalone, standalone};
 use kruntimes_scheduler::testkit;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// Function Run `f`, `phase` on rp-1, with `conditions` (type, status).
+/// Function Run `fn/f` (handler `h.handle`), `phase` on rp-1, with
+/// `conditions` (type, status).
 fn function_run(phase: &str, conditions: &[(&str, &str)]) -> Value {
-    let conditions: Vec<Value> = conditions
+    let run = testkit::run("f", &[])
+        .namespace("fn")
+        .unset(&["metadata", "resourceVersion"])
+        .unset(&["spec", "resources"])
+        .set(&["spec", "mode", "function", "handler"], "h.handle")
+        .status(phase, Some("rp-1"))
+        .set(&["status", "assignedPodUID"], "uid-rp-1");
+    conditions
         .iter()
-        .map(|(t, s)| {
-            json!({"type": t, "status": s, "reason": "FunctionUnregistered",
-                   "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        .fold(run, |r, (t, s)| {
+            r.condition(t, s, "FunctionUnregistered", "2026-01-01T00:00:00Z")
         })
-        .collect();
-    json!({
-        "apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
-        "metadata": {"name": "f", "namespace": "fn", "uid": "uid-f"},
-        "spec": {"runtime": "py", "mode": {"function": {"handler": "h.handle"}}},
-        "status": {"phase": phase, "assignedPod": "rp-1", "assignedPodUID": "uid-rp-1",
-                   "conditions": conditions}
-    })
+        .value()
 }
 
 async fn start(config: CacheConfig) -> Standalone {
@@ -47,8 +47,11 @@ async fn start(config: CacheConfig) -> Standalone {
 
 /// The plan of a second Run of runtime py: the pod it selects, if any.
 async fn second_run_fits(app: &Standalone) -> bool {
-    let run = json!({"metadata": {"name": "x", "namespace": "fn"}, "spec": {"runtime": "py"}});
-    let r = post(app, "/v1/runs/plan", &run.to_string()).await;
+    let run = testkit::run("x", &[])
+        .namespace("fn")
+        .unset(&["metadata", "resourceVersion"])
+        .unset(&["spec", "resources"]);
+    let r = post(app, "/v1/runs/plan", &run.json()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     match r.body["selected"].as_str() {
         Some(p) => {

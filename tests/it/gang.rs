@@ -14,7 +14,7 @@ use common::{app, get, post};
 use kruntimes_scheduler::extender::bind::permit::Gangs;
 use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::Standalone;
-use kruntimes_scheduler::testkit;
+use kruntimes_scheduler::testkit::{self, Obj};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,13 +44,17 @@ fn nodes(racks: usize, per_rack: usize, cpu: u32, zones: usize) -> Vec<Value> {
     v
 }
 
-fn pod(name: &str, group: Option<&str>, cpu: u32) -> Value {
+/// Pending pod `ml/name` requesting `cpu` cores and 1Gi, in `group`.
+fn pod_obj(name: &str, group: Option<&str>, cpu: u32) -> Obj {
     let p = testkit::pod(name).requests(&[("cpu", &cpu.to_string()), ("memory", "1Gi")]);
     match group {
         Some(g) => p.group(g),
         None => p,
     }
-    .value()
+}
+
+fn pod(name: &str, group: Option<&str>, cpu: u32) -> Value {
+    pod_obj(name, group, cpu).value()
 }
 
 fn gang(name: &str, min: u32, key: Option<&str>, parent: Option<&str>) -> Value {
@@ -841,12 +845,12 @@ async fn a_missing_pod_group_keeps_its_pods_pending() {
 
 /// A CompositePodGroup under `parent`; `min_groups` 0 makes it `basic`.
 fn sub_composite(name: &str, min_groups: u32, parent: &str) -> Value {
-    let mut c = composite(name, min_groups.max(1), None);
-    if min_groups == 0 {
-        c["spec"]["schedulingPolicy"] = json!({"basic": {}});
+    let c = testkit::composite(name).parent(parent);
+    match min_groups {
+        0 => c,
+        n => c.gang(n),
     }
-    c["spec"]["parentCompositePodGroupName"] = json!(parent);
-    c
+    .value()
 }
 
 #[tokio::test(start_paused = true)]
@@ -935,15 +939,17 @@ async fn a_composite_of_two_gangs_is_placed_in_a_rack_that_fits_it_exactly() {
     );
 }
 
-fn labelled_node(name: &str, labels: Value) -> Value {
-    json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": labels},
-        "status": {"allocatable": {"cpu": "4", "memory": "64Gi", "pods": "110"}}})
+/// A Node with 4 cpu and 64Gi, labelled `labels`.
+fn labelled_node(name: &str, labels: &[(&str, &str)]) -> Value {
+    testkit::node(name)
+        .allocatable("4", "64Gi")
+        .labels(labels)
+        .value()
 }
 
+/// Member `name` of `group` requesting 1 cpu, bound to `node`.
 fn placed(name: &str, group: &str, node: &str) -> Value {
-    let mut p = pod(name, Some(group), 1);
-    p["spec"]["nodeName"] = json!(node);
-    p
+    pod_obj(name, Some(group), 1).node_name(node).value()
 }
 
 #[tokio::test(start_paused = true)]
@@ -951,8 +957,8 @@ async fn placed_members_in_an_unknown_or_conflicting_domain_admit_nothing() {
     // Racks r0 and r1, one node without the label, one with an empty value.
     let base = || {
         let mut objs = nodes(2, 2, 4, 1);
-        objs.push(labelled_node("bare", json!({})));
-        objs.push(labelled_node("blank", json!({RACK: ""})));
+        objs.push(labelled_node("bare", &[]));
+        objs.push(labelled_node("blank", &[(RACK, "")]));
         objs.push(gang("g", 3, Some(RACK), None));
         objs.push(pod("g-2", Some("g"), 1));
         objs
@@ -999,7 +1005,7 @@ async fn the_same_rack_name_in_two_zones_is_two_domains() {
         ("zone-2", "c"),
         ("zone-2", "d"),
     ] {
-        objs.push(labelled_node(n, json!({ZONE: z, RACK: "rack-1"})));
+        objs.push(labelled_node(n, &[(ZONE, z), (RACK, "rack-1")]));
     }
     objs.push(composite("job", 1, Some(ZONE)));
     objs.push(gang("w", 3, Some(RACK), Some("job")));
@@ -1021,9 +1027,9 @@ async fn the_same_rack_name_in_two_zones_is_two_domains() {
     assert_eq!(f.passed, ["a", "b"], "{:?}", f.unresolvable);
 }
 
-fn on_gpu(mut p: Value) -> Value {
-    p["spec"]["nodeSelector"] = json!({"gpu": "true"});
-    p
+/// `p` restricted to the nodes labelled `gpu=true` (`nodeSelector`).
+fn on_gpu(p: Obj) -> Value {
+    p.set(&["spec", "nodeSelector", "gpu"], "true").value()
 }
 
 #[tokio::test(start_paused = true)]
@@ -1032,12 +1038,12 @@ async fn a_member_with_a_narrower_node_selector_is_judged_on_its_own_nodes() {
     // pods, one of which needs the gpu node. kube-scheduler offers that
     // member the gpu node only; the other member still fits elsewhere.
     let mut objs = vec![
-        labelled_node("gpu-0", json!({"gpu": "true"})),
-        labelled_node("cpu-0", json!({})),
-        labelled_node("cpu-1", json!({})),
+        labelled_node("gpu-0", &[("gpu", "true")]),
+        labelled_node("cpu-0", &[]),
+        labelled_node("cpu-1", &[]),
     ];
     objs.push(gang("g", 2, None, None));
-    let narrow = on_gpu(pod("g-0", Some("g"), 4));
+    let narrow = on_gpu(pod_obj("g-0", Some("g"), 4));
     let wide = pod("g-1", Some("g"), 4);
     objs.extend([narrow.clone(), wide.clone()]);
     let a = cluster(objs, Duration::from_secs(8)).await;
@@ -1067,16 +1073,16 @@ async fn no_domain_is_chosen_for_nodes_no_member_can_use() {
         ("b-rack", "b0", true),
         ("b-rack", "b1", true),
     ] {
-        let mut l = json!({RACK: rack});
+        let mut l = vec![(RACK, rack)];
         if gpu {
-            l["gpu"] = json!("true");
+            l.push(("gpu", "true"));
         }
-        objs.push(labelled_node(n, l));
+        objs.push(labelled_node(n, &l));
     }
     objs.push(gang("g", 2, Some(RACK), None));
     let pods = vec![
-        on_gpu(pod("g-0", Some("g"), 4)),
-        on_gpu(pod("g-1", Some("g"), 4)),
+        on_gpu(pod_obj("g-0", Some("g"), 4)),
+        on_gpu(pod_obj("g-1", Some("g"), 4)),
     ];
     objs.extend(pods.clone());
     let a = cluster(objs, Duration::from_secs(8)).await;
@@ -1136,22 +1142,20 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     for n in 0..2 {
         api.put(
             Res::Nodes,
-            json!({"metadata": {"name": format!("n{n}"), "labels": {RACK: "r0"}},
-                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}),
+            testkit::node(&format!("n{n}"))
+                .pod_slots("10")
+                .label(RACK, "r0")
+                .value(),
         );
     }
-    api.put(
-        Res::PodGroups,
-        json!({"metadata": {"name": "g", "namespace": "ml"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
-                "schedulingConstraints": {"topology": [{"key": RACK}]}}}),
-    );
+    api.put(Res::PodGroups, gang("g", 2, Some(RACK), None));
     for i in 0..2 {
         api.put(
             Res::Pods,
-            json!({"metadata": {"name": format!("g-{i}"), "namespace": "ml"},
-                "spec": {"schedulingGroup": {"podGroupName": "g"},
-                    "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+            testkit::pod(&format!("g-{i}"))
+                .requests(&[("cpu", "3")])
+                .group("g")
+                .value(),
         );
     }
     let mut c =
@@ -1173,9 +1177,10 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     let app = router(c.state.clone());
     let call = |path: &'static str, body: Value| post_json(app.clone(), path, body);
     let pod_json = |i: usize| {
-        json!({"metadata": {"name": format!("g-{i}"), "namespace": "ml", "uid": format!("uid-Pod-ml-g-{i}")},
-            "spec": {"schedulingGroup": {"podGroupName": "g"},
-                "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}})
+        testkit::pod(&format!("g-{i}"))
+            .uid(&format!("uid-Pod-ml-g-{i}"))
+            .requests(&[("cpu", "3")])
+            .group("g")
     };
     let f = call(
         "/scheduler/filter",
@@ -1235,8 +1240,7 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
     for n in 0..2 {
         api.put(
             Res::Nodes,
-            json!({"metadata": {"name": format!("n{n}")},
-                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"}}}),
+            testkit::node(&format!("n{n}")).pod_slots("10").value(),
         );
     }
     let mut root = composite("root", 2, None);
@@ -1248,9 +1252,10 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
         api.put(Res::PodGroups, pg);
         api.put(
             Res::Pods,
-            json!({"metadata": {"name": format!("{g}-0"), "namespace": "ml"},
-                "spec": {"schedulingGroup": {"podGroupName": g},
-                    "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
+            testkit::pod(&format!("{g}-0"))
+                .requests(&[("cpu", "3")])
+                .group(g)
+                .value(),
         );
     }
     let mut c =

@@ -17,7 +17,8 @@ const PRIORITY_MISMATCH: &str =
 const POLICY_MISMATCH: &str = "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy";
 const POLICY_SHARED: &str = "all pods in a single pod group should have the same preemption policy";
 
-fn pod(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Value {
+/// Pod `ml/name` of `priority` in `group`: Running on `node`, or Pending.
+fn pod_obj(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Obj {
     let mut p = testkit::pod(name).priority(priority);
     if let Some(g) = group {
         p = p.group(g);
@@ -26,7 +27,10 @@ fn pod(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Va
         Some(n) => p.on_node(n),
         None => p.phase("Pending"),
     }
-    .value()
+}
+
+fn pod(name: &str, group: Option<&str>, priority: i32, node: Option<&str>) -> Value {
+    pod_obj(name, group, priority, node).value()
 }
 
 fn composite(name: &str, parent: Option<&str>, priority: i32, policy: Option<&str>) -> Value {
@@ -209,15 +213,17 @@ async fn with_the_gate_off_members_share_one_preemption_policy_among_themselves(
     );
 }
 
-fn sized(mut p: Value, cpu: u32) -> Value {
-    p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!(cpu.to_string());
-    p
+/// `p` requesting `cpu` cores.
+fn sized(p: Obj, cpu: u32) -> Value {
+    p.requests(&[("cpu", &cpu.to_string())]).value()
 }
 
+/// PodGroup `ml/name` of `priority`, a gang of `min`.
 fn gang_group(name: &str, min: u32, priority: i32) -> Value {
-    let mut g = group(name, None, priority, None);
-    g["spec"]["schedulingPolicy"] = json!({"gang": {"minCount": min}});
-    g
+    testkit::pod_group(name)
+        .priority(priority)
+        .gang(min)
+        .value()
 }
 
 #[tokio::test]
@@ -229,29 +235,29 @@ async fn a_gang_that_cannot_fit_triggers_no_preemption() {
             testkit::node("n2").value(),
             gang_group("g", min, 100),
         ];
-        objs.push(sized(pod("low1", None, 1, Some("n1")), 4));
-        objs.push(sized(pod("low2", None, 1, Some("n2")), 4));
+        objs.push(sized(pod_obj("low1", None, 1, Some("n1")), 4));
+        objs.push(sized(pod_obj("low2", None, 1, Some("n2")), 4));
         for i in 0..members {
-            objs.push(sized(pod(&format!("g-{i}"), Some("g"), 100, None), 4));
+            objs.push(sized(pod_obj(&format!("g-{i}"), Some("g"), 100, None), 4));
         }
         objs
     };
     let victims = [("n1", "low1"), ("n2", "low2")];
     // Three 4-cpu members on two 4-cpu nodes: no eviction can help.
     let a = cluster(base(3, 3)).await;
-    let p = sized(pod("g-0", Some("g"), 100, None), 4);
+    let p = sized(pod_obj("g-0", Some("g"), 100, None), 4);
     assert!(preempt(&a, &p, &victims).await.is_empty());
     // Two members fit once both low pods are gone: both candidates stay.
     let a = cluster(base(2, 2)).await;
     assert_eq!(preempt(&a, &p, &victims).await, ["n1", "n2"]);
     // A pod the gang may not preempt blocks n2: one node is not enough.
     let mut objs = base(2, 2);
-    objs[4] = sized(pod("low2", None, 500, Some("n2")), 4);
+    objs[4] = sized(pod_obj("low2", None, 500, Some("n2")), 4);
     let a = cluster(objs).await;
     assert!(preempt(&a, &p, &[("n1", "low1")]).await.is_empty());
     // A pod in no group is not held to any of this.
     let a = cluster(base(3, 3)).await;
-    let plain = sized(pod("plain", None, 100, None), 4);
+    let plain = sized(pod_obj("plain", None, 100, None), 4);
     assert_eq!(preempt(&a, &plain, &victims).await, ["n1", "n2"]);
 }
 

@@ -16,23 +16,22 @@ use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::cluster;
 use kruntimes_scheduler::testkit;
 use kruntimes_scheduler::webhooks::{self, Lifetimes, ManageConfig, WebhookTarget};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A Ready Runtime Pod `ns/name` of runtime `py` declaring `runs` runs,
+/// its runtimed heartbeat now.
 fn runtime_pod(name: &str, runs: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"},
-            "annotations": {"kruntimes.io/capacity.runs": runs}},
-        "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+    testkit::runtime_pod(name, &[("runs", runs)], &kube_time(Timestamp::now())).value()
 }
 
+/// A Run `ns/name` of runtime `py` with no requests, created at `created`.
 fn run(name: &str, created: Timestamp) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "creationTimestamp": kube_time(created)},
-        "spec": {"runtime": "py", "resources": {"requests": {}}}})
+    testkit::run(name, &[])
+        .set(&["metadata", "creationTimestamp"], kube_time(created))
+        .value()
 }
 
 fn fixture(path: &str) -> String {

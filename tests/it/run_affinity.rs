@@ -8,48 +8,48 @@ use crate::common::{app, get, post};
 use k8s_openapi::jiff::Timestamp;
 use kruntimes_scheduler::cluster::standalone::kube_time;
 use kruntimes_scheduler::serve::Standalone;
+use kruntimes_scheduler::testkit::{self, Obj};
 use serde_json::{Value, json};
 
 const NS: &str = "default";
 
+/// A Ready Runtime Pod `default/name` of runtime `py` declaring 4 runs.
 fn runtime_pod(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"runtime": "py"},
-            "annotations": {"kruntimes.io/capacity.runs": "4"}},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+    testkit::runtime_pod(name, &[("runs", "4")], &kube_time(Timestamp::now()))
+        .namespace(NS)
+        .value()
+}
+
+/// A Run `default/name` of runtime `py` with no requests, labelled
+/// `labels`.
+fn labelled_run(name: &str, labels: &[(&str, &str)]) -> Obj {
+    testkit::run(name, &[])
+        .namespace(NS)
+        .unset(&["metadata", "resourceVersion"])
+        .unset(&["spec", "resources"])
+        .labels(labels)
 }
 
 /// An active Run with `labels` on `pod` (upstream `activeAffinityRun`).
-fn active(name: &str, pod: &str, phase: &str, labels: Value) -> Value {
-    json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {"runtime": "py"},
-        "status": {"phase": phase, "assignedPod": pod}})
+fn active(name: &str, pod: &str, phase: &str, labels: &[(&str, &str)]) -> Value {
+    labelled_run(name, labels).status(phase, Some(pod)).value()
 }
 
 /// A term selecting `label=value` (upstream `affinityTerm`).
 fn term(label: &str, value: &str) -> Value {
-    json!({"labelSelector": {"matchLabels": {label: value}}, "topologyKey": "kruntimes.io/runtime-pod"})
+    testkit::run_term(&[(label, value)])
 }
 
-fn next(labels: Value, affinity: Value) -> Value {
-    json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
-        "metadata": {"name": "next", "namespace": NS, "labels": labels},
-        "spec": {"runtime": "py", "affinity": affinity}})
+/// The Run `next` to place, labelled `labels`.
+fn next(labels: &[(&str, &str)]) -> Obj {
+    labelled_run("next", labels)
 }
 
 async fn cluster(pods: &[&str], runs: &[Value]) -> Standalone {
     let app = app("");
     let mut items: Vec<Value> = pods.iter().map(|p| runtime_pod(p)).collect();
     items.extend(runs.iter().cloned());
-    let r = post(
-        &app,
-        "/v1/objects",
-        &json!({"kind": "List", "items": items}).to_string(),
-    )
-    .await;
+    let r = post(&app, "/v1/objects", &testkit::list(items).to_string()).await;
     assert!(r.status.is_success(), "{}", r.text);
     app
 }
@@ -65,12 +65,13 @@ struct Case {
     reason: Option<&'static str>,
 }
 
+/// A Running Run `<stage>-<pod>` labelled `stage` on `pod`.
 fn build(stage: &str, pod: &str) -> Value {
     active(
         &format!("{stage}-{pod}"),
         pod,
         "Running",
-        json!({"stage": stage}),
+        &[("stage", stage)],
     )
 }
 
@@ -80,11 +81,9 @@ fn cases() -> Vec<Case> {
             name: "required affinity keeps the pod with the cohort",
             pods: &["pod-a", "pod-b"],
             runs: vec![build("build", "pod-a"), build("other", "pod-b")],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "build")]}}),
-            ),
+            run: next(&[])
+                .requires(false, term("stage", "build"))
+                .value(),
             selected: Some("pod-a"),
             rejected: &[("pod-b", "UnsatisfiedRunAffinity")],
             reason: None,
@@ -93,11 +92,9 @@ fn cases() -> Vec<Case> {
             name: "required anti-affinity avoids the pod with the cohort",
             pods: &["pod-a", "pod-b"],
             runs: vec![build("build", "pod-a")],
-            run: next(
-                json!({}),
-                json!({"runAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "build")]}}),
-            ),
+            run: next(&[])
+                .requires(true, term("stage", "build"))
+                .value(),
             selected: Some("pod-b"),
             rejected: &[("pod-a", "UnsatisfiedRunAntiAffinity")],
             reason: None,
@@ -107,12 +104,9 @@ fn cases() -> Vec<Case> {
             name: "preferred affinity scores with least-loaded, ties by name",
             pods: &["pod-a", "pod-b"],
             runs: vec![build("build", "pod-a")],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 100, "runAffinityTerm": term("stage", "build")}]}}),
-            ),
+            run: next(&[])
+                .prefers(false, 100, term("stage", "build"))
+                .value(),
             selected: Some("pod-a"),
             rejected: &[],
             reason: None,
@@ -123,12 +117,9 @@ fn cases() -> Vec<Case> {
             name: "an unmatched preferred term leaves least-loaded and the name",
             pods: &["pod-a", "pod-b", "pod-c"],
             runs: vec![build("other", "pod-a")],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 1, "runAffinityTerm": term("stage", "x")}]}}),
-            ),
+            run: next(&[])
+                .prefers(false, 1, term("stage", "x"))
+                .value(),
             selected: Some("pod-b"),
             rejected: &[],
             reason: None,
@@ -139,12 +130,9 @@ fn cases() -> Vec<Case> {
             name: "preferred affinity outweighs one rank of load",
             pods: &["pod-a", "pod-b", "pod-c"],
             runs: vec![build("other", "pod-a"), build("x", "pod-c")],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 1, "runAffinityTerm": term("stage", "x")}]}}),
-            ),
+            run: next(&[])
+                .prefers(false, 1, term("stage", "x"))
+                .value(),
             selected: Some("pod-c"),
             rejected: &[],
             reason: None,
@@ -153,12 +141,9 @@ fn cases() -> Vec<Case> {
             name: "preferred anti-affinity scores the pods without the cohort",
             pods: &["pod-a", "pod-b"],
             runs: vec![build("build", "pod-b"), build("other", "pod-a")],
-            run: next(
-                json!({}),
-                json!({"runAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {"weight": 50, "runAffinityTerm": term("stage", "build")}]}}),
-            ),
+            run: next(&[])
+                .prefers(true, 50, term("stage", "build"))
+                .value(),
             selected: Some("pod-a"),
             rejected: &[],
             reason: None,
@@ -166,17 +151,10 @@ fn cases() -> Vec<Case> {
         Case {
             name: "terminal Runs are no targets; no seed without matching labels",
             pods: &["pod-a", "pod-b"],
-            runs: vec![active(
-                "done",
-                "pod-b",
-                "Succeeded",
-                json!({"stage": "build"}),
-            )],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "build")]}}),
-            ),
+            runs: vec![active("done", "pod-b", "Succeeded", &[("stage", "build")])],
+            run: next(&[])
+                .requires(false, term("stage", "build"))
+                .value(),
             selected: None,
             rejected: &[
                 ("pod-a", "UnsatisfiedRunAffinity"),
@@ -188,11 +166,9 @@ fn cases() -> Vec<Case> {
             name: "a Run whose labels match its required term seeds the cohort",
             pods: &["pod-a", "pod-b"],
             runs: vec![build("other", "pod-a")],
-            run: next(
-                json!({"stage": "build"}),
-                json!({"runAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "build")]}}),
-            ),
+            run: next(&[("stage", "build")])
+                .requires(false, term("stage", "build"))
+                .value(),
             selected: Some("pod-b"),
             rejected: &[],
             reason: None,
@@ -201,11 +177,9 @@ fn cases() -> Vec<Case> {
             name: "anti-affinity never seeds",
             pods: &["pod-a"],
             runs: vec![build("build", "pod-a")],
-            run: next(
-                json!({"stage": "build"}),
-                json!({"runAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "build")]}}),
-            ),
+            run: next(&[("stage", "build")])
+                .requires(true, term("stage", "build"))
+                .value(),
             selected: None,
             rejected: &[("pod-a", "UnsatisfiedRunAntiAffinity")],
             reason: Some("UnsatisfiedRunAntiAffinity"),
@@ -216,18 +190,18 @@ fn cases() -> Vec<Case> {
             runs: vec![
                 build("build", "pod-a"),
                 build("test", "pod-b"),
-                active("bare", "pod-c", "Scheduled", json!({"team": "x"})),
+                active("bare", "pod-c", "Scheduled", &[("team", "x")]),
             ],
-            run: next(
-                json!({}),
-                json!({"runAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [
+            run: next(&[])
+                .requires(
+                    false,
+                    json!({"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [
                         {"key": "stage", "operator": "In", "values": ["build", "test"]},
                         {"key": "stage", "operator": "NotIn", "values": ["test"]},
                         {"key": "stage", "operator": "Exists"},
-                        {"key": "team", "operator": "DoesNotExist"}]}}]}}),
-            ),
+                        {"key": "team", "operator": "DoesNotExist"}]}}),
+                )
+                .value(),
             selected: Some("pod-a"),
             rejected: &[
                 ("pod-b", "UnsatisfiedRunAffinity"),
@@ -300,20 +274,11 @@ async fn assumed_runs_count_as_targets() {
     let app = cluster(&["pod-a", "pod-b", "pod-c"], &[]).await;
     let mut items = Vec::new();
     for i in 0..3 {
-        let mut r = next(
-            json!({"app": "spread"}),
-            json!({"runAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [term("app", "spread")]}}),
-        );
-        r["metadata"]["name"] = json!(format!("s{i}"));
+        let r = labelled_run(&format!("s{i}"), &[("app", "spread")])
+            .requires(true, term("app", "spread"));
         items.push(r);
     }
-    post(
-        &app,
-        "/v1/objects",
-        &json!({"kind": "List", "items": items}).to_string(),
-    )
-    .await;
+    post(&app, "/v1/objects", &testkit::list(items).to_string()).await;
     app.controller.drain().await;
     let runs = get(&app, &format!("/v1/runs?namespace={NS}")).await.body;
     let mut pods: Vec<String> = runs["items"]
@@ -329,12 +294,13 @@ async fn assumed_runs_count_as_targets() {
 #[tokio::test]
 async fn an_unparsable_selector_is_refused_and_fails_the_run_as_upstream() {
     let app = cluster(&["pod-a"], &[]).await;
-    let bad = next(
-        json!({}),
-        json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [
-                {"key": "stage", "operator": "Near", "values": ["x"]}]}}]}}),
-    );
+    let bad = next(&[])
+        .requires(
+            false,
+            json!({"topologyKey": "kruntimes.io/runtime-pod", "labelSelector": {"matchExpressions": [
+                {"key": "stage", "operator": "Near", "values": ["x"]}]}}),
+        )
+        .value();
     let plan = post(&app, "/v1/runs/plan", &bad.to_string()).await;
     assert_eq!(plan.status.as_u16(), 422, "{}", plan.text);
     assert!(plan.text.contains("spec.affinity"), "{}", plan.text);
@@ -361,13 +327,11 @@ async fn an_unparsable_selector_is_refused_and_fails_the_run_as_upstream() {
 #[tokio::test]
 async fn upstream_metric_names_and_labels() {
     let app = cluster(&["pod-a", "pod-b"], &[build("build", "pod-a")]).await;
-    let mut pending = next(
-        json!({}),
-        json!({"runAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term("stage", "nope")]}}),
-    );
-    pending["metadata"]["name"] = json!("waits");
+    let pending = labelled_run("waits", &[])
+        .requires(false, term("stage", "nope"))
+        .value();
     post(&app, "/v1/objects", &pending.to_string()).await;
-    let placed = next(json!({}), json!({}));
+    let placed = next(&[]).value();
     post(&app, "/v1/objects", &placed.to_string()).await;
     app.controller.drain().await;
     let text = get(&app, "/metrics").await.text;

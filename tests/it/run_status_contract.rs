@@ -15,17 +15,17 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A Ready Runtime Pod `ns/name` of runtime `py` declaring `runs` runs,
+/// its runtimed heartbeat now.
 fn runtime_pod(name: &str, runs: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"runtime": "py"},
-            "annotations": {"kruntimes.io/capacity.runs": runs}},
-        "spec": {"containers": [{"name": "runtimed", "image": "runtimed"}]},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": kube_time(Timestamp::now())}]}})
+    testkit::runtime_pod(name, &[("runs", runs)], &kube_time(Timestamp::now())).value()
 }
 
+/// A Run `ns/name` of runtime `py` with no requests and no status.
 fn pending_run(name: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"runtime": "py"}})
+    testkit::run(name, &[])
+        .unset(&["spec", "resources"])
+        .value()
 }
 
 async fn replica(api: &FakeApi) -> (Cluster, tokio::task::JoinHandle<()>) {

@@ -7,9 +7,12 @@
 use crate::common;
 
 use common::*;
+use k8s_openapi::jiff::Timestamp;
 use kruntimes_scheduler::cache::CacheConfig;
+use kruntimes_scheduler::cluster::standalone::kube_time;
 use kruntimes_scheduler::model::quantity::parse_amount;
 use kruntimes_scheduler::serve::standalone;
+use kruntimes_scheduler::testkit;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,24 +30,24 @@ impl Lcg {
     }
 }
 
+/// A Ready Runtime Pod `sim/name` of runtime `py` declaring `caps`, its
+/// runtimed heartbeat now.
 fn pod(name: &str, caps: &[(&str, u64)]) -> Value {
-    let now =
-        kruntimes_scheduler::cluster::standalone::kube_time(k8s_openapi::jiff::Timestamp::now());
-    let annotations: serde_json::Map<String, Value> = caps
-        .iter()
-        .map(|(k, v)| (format!("kruntimes.io/capacity.{k}"), json!(v.to_string())))
-        .collect();
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "sim", "labels": {"runtime": "py"}, "annotations": annotations},
-        "status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "kruntimes.io/RuntimedReady", "status": "True", "lastProbeTime": now}]}})
+    let now = kube_time(Timestamp::now());
+    let caps: Vec<(&str, String)> = caps.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let caps: Vec<(&str, &str)> = caps.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    testkit::runtime_pod(name, &caps, &now)
+        .namespace("sim")
+        .value()
 }
 
+/// A Run `sim/name` of runtime `py` requesting `reqs`.
 fn run(name: &str, reqs: &BTreeMap<String, String>) -> Value {
-    json!({"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
-        "metadata": {"name": name, "namespace": "sim"},
-        "spec": {"runtime": "py", "resources": {"requests": reqs}}})
+    let reqs: Vec<(&str, &str)> = reqs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    testkit::run(name, &reqs)
+        .namespace("sim")
+        .unset(&["metadata", "resourceVersion"])
+        .value()
 }
 
 async fn settle(app: &kruntimes_scheduler::serve::Standalone) {

@@ -192,10 +192,13 @@ async fn cluster_mode_a_cross_node_all_group_is_preempted_then_evicted_through_t
     let config = kube::Config::new(api.url.parse().unwrap());
     let evictor = spawn_evictor(&c.state, serve::evictor_writer(&config, "test").unwrap());
     wait_until("the cache lists the group", Duration::from_secs(10), || {
-        let s = c.state.extender.nodes.read();
-        s.has_node("n2")
-            && s.group("ml", "train").is_some()
-            && s.members("ml", "train").map(|m| m.len()) == Some(3)
+        // Until its caches have synced every extender verb answers 503.
+        (c.state.extender.synced)() && {
+            let s = c.state.extender.nodes.read();
+            s.has_node("n2")
+                && s.group("ml", "train").is_some()
+                && s.members("ml", "train").map(|m| m.len()) == Some(3)
+        }
     })
     .await;
     let app = router(c.state.clone());

@@ -415,7 +415,8 @@ async fn in_cluster_mode_the_pod_is_read_from_the_api_and_access_is_checked() {
     let mut c =
         kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "test").await;
     testkit::wait_until("pods cached", std::time::Duration::from_secs(10), || {
-        c.state.extender.nodes.read().pod("ml", "g-1").is_some()
+        (c.state.extender.synced)()
+            && c.state.extender.nodes.read().pod("ml", "g-1").is_some()
             && c.state.extender.nodes.read().has_node("n2")
     })
     .await;

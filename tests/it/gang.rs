@@ -1163,7 +1163,9 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     c.state
         .set_gangs(Arc::new(Gangs::new(Duration::from_secs(10))));
     for _ in 0..400 {
-        let ready = {
+        // The objects are in, and the extender's caches say they have
+        // synced (until then every verb answers 503).
+        let ready = (c.state.extender.synced)() && {
             let s = c.state.extender.nodes.read();
             s.has_node("n1")
                 && s.group("ml", "g").is_some()
@@ -1263,7 +1265,7 @@ async fn cluster_mode_binds_a_gang_of_gangs_and_patches_the_composite_condition(
     c.state
         .set_gangs(Arc::new(Gangs::new(Duration::from_secs(10))));
     for _ in 0..400 {
-        let ready = {
+        let ready = (c.state.extender.synced)() && {
             let s = c.state.extender.nodes.read();
             s.has_node("n1")
                 && s.composite("ml", "root").is_some()

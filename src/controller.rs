@@ -466,6 +466,20 @@ impl RunController {
         }
     }
 
+    /// What a replica does while it does not hold the Lease (at start, and
+    /// whenever its loop stops): its queue takes no keys (nothing consumes
+    /// them, and its watches keep feeding it: the key of every Run deleted
+    /// meanwhile would stay for good), and its reservations and backoff
+    /// state go (the next leader starts from what the API server shows,
+    /// and [`ready`](Self::ready) queues every waiting Run). Returns the
+    /// reservations dropped.
+    pub fn stand_by(&self) -> usize {
+        self.cache.queue().park();
+        self.failures.lock().clear();
+        self.pending.lock().clear();
+        self.cache.clear_assumptions()
+    }
+
     /// What the loop does before its first cycle when it (re)starts (a new
     /// leader, a restarted process): waits until the cache's initial lists
     /// are in, then queues every waiting Run. A cold replica that wins the
@@ -473,6 +487,7 @@ impl RunController {
     /// half-listed cache (Runs listed, Runtime Pods not yet: every Run
     /// written Pending for want of pods, with a Warning Event each).
     pub async fn ready(&self) {
+        self.cache.queue().unpark();
         self.cache.synced().await;
         // Everything waiting is worth a look when the loop (re)starts.
         self.cache.resync();
@@ -487,7 +502,8 @@ impl RunController {
     /// Runs `workers` workers and the periodic fallback resync until `stop`
     /// completes (leadership lost, shutdown) or the queue shuts down. Cycles
     /// in progress finish first. Nothing is cycled before the cache is
-    /// synced ([`RunController::ready`]).
+    /// synced ([`RunController::ready`], which also takes a queue parked by
+    /// [`stand_by`](RunController::stand_by) out of it).
     pub async fn run_until(
         self: Arc<Self>,
         workers: usize,

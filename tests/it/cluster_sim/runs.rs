@@ -99,7 +99,12 @@ fn regression_seed_2() {
 #[test]
 #[ignore = "open finding: SEED=2 cargo test --test it cluster_sim::runs::open_finding_seed_2 -- --ignored"]
 fn open_finding_seed_2() {
-    harness::run_one("cluster_sim::runs::open_finding_seed_2", 2, STEPS, &simulate);
+    harness::run_one(
+        "cluster_sim::runs::open_finding_seed_2",
+        2,
+        STEPS,
+        &simulate,
+    );
 }
 
 #[test]

@@ -1291,13 +1291,21 @@ impl World {
         } else {
             "leader_killed_cold_replacement"
         };
-        let next = self.standby.as_ref().map_or("?", |r| r.name.as_str()).to_owned();
+        let next = self
+            .standby
+            .as_ref()
+            .map_or("?", |r| r.name.as_str())
+            .to_owned();
         self.fault(
             sim,
             kind,
             format!(
                 "{} Lease, {next} takes it at {:.1}s ({assumed} runtimes cached)",
-                if h.released { "released its" } else { "left its" },
+                if h.released {
+                    "released its"
+                } else {
+                    "left its"
+                },
                 h.at.as_secs_f64()
             ),
         );
@@ -1801,9 +1809,11 @@ impl World {
         if let Some(l) = &self.leader {
             let [(_, cached_runs), ..] = l.r.cache.sizes();
             let backoff = l.r.controller.backoff_entries();
-            sim.check(backoff <= 2 * cached_runs.max(live), "no memory growth the live objects do not explain", || {
-                format!("{backoff} backoff entries for {cached_runs} cached Runs ({live} live)")
-            });
+            sim.check(
+                backoff <= 2 * cached_runs.max(live),
+                "no memory growth the live objects do not explain",
+                || format!("{backoff} backoff entries for {cached_runs} cached Runs ({live} live)"),
+            );
         }
         if self.quiet_since.is_some() {
             self.liveness(sim);

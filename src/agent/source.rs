@@ -527,16 +527,20 @@ impl AgentState {
             return self.forget(&uid, Gone::Released);
         }
         if !self.assigned_here(run) {
-            // An attempt is unassigned, then placed once: a request made
+            // An attempt waits unassigned, then is placed: a request made
             // when the watch showed this Run here is for an attempt of at
-            // least `floor`, so the Run away from this pod at an attempt
-            // not above it is an event older than the request (that
-            // attempt before its placement here, or an earlier one): it
-            // does not release the request. The watch no longer shows the
-            // Run here, though: until it does again, the unseen bound
-            // applies (and a relist that started after the request).
+            // least `floor`, so the Run unassigned at an attempt not above
+            // it, or on another pod at an earlier one, is an event older
+            // than the request: it does not release the request. The
+            // watch no longer shows the Run here, though: until it does
+            // again, the unseen bound applies (and a relist that started
+            // after the request).
+            let older = |floor: i32| match run.assigned_pod {
+                None => run.attempt <= floor,
+                Some(_) => run.attempt < floor,
+            };
             match self.requested.get(&uid).and_then(|r| r.floor) {
-                Some(floor) if run.attempt <= floor => {
+                Some(floor) if older(floor) => {
                     self.runs.remove(&uid);
                     return Effects::default();
                 }
@@ -886,7 +890,8 @@ mod tests {
         // showing the Run executing, counts as one for the next attempt:
         // if it was not (a caller asking again for the attempt it
         // released), the next attempt's events keep the hold only until
-        // the watch shows the Run elsewhere at a later attempt, ...
+        // the watch shows that attempt placed elsewhere, or a later one
+        // away from this pod, ...
         let t0 = Instant::now();
         let setup = || {
             let mut s = state();
@@ -901,14 +906,21 @@ mod tests {
             };
             s.request(run, Requests::runs_only(), Some(1000), t0);
             s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 2)));
-            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-2"), 2)));
+            // An earlier attempt elsewhere is older too.
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-2"), 1)));
             assert!(s.ledger.hold("uid-a").is_some(), "older than the request");
             s
         };
         let mut s = setup();
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-2"), 2)));
+        assert!(
+            s.ledger.hold("uid-a").is_none(),
+            "that attempt placed elsewhere"
+        );
+        let mut s = setup();
         s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 3)));
         assert!(s.ledger.hold("uid-a").is_none(), "a later attempt");
-        // ...or it ends, ...
+        // ...or placed elsewhere, or it ends, ...
         let mut s = setup();
         s.apply_run_event(Event::Apply(mk_attempt("a", "Succeeded", Some("rp-2"), 2)));
         assert!(s.ledger.hold("uid-a").is_none(), "terminal");

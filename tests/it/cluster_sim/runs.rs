@@ -89,8 +89,8 @@ fn regression_seed_2() {
 /// attempt 2 released runtimed's hold; the agent adopted attempt 2 as the
 /// watch's when it showed it Running, and refused runtimed's release.
 /// Fixed in the agent: a request remembers the lowest attempt it can be
-/// for, and an event away from the pod at an attempt not above it keeps
-/// the hold.
+/// for, and an event showing the Run unassigned at an attempt not above
+/// it keeps the hold.
 #[test]
 fn regression_seed_2_attempts() {
     harness::run_one(

@@ -466,6 +466,33 @@ impl RunController {
         }
     }
 
+    /// What a replica does while it does not hold the Lease (at start, and
+    /// whenever its loop stops): its queue takes no keys (nothing consumes
+    /// them, and its watches keep feeding it: the key of every Run deleted
+    /// meanwhile would stay for good), and its reservations and backoff
+    /// state go (the next leader starts from what the API server shows,
+    /// and [`ready`](Self::ready) queues every waiting Run). Returns the
+    /// reservations dropped.
+    pub fn stand_by(&self) -> usize {
+        self.cache.queue().park();
+        self.failures.lock().clear();
+        self.pending.lock().clear();
+        self.cache.clear_assumptions()
+    }
+
+    /// What the loop does before its first cycle when it (re)starts (a new
+    /// leader, a restarted process): waits until the cache's initial lists
+    /// are in, then queues every waiting Run. A cold replica that wins the
+    /// Lease before its lists complete would otherwise decide from a
+    /// half-listed cache (Runs listed, Runtime Pods not yet: every Run
+    /// written Pending for want of pods, with a Warning Event each).
+    pub async fn ready(&self) {
+        self.cache.queue().unpark();
+        self.cache.synced().await;
+        // Everything waiting is worth a look when the loop (re)starts.
+        self.cache.resync();
+    }
+
     /// Runs `workers` workers until the queue shuts down.
     pub async fn run(self: Arc<Self>, workers: usize, resync_every: Duration) {
         self.run_until(workers, resync_every, std::future::pending())
@@ -474,7 +501,9 @@ impl RunController {
 
     /// Runs `workers` workers and the periodic fallback resync until `stop`
     /// completes (leadership lost, shutdown) or the queue shuts down. Cycles
-    /// in progress finish first.
+    /// in progress finish first. Nothing is cycled before the cache is
+    /// synced ([`RunController::ready`], which also takes a queue parked by
+    /// [`stand_by`](RunController::stand_by) out of it).
     pub async fn run_until(
         self: Arc<Self>,
         workers: usize,
@@ -482,8 +511,12 @@ impl RunController {
         stop: impl Future<Output = ()> + Send,
     ) {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        // Everything waiting is worth a look when the loop (re)starts.
-        self.cache.resync();
+        tokio::pin!(stop);
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            _ = self.ready() => {}
+        }
         let metrics = Arc::clone(self.cache.metrics());
         // The fallback resync, restarted if it panics.
         let _resync = {
@@ -725,6 +758,7 @@ mod tests {
         });
         let controller = Arc::new(RunController::new(Arc::clone(store.cache()), writer));
         let cache = Arc::clone(store.cache());
+        cache.set_synced(true);
         let queue = Arc::clone(cache.queue());
         let task = tokio::spawn(Arc::clone(&controller).run(1, Duration::from_secs(3600)));
         crate::testkit::wait_until("the Run scheduled", Duration::from_secs(60), || {
@@ -744,6 +778,38 @@ mod tests {
         cache.check_invariants().unwrap();
         assert_eq!(cache.assumed_pod("ns", "uid-r1"), None);
         queue.shutdown();
+        task.await.unwrap();
+    }
+
+    /// A replica that wins the Lease before its initial lists are in
+    /// decides nothing until they are: no placement, no status written.
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_decides_nothing_before_the_cache_is_synced() {
+        let store = store();
+        let heartbeat = kube_time(Timestamp::now());
+        store
+            .upsert(vec![
+                runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
+                run("r1", &[]).value(),
+            ])
+            .unwrap();
+        let cache = Arc::clone(store.cache());
+        assert!(!cache.is_synced());
+        let controller = Arc::new(RunController::new(Arc::clone(&cache), store.clone()));
+        let task = tokio::spawn(Arc::clone(&controller).run(1, Duration::from_secs(3600)));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let key = RunKey::new("ns", "r1");
+        let (_, status) = cache.run_status(&key).unwrap();
+        assert_eq!(status, RunStatus::default(), "decided before sync");
+        assert_eq!(cache.assumed_pod("ns", "uid-r1"), None);
+        cache.set_synced(true);
+        crate::testkit::wait_until("the Run scheduled", Duration::from_secs(60), || {
+            cache
+                .run_status(&key)
+                .is_some_and(|(_, s)| s.phase.as_deref() == Some("Scheduled"))
+        })
+        .await;
+        cache.queue().shutdown();
         task.await.unwrap();
     }
 }

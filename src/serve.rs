@@ -896,7 +896,8 @@ pub async fn cluster_with(
 }
 
 /// Runs the Run loop whenever this replica holds the Lease; stops it and
-/// drops every reservation when the Lease is lost, or whenever the lease
+/// drops every reservation, its backoff state and its queue (parked until
+/// it leads again: [`RunController::stand_by`]) when the Lease is lost, or whenever the lease
 /// manager fails (it is replaced, and the Lease contested again: see
 /// [`leader::contest`]). `kruntimes_leader` is 1 while the loop runs.
 /// Dropping this future releases the Lease.
@@ -909,6 +910,8 @@ pub async fn lead(
 ) {
     let metrics = Arc::clone(controller.cache().metrics());
     let (mut rx, _contest) = leader::contest(client, cfg.clone(), Arc::clone(&metrics));
+    // A standby's queue takes no keys until it leads.
+    controller.stand_by();
     loop {
         // The contest keeps its sender for as long as `rx` lives.
         if rx.wait_for(|l| *l).await.is_err() {
@@ -924,7 +927,7 @@ pub async fn lead(
             .run_until(workers, resync, stop)
             .await;
         metrics.leader.set(0);
-        let dropped = controller.cache().clear_assumptions();
+        let dropped = controller.stand_by();
         tracing::warn!(dropped, "not leader: Run loop stopped");
     }
 }

@@ -26,8 +26,9 @@
 //! Every request carries its caller (the peer uid on the socket). A hold or a
 //! queue entry belongs to the caller that created it: asking again or
 //! releasing it as someone else is refused ([`Decision::NotYours`],
-//! [`NotYours`]). Holds adopted from the watch belong to nobody: only the
-//! watch releases them. The queue holds at most `max_queue` Runs; a newcomer
+//! [`NotYours`]). Holds adopted from the watch belong to nobody (only the
+//! watch releases them), unless a caller had asked for that Run: then they
+//! stay that caller's ([`AdmissionLedger::adopt`]). The queue holds at most `max_queue` Runs; a newcomer
 //! that would queue beyond it is refused ([`Decision::QueueFull`]) and leaves
 //! no trace.
 //!
@@ -424,10 +425,18 @@ impl AdmissionLedger {
     /// pod), whatever is free: an executing Run is never refused or revoked.
     /// Takes it out of the queue if it was waiting. Returns whether the uid
     /// was queued (its waiters count it as admitted).
-    pub fn adopt(&mut self, run: RunRef, requests: Requests) -> bool {
+    ///
+    /// The hold belongs to the caller that queued the Run, else to
+    /// `creator` (a caller known to have asked for it), else to the watch.
+    pub fn adopt(&mut self, run: RunRef, requests: Requests, creator: Option<u32>) -> bool {
         if self.holds.contains_key(&run.uid) {
             return false;
         }
+        let queued = self
+            .queue
+            .iter()
+            .find(|w| w.run.uid == run.uid)
+            .and_then(|w| w.creator);
         let was_queued = self.remove_queued(&run.uid);
         self.add_reserved(&requests);
         self.holds.insert(
@@ -436,7 +445,7 @@ impl AdmissionLedger {
                 run,
                 requests,
                 origin: Origin::Observed,
-                creator: None,
+                creator: queued.or(creator),
             },
         );
         was_queued
@@ -677,11 +686,11 @@ mod tests {
         let mut l = AdmissionLedger::new(cap(&[("runs", 1)]), 4);
         l.request(run("q"), req(&[]), Some(1));
         l.request(run("x"), req(&[]), Some(1));
-        assert!(l.adopt(run("x"), req(&[])), "was queued");
-        assert!(!l.adopt(run("y"), req(&[])));
+        assert!(l.adopt(run("x"), req(&[]), None), "was queued");
+        assert!(!l.adopt(run("y"), req(&[]), None));
         assert_eq!(l.reserved().get("runs"), Some(&3));
         assert!(
-            !l.adopt(run("y"), req(&[])),
+            !l.adopt(run("y"), req(&[]), None),
             "adopting twice changes nothing"
         );
         assert_eq!(l.reserved().get("runs"), Some(&3));

@@ -10,7 +10,8 @@
 //! - a hold disappears through a `DELETE` only when its creator asked, and
 //!   a re-`POST` by someone else changes nothing;
 //! - after a sweep with the watch healthy, every hold is either younger
-//!   than the bound or has a live Run on this pod.
+//!   than the bound (from its request, or the latest that asked for a
+//!   later attempt) or has a live Run on this pod.
 
 use super::journal::JournalHold;
 use super::ledger::{Decision, Origin};
@@ -282,8 +283,10 @@ fn run_history(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         let live = world.runs[h.run.uid[1..].parse::<usize>().unwrap_or(0)]
                             .as_ref()
                             .is_some_and(|t| t.here && t.phase != "Succeeded");
+                        // The bound counts from the request, or from the
+                        // latest one that asked for a later attempt.
                         let young = s
-                            .requested_at(&h.run.uid)
+                            .unseen_since(&h.run.uid)
                             .is_some_and(|at| world.now.saturating_duration_since(at) < TTL);
                         prop_assert!(live || young, "{} outlived its Run", h.run.uid);
                     }

@@ -69,6 +69,8 @@ pub struct RunFacts {
     /// Its function is released (the configured condition is `True`): it
     /// holds nothing, as if terminal.
     pub released: bool,
+    /// `status.attempt` (1-based; absent is the first).
+    pub attempt: i32,
 }
 
 impl RunFacts {
@@ -89,18 +91,28 @@ impl RunFacts {
             requests: effective_requests(run.requests()),
             accounted: accounted_requests(run.requests()),
             released: status.is_some_and(|s| s.is_released(released_condition)),
+            attempt: status.and_then(|s| s.attempt).unwrap_or(1),
         })
     }
 }
 
-/// A request made through the API (held or queued): when, and before which
-/// relist.
+/// A request made through the API (held or queued): when, before which
+/// relist, and for which attempt at least.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Requested {
+    /// The first request.
     at: Instant,
+    /// Where the unseen bound counts from: the first request, or the
+    /// latest one that showed a later attempt than the earlier ones.
+    last: Instant,
     /// The Run-list epoch when it was made: a relist that started later and
     /// does not show the Run here releases it.
     epoch: u64,
+    /// The lowest attempt the caller can be asking for, from what the watch
+    /// showed when it asked (see [`AgentState::floor`]); `None` when the
+    /// watch did not show the Run here. An event showing the Run away from
+    /// this pod at an attempt not above it is older than the request.
+    floor: Option<i32>,
 }
 
 /// A Run assigned to this pod, as last seen by the watch.
@@ -112,6 +124,8 @@ pub struct KnownRun {
     pub requests: Result<Requests, RequestError>,
     /// The request used to account it if it is already executing.
     pub accounted: Requests,
+    /// `status.attempt` (1-based).
+    pub attempt: i32,
 }
 
 /// Why a queued Run left the queue without being admitted, or a held one
@@ -177,8 +191,14 @@ pub struct AgentState {
     /// Runs assigned to this pod and not terminal, by uid.
     runs: HashMap<String, KnownRun>,
     /// Uids released by an explicit DELETE: not adopted again while the
-    /// watch still shows them Running.
-    released: HashSet<String>,
+    /// watch still shows them Running. The value is the lowest attempt a
+    /// new request for the uid can be for (the released one's floor + 1),
+    /// when known.
+    released: HashMap<String, Option<i32>>,
+    /// Creators of holds and queue entries the watch released because their
+    /// Run left this pod (not terminal): if the watch then shows the Run
+    /// executing here, the adopted hold is theirs.
+    left: HashMap<String, u32>,
     /// Holds and queue entries made through the API, by uid.
     requested: HashMap<String, Requested>,
     /// Incremented at every `Init` of the Run watch.
@@ -202,7 +222,8 @@ impl AgentState {
             config,
             ledger,
             runs: HashMap::new(),
-            released: HashSet::new(),
+            released: HashMap::new(),
+            left: HashMap::new(),
             requested: HashMap::new(),
             list_epoch: 0,
             run_buffer: None,
@@ -233,20 +254,58 @@ impl AgentState {
         now: Instant,
     ) -> (Decision, Effects) {
         let uid = run.uid.clone();
+        let floor = self.floor(&uid);
         let (decision, admitted) = self.ledger.request(run, requests, caller);
-        if matches!(decision, Decision::Admitted(_) | Decision::Queued(_)) {
-            self.requested.entry(uid).or_insert(Requested {
+        let mine = match &decision {
+            Decision::Admitted(_) | Decision::Queued(_) => true,
+            // The creator asking again, maybe for a later attempt.
+            Decision::AlreadyHeld(h) => h.creator.is_some() && h.creator == caller,
+            _ => false,
+        };
+        if mine {
+            // A new request supersedes an earlier DELETE of the uid.
+            self.released.remove(&uid);
+            self.left.remove(&uid);
+            let epoch = self.list_epoch;
+            let r = self.requested.entry(uid).or_insert(Requested {
                 at: now,
-                epoch: self.list_epoch,
+                last: now,
+                epoch,
+                floor,
             });
+            if floor > r.floor {
+                r.floor = floor;
+                r.last = now;
+            }
         }
         (decision, Effects::admitted(admitted))
+    }
+
+    /// The lowest attempt a request for `uid` made now can be for. runtimed
+    /// asks only for a Run it sees `Scheduled` on this pod, so at least the
+    /// attempt the watch shows here, and a later one when the watch shows
+    /// that attempt already executing; and a later one than a hold of the
+    /// uid its caller released. `None` when the watch does not show the Run
+    /// here and nothing was released.
+    fn floor(&self, uid: &str) -> Option<i32> {
+        let seen = self.runs.get(uid).map(|k| {
+            let executing = matches!(k.phase.as_deref(), Some(phase::RUNNING | phase::READY));
+            k.attempt.saturating_add(i32::from(executing))
+        });
+        let released = self.released.get(uid).copied().flatten();
+        seen.max(released)
     }
 
     /// When the uid was first asked for through the API, if it is held or
     /// queued from such a request.
     pub fn requested_at(&self, uid: &str) -> Option<Instant> {
         self.requested.get(uid).map(|r| r.at)
+    }
+
+    /// Where the unseen bound of the uid's request counts from: the first
+    /// request, or the latest that asked for a later attempt.
+    pub fn unseen_since(&self, uid: &str) -> Option<Instant> {
+        self.requested.get(uid).map(|r| r.last)
     }
 
     /// Puts back holds recovered from the journal. They count as requests
@@ -256,7 +315,15 @@ impl AgentState {
         for h in holds {
             let uid = h.run.uid.clone();
             self.ledger.restore(h.run, h.requests, h.creator);
-            self.requested.insert(uid, Requested { at: now, epoch: 0 });
+            self.requested.insert(
+                uid,
+                Requested {
+                    at: now,
+                    last: now,
+                    epoch: 0,
+                    floor: None,
+                },
+            );
         }
     }
 
@@ -281,7 +348,8 @@ impl AgentState {
             .requested
             .iter()
             .filter(|(uid, r)| {
-                !self.runs.contains_key(uid.as_str()) && now.saturating_duration_since(r.at) >= ttl
+                !self.runs.contains_key(uid.as_str())
+                    && now.saturating_duration_since(r.last) >= ttl
             })
             .map(|(uid, _)| uid.clone())
             .collect();
@@ -299,16 +367,17 @@ impl AgentState {
         self.requested
             .iter()
             .filter(|(uid, _)| !self.runs.contains_key(uid.as_str()))
-            .map(|(_, r)| r.at + self.config.unseen_ttl)
+            .map(|(_, r)| r.last + self.config.unseen_ttl)
             .min()
     }
 
     /// Remembers an explicit release (so the Run is not adopted again).
     pub fn release(&mut self, uid: &str) -> Effects {
-        self.requested.remove(uid);
+        let floor = self.requested.remove(uid).and_then(|r| r.floor);
         let (r, admitted) = self.ledger.release(uid);
         if r.held || r.dequeued || self.runs.contains_key(uid) {
-            self.released.insert(uid.to_owned());
+            self.released
+                .insert(uid.to_owned(), floor.map(|f| f.saturating_add(1)));
         }
         let mut fx = Effects::admitted(admitted);
         if r.dequeued {
@@ -435,7 +504,10 @@ impl AgentState {
             })
             .collect();
         for (uid, why) in stale {
-            fx.merge(self.forget(&uid, why));
+            fx.merge(match why {
+                Gone::Reassigned => self.leave(&uid),
+                why => self.forget(&uid, why),
+            });
         }
         fx
     }
@@ -455,12 +527,32 @@ impl AgentState {
             return self.forget(&uid, Gone::Released);
         }
         if !self.assigned_here(run) {
+            // An attempt waits unassigned, then is placed: a request made
+            // when the watch showed this Run here is for an attempt of at
+            // least `floor`, so the Run unassigned at an attempt not above
+            // it, or on another pod at an earlier one, is an event older
+            // than the request: it does not release the request. The
+            // watch no longer shows the Run here, though: until it does
+            // again, the unseen bound applies (and a relist that started
+            // after the request).
+            let older = |floor: i32| match run.assigned_pod {
+                None => run.attempt <= floor,
+                Some(_) => run.attempt < floor,
+            };
+            match self.requested.get(&uid).and_then(|r| r.floor) {
+                Some(floor) if older(floor) => {
+                    self.runs.remove(&uid);
+                    return Effects::default();
+                }
+                Some(_) => return self.leave(&uid),
+                None => {}
+            }
             // Only a Run the watch has shown here can move away. A uid
             // reserved from the request body before the watch caught up
             // may still see older events (unassigned, or a previous
             // assignment): those must not release it.
             if self.runs.contains_key(&uid) {
-                return self.forget(&uid, Gone::Reassigned);
+                return self.leave(&uid);
             }
             return Effects::default();
         }
@@ -473,16 +565,21 @@ impl AgentState {
             phase: phase.clone(),
             requests: run.requests.clone(),
             accounted: run.accounted.clone(),
+            attempt: run.attempt,
         };
         let executing = matches!(phase.as_deref(), Some(phase::RUNNING | phase::READY));
         let mut fx = Effects::default();
-        if executing && (relist || !self.released.contains(&uid)) {
+        if executing && (relist || !self.released.contains_key(&uid)) {
             if relist {
                 self.released.remove(&uid);
             }
+            // A Run executing here was started by runtimed, which asked for
+            // it: a hold the watch released when the Run left (an event it
+            // could not tell from a stale one) goes back to its creator.
+            let creator = self.left.remove(&uid);
             if self
                 .ledger
-                .adopt(known.run.clone(), known.accounted.clone())
+                .adopt(known.run.clone(), known.accounted.clone(), creator)
             {
                 fx.admitted.push(uid.clone());
             }
@@ -496,11 +593,33 @@ impl AgentState {
     fn forget(&mut self, uid: &str, why: Gone) -> Effects {
         self.runs.remove(uid);
         self.released.remove(uid);
+        self.left.remove(uid);
         self.requested.remove(uid);
         let (r, admitted) = self.ledger.release(uid);
         let mut fx = Effects::admitted(admitted);
         if r.dequeued {
             fx.dropped.push((uid.to_owned(), why));
+        }
+        fx
+    }
+}
+
+impl AgentState {
+    /// The watch shows the Run away from this pod (not terminal): released
+    /// as by [`Self::forget`], remembering who had asked for it (see
+    /// `left`).
+    fn leave(&mut self, uid: &str) -> Effects {
+        let creator = match self.ledger.hold(uid) {
+            Some(h) => h.creator,
+            None => self
+                .ledger
+                .queue()
+                .find(|w| w.run.uid == uid)
+                .and_then(|w| w.creator),
+        };
+        let fx = self.forget(uid, Gone::Reassigned);
+        if let Some(c) = creator {
+            self.left.insert(uid.to_owned(), c);
         }
         fx
     }
@@ -615,6 +734,7 @@ pub async fn watch(agent: std::sync::Arc<super::Agent>, client: kube::Client) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ledger::Origin;
     use super::*;
     use crate::model::resources::Requests;
     use crate::testkit;
@@ -692,6 +812,183 @@ mod tests {
         reserve(&mut s, "b");
         s.apply_run_event(Event::Apply(mk_run("b", Some("Failed"), Some("rp-1"))));
         assert!(s.ledger.hold("uid-b").is_none());
+    }
+
+    /// [`mk_run`] at `status.attempt` `attempt`.
+    fn mk_attempt(name: &str, phase: &str, pod: Option<&str>, attempt: i32) -> Run {
+        let mut r = mk_run(name, Some(phase), pod);
+        r.status.get_or_insert_with(Default::default).attempt = Some(attempt);
+        r
+    }
+
+    fn runs_reserved(s: &AgentState) -> u64 {
+        s.ledger.reserved().get("runs").copied().unwrap_or(0)
+    }
+
+    /// Seed 2 of the runtime world: attempt 1 of a Run ran here under
+    /// runtimed's hold and failed; attempt 2 was placed here again and
+    /// runtimed reserved it at once, its view being current, while the
+    /// agent's watch still showed attempt 1. The watch's older events of
+    /// the Run back to Pending for attempt 2 must not release runtimed's
+    /// hold, and runtimed releases it when attempt 2 ends.
+    #[test]
+    fn agent_a_retried_runs_older_pending_event_keeps_runtimeds_hold() {
+        // released: runtimed released attempt 1's hold before asking for
+        // attempt 2; seen_running: the watch showed attempt 1 Running
+        // before that request (else it still showed it Scheduled).
+        for (released, seen_running) in [(true, true), (false, true), (true, false)] {
+            let case = format!("released {released}, seen running {seen_running}");
+            let mut s = state();
+            let uid = "uid-a";
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 1)));
+            reserve(&mut s, "a");
+            if released {
+                assert!(s.release_by(uid, Some(1000)).is_ok(), "{case}");
+            }
+            if seen_running {
+                s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 1)));
+            }
+            // runtimed asks for attempt 2 (the body names no attempt).
+            reserve(&mut s, "a");
+            let held = |s: &AgentState| s.ledger.hold(uid).map(|h| (h.creator, h.origin));
+            assert_eq!(held(&s), Some((Some(1000), Origin::Admitted)), "{case}");
+            if !seen_running {
+                s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 1)));
+            }
+            // The watch catches up: attempt 1 ended, attempt 2 waiting,
+            // placed here, executing.
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 2)));
+            assert_eq!(held(&s), Some((Some(1000), Origin::Admitted)), "{case}");
+            assert_eq!(runs_reserved(&s), 1, "{case}");
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 2)));
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 2)));
+            assert_eq!(held(&s), Some((Some(1000), Origin::Admitted)), "{case}");
+            assert_eq!(runs_reserved(&s), 1, "{case}");
+            // Attempt 2 ends: runtimed's release is accepted.
+            assert!(s.release_by(uid, Some(1000)).is_ok(), "{case}");
+            assert!(s.ledger.hold(uid).is_none(), "{case}");
+            assert_eq!(runs_reserved(&s), 0, "{case}");
+        }
+    }
+
+    /// The hold of a Run that truly left is still released: by its next
+    /// attempt's events, a terminal phase, a relist, or the unseen bound.
+    #[test]
+    fn agent_a_hold_kept_over_an_older_event_is_still_released_when_the_run_left() {
+        // runtimed reserved attempt 1 and left the release to the watch:
+        // attempt 2 back to Pending releases it, and so does attempt 2
+        // placed elsewhere.
+        for pod in [None, Some("rp-2")] {
+            let mut s = state();
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 1)));
+            reserve(&mut s, "a");
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 1)));
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", pod, 2)));
+            assert!(s.ledger.hold("uid-a").is_none(), "{pod:?}");
+        }
+        // A request after the caller released the uid, with the watch
+        // showing the Run executing, counts as one for the next attempt:
+        // if it was not (a caller asking again for the attempt it
+        // released), the next attempt's events keep the hold only until
+        // the watch shows that attempt placed elsewhere, or a later one
+        // away from this pod, ...
+        let t0 = Instant::now();
+        let setup = || {
+            let mut s = state();
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 1)));
+            reserve(&mut s, "a");
+            assert!(s.release_by("uid-a", Some(1000)).is_ok());
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 1)));
+            let run = RunRef {
+                namespace: "default".into(),
+                name: "a".into(),
+                uid: "uid-a".into(),
+            };
+            s.request(run, Requests::runs_only(), Some(1000), t0);
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 2)));
+            // An earlier attempt elsewhere is older too.
+            s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-2"), 1)));
+            assert!(s.ledger.hold("uid-a").is_some(), "older than the request");
+            s
+        };
+        let mut s = setup();
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-2"), 2)));
+        assert!(
+            s.ledger.hold("uid-a").is_none(),
+            "that attempt placed elsewhere"
+        );
+        let mut s = setup();
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 3)));
+        assert!(s.ledger.hold("uid-a").is_none(), "a later attempt");
+        // ...or placed elsewhere, or it ends, ...
+        let mut s = setup();
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Succeeded", Some("rp-2"), 2)));
+        assert!(s.ledger.hold("uid-a").is_none(), "terminal");
+        // ...or a relist that started after the request does not show it
+        // here, ...
+        let mut s = setup();
+        s.apply_run_event(Event::Init);
+        s.apply_run_event(Event::InitApply(mk_attempt(
+            "a",
+            "Running",
+            Some("rp-2"),
+            2,
+        )));
+        s.apply_run_event(Event::InitDone);
+        assert!(s.ledger.hold("uid-a").is_none(), "relisted elsewhere");
+        // ...or the unseen bound passes: the watch no longer shows it here.
+        let mut s = setup();
+        let ttl = s.config.unseen_ttl;
+        assert_eq!(s.next_sweep(), Some(t0 + ttl));
+        s.sweep(t0 + ttl - Duration::from_millis(1));
+        assert!(s.ledger.hold("uid-a").is_some(), "within the bound");
+        s.sweep(t0 + ttl);
+        assert!(s.ledger.hold("uid-a").is_none(), "unseen");
+        assert_eq!(runs_reserved(&s), 0);
+    }
+
+    /// A Run executing here that a caller asked for is adopted as that
+    /// caller's: it was queued, or the watch released its hold on an event
+    /// it could not tell from an older one.
+    #[test]
+    fn agent_an_adopted_run_stays_its_callers() {
+        // runtimed holds attempt 1 and asks for attempt 2 while the watch
+        // still shows attempt 1 Scheduled: attempt 2 back to Pending
+        // cannot be told from attempt 1 ending, and releases the hold.
+        let mut s = state();
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 1)));
+        reserve(&mut s, "a");
+        reserve(&mut s, "a");
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 1)));
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Pending", None, 2)));
+        assert!(s.ledger.hold("uid-a").is_none());
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Scheduled", Some("rp-1"), 2)));
+        s.apply_run_event(Event::Apply(mk_attempt("a", "Running", Some("rp-1"), 2)));
+        let h = s.ledger.hold("uid-a").cloned();
+        assert_eq!(
+            h.map(|h| (h.creator, h.origin)),
+            Some((Some(1000), Origin::Observed))
+        );
+        assert_eq!(
+            s.release_by("uid-a", Some(1001)),
+            Err(NotYours {
+                creator: Some(1000)
+            })
+        );
+        assert!(s.release_by("uid-a", Some(1000)).is_ok());
+        assert!(s.ledger.hold("uid-a").is_none());
+        // A queued Run found executing: its caller's.
+        let mut s = state();
+        for n in ["x", "y", "q"] {
+            reserve(&mut s, n);
+        }
+        assert!(s.ledger.is_queued("uid-q"));
+        s.apply_run_event(Event::Apply(mk_run("q", Some("Running"), Some("rp-1"))));
+        assert_eq!(s.ledger.hold("uid-q").and_then(|h| h.creator), Some(1000));
+        assert!(s.release_by("uid-q", Some(1000)).is_ok());
+        // A Run no caller asked for stays the watch's.
+        s.apply_run_event(Event::Apply(mk_run("o", Some("Running"), Some("rp-1"))));
+        assert_eq!(s.ledger.hold("uid-o").map(|h| h.creator), Some(None));
     }
 
     fn released(mut r: Run, condition: &str) -> Run {

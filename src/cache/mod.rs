@@ -35,7 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use runs::{DEFAULT_PLAN_LIMIT, Decision, PendingRuns, PlanOutcome, PlanResult};
@@ -75,8 +75,8 @@ pub struct RunCache {
     queue: Arc<WorkQueue<RunKey>>,
     /// Wakeup and rejection counters.
     metrics: Arc<Metrics>,
-    /// Initial lists are in.
-    synced: AtomicBool,
+    /// Initial lists are in (the Run loop waits for it: [`RunCache::synced`]).
+    synced: tokio::sync::watch::Sender<bool>,
     /// Pods whose Runs plans with affinity terms checked, since start
     /// ([`RunCache::affinity_pods_examined`]).
     affinity_examined: AtomicU64,
@@ -375,7 +375,7 @@ impl RunCache {
             state: RwLock::new(State::default()),
             queue,
             metrics,
-            synced: AtomicBool::new(false),
+            synced: tokio::sync::watch::Sender::new(false),
             affinity_examined: AtomicU64::new(0),
         }
     }
@@ -402,11 +402,18 @@ impl RunCache {
     }
 
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        *self.synced.borrow()
     }
 
     pub fn set_synced(&self, v: bool) {
-        self.synced.store(v, Ordering::Release);
+        self.synced.send_replace(v);
+    }
+
+    /// Completes once the initial lists are in (at once if they are).
+    pub async fn synced(&self) {
+        let mut rx = self.synced.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail here.
+        let _ = rx.wait_for(|s| *s).await;
     }
 
     /// Applies a Pod add/update. Pods without the runtime label are not

@@ -45,6 +45,8 @@ struct Inner<K> {
     dirty: HashSet<K>,
     processing: HashSet<K>,
     shutdown: bool,
+    /// No loop consumes the queue (a standby replica): adds are dropped.
+    parked: bool,
 }
 
 /// Keys waiting to be added, each once, at its earliest due time.
@@ -96,6 +98,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> Default for WorkQueue<K> {
                 dirty: HashSet::new(),
                 processing: HashSet::new(),
                 shutdown: false,
+                parked: false,
             }),
             notify: Notify::new(),
             delayed: Mutex::new(Delayed {
@@ -147,7 +150,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Adds a key; returns false if it was already waiting (coalesced).
     pub fn add(&self, key: K) -> bool {
         let mut g = self.inner.lock();
-        if g.shutdown || !g.dirty.insert(key.clone()) {
+        if g.shutdown || g.parked || !g.dirty.insert(key.clone()) {
             return false;
         }
         if !g.processing.contains(&key) {
@@ -166,8 +169,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             self.add(key);
             return;
         }
-        if self.inner.lock().shutdown {
-            return;
+        {
+            let g = self.inner.lock();
+            if g.shutdown || g.parked {
+                return;
+            }
         }
         let due = Instant::now() + delay;
         let earliest = {
@@ -321,6 +327,27 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         self.inner.lock().queue.len()
     }
 
+    /// While no loop consumes the queue (a replica that does not hold the
+    /// Lease): drops every waiting and delayed key, and every key added
+    /// until [`unpark`](Self::unpark). Fed by the watches all along, a
+    /// standby's queue would otherwise keep the key of every Run it ever
+    /// saw change, deleted ones included.
+    pub fn park(&self) {
+        let mut g = self.inner.lock();
+        g.parked = true;
+        g.queue.clear();
+        g.dirty.clear();
+        drop(g);
+        let mut d = self.delayed.lock();
+        d.by_key.clear();
+        d.by_due.clear();
+    }
+
+    /// Takes keys again (the loop starts; it queues what waits itself).
+    pub fn unpark(&self) {
+        self.inner.lock().parked = false;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -346,6 +373,23 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_parked_queue_keeps_nothing_until_unparked() {
+        let q: Arc<WorkQueue<u32>> = Arc::new(WorkQueue::default());
+        q.add(1);
+        q.add_after(2, Duration::from_secs(1));
+        q.park();
+        assert_eq!((q.len(), q.delayed_len(), q.outstanding()), (0, 0, 0));
+        for k in 3..1000 {
+            assert!(!q.add(k));
+            q.add_after(k, Duration::from_secs(1));
+        }
+        assert_eq!((q.len(), q.delayed_len(), q.outstanding()), (0, 0, 0));
+        q.unpark();
+        assert!(q.add(7));
+        assert_eq!(q.try_next(), Some(7));
+    }
 
     #[test]
     fn coalesces_and_requeues_while_processing() {

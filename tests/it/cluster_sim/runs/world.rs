@@ -53,6 +53,25 @@ pub struct Config {
     pub conflict_p: f64,
     /// Probability that it fails with a 5xx.
     pub error_p: f64,
+    /// Probability that it is throttled with a 429.
+    pub throttle_p: f64,
+    /// Whether the Run-scheduler leader is killed and a standby takes over
+    /// (and a standby replica runs beside the leader at all). Off, the
+    /// world draws exactly what it drew before handovers existed (the
+    /// regression seeds that predate them replay their scenario).
+    pub handovers: bool,
+}
+
+impl Config {
+    /// The world before leader handovers and 429s: what the seeds found
+    /// then replay with.
+    pub fn without_handovers() -> Self {
+        Config {
+            throttle_p: 0.0,
+            handovers: false,
+            ..Config::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -61,6 +80,8 @@ impl Default for Config {
             fault_share: 0.7,
             conflict_p: 0.08,
             error_p: 0.03,
+            throttle_p: 0.03,
+            handovers: true,
         }
     }
 }
@@ -82,6 +103,13 @@ pub struct Figures {
     /// Longest time from the last fault to a quiet world (every agent up,
     /// every watch caught up, every fitting Run placed).
     pub longest_repair: Duration,
+    /// Leader handovers completed (warm standby, cold replacement).
+    pub handovers: u64,
+    /// Longest time from a leader's kill to its successor's Lease.
+    pub longest_takeover: Duration,
+    /// Longest time from a successor's Lease to its loop's start (a cold
+    /// one waits for its lists).
+    pub longest_takeover_to_first_cycle: Duration,
 }
 
 impl Figures {
@@ -97,6 +125,11 @@ impl Figures {
         self.longest_fit_to_place = self.longest_fit_to_place.max(o.longest_fit_to_place);
         self.longest_place_to_admit = self.longest_place_to_admit.max(o.longest_place_to_admit);
         self.longest_repair = self.longest_repair.max(o.longest_repair);
+        self.handovers += o.handovers;
+        self.longest_takeover = self.longest_takeover.max(o.longest_takeover);
+        self.longest_takeover_to_first_cycle = self
+            .longest_takeover_to_first_cycle
+            .max(o.longest_takeover_to_first_cycle);
     }
 }
 
@@ -121,6 +154,13 @@ impl fmt::Display for Figures {
             self.longest_place_to_admit.as_secs_f64(),
             LIVENESS_BOUND.as_secs(),
             self.longest_repair.as_secs_f64(),
+        )?;
+        write!(
+            f,
+            "; {} handovers, longest kill->Lease {:.1}s, Lease->loop start {:.1}s",
+            self.handovers,
+            self.longest_takeover.as_secs_f64(),
+            self.longest_takeover_to_first_cycle.as_secs_f64(),
         )
     }
 }
@@ -145,6 +185,8 @@ struct Api {
     log: Vec<Change>,
     /// The next scheduler write fails with this (drawn by the world).
     inject: Option<WriteError>,
+    /// Status writes made by a leader whose cache was not synced.
+    unsynced_writes: Vec<String>,
 }
 
 impl Api {
@@ -176,8 +218,22 @@ impl Api {
 }
 
 /// The scheduler's writer: status writes with the resourceVersion
-/// precondition, plus the 409s and 5xx the world injects.
-struct ApiWriter(Arc<Mutex<Api>>);
+/// precondition, plus the 409s, 5xx and 429s the world injects. It knows
+/// the cache of the replica it writes for, to catch a write decided from
+/// an unsynced cache.
+struct ApiWriter(Arc<Mutex<Api>>, Arc<RunCache>);
+
+/// What the real client path makes of a 429 on a status write
+/// (`cluster::kube` maps every answer but 409 and 404 to
+/// `WriteError::Other` with the client error's text).
+fn throttled() -> WriteError {
+    let status = kube::core::Status::failure(
+        "the server has received too many requests and has asked us to try again later",
+        "TooManyRequests",
+    )
+    .with_code(429);
+    WriteError::Other(kube::Error::Api(Box::new(status)).to_string())
+}
 
 impl ClusterWriter for ApiWriter {
     fn write_run_status<'a>(
@@ -188,6 +244,9 @@ impl ClusterWriter for ApiWriter {
         status: &'a RunStatus,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
         let mut api = self.0.lock();
+        if !self.1.is_synced() {
+            api.unsynced_writes.push(format!("{name}: {status:?}"));
+        }
         let r = (|| {
             if let Some(e) = api.inject.take() {
                 return Err(e);
@@ -321,12 +380,156 @@ struct RunInfo {
     placed_since: Option<Duration>,
 }
 
+// === the Run-scheduler replicas ===
+
+/// `--leader-elect-duration`'s default: a Lease not renewed for this long
+/// has expired.
+const LEASE: Duration = Duration::from_secs(15);
+/// The renewal grace `run_cluster` derives from it (a third): the leader
+/// renews this long before expiry.
+const LEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// One scheduler replica's Run cache, fed by its own watch whether or not
+/// it leads (as the real informers are), and its Run loop, standing by
+/// (`RunController::stand_by`, as `serve::lead` has it) until it leads.
+struct Replica {
+    name: String,
+    cache: Arc<RunCache>,
+    controller: Arc<RunController>,
+    watch: Stream,
+    /// A cold replica's first list of Runs, and of Runtime Pods, completes
+    /// then (its watch starts after both, and the cache is synced).
+    runs_list_at: Option<Duration>,
+    pods_list_at: Option<Duration>,
+}
+
+impl Replica {
+    fn new(name: String, api: &Arc<Mutex<Api>>) -> Replica {
+        let cache = Arc::new(RunCache::new(
+            CacheConfig::default(),
+            Arc::new(WorkQueue::default()),
+            Arc::new(Metrics::default()),
+        ));
+        let writer = ApiWriter(Arc::clone(api), Arc::clone(&cache));
+        let controller = Arc::new(RunController::new(Arc::clone(&cache), Arc::new(writer)));
+        controller.stand_by();
+        Replica {
+            name,
+            cache,
+            controller,
+            watch: Stream::default(),
+            runs_list_at: None,
+            pods_list_at: None,
+        }
+    }
+
+    /// A replica starting now: its lists complete 0.5 to 8 s later.
+    fn cold(sim: &mut Sim, name: String, start: Duration, api: &Arc<Mutex<Api>>) -> Replica {
+        let mut r = Replica::new(name, api);
+        let runs = start + sim.delay(Duration::from_millis(500), Duration::from_secs(8));
+        let pods = start + sim.delay(Duration::from_millis(500), Duration::from_secs(8));
+        r.runs_list_at = Some(runs);
+        r.pods_list_at = Some(pods);
+        r.watch.drop_until(runs.max(pods));
+        r
+    }
+
+    fn listing(&self) -> bool {
+        self.runs_list_at.is_some() || self.pods_list_at.is_some()
+    }
+
+    /// Its lists, relists and due watch events; what happened, for the trace.
+    fn feed(&mut self, now: Duration, api: &Mutex<Api>) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.runs_list_at.is_some_and(|t| t <= now) {
+            self.runs_list_at = None;
+            let runs: Vec<Run> = api.lock().runs.values().cloned().collect();
+            self.cache.reset_runs(&runs);
+            out.push(format!("{} listed {} Runs", self.name, runs.len()));
+        }
+        if self.pods_list_at.is_some_and(|t| t <= now) {
+            self.pods_list_at = None;
+            let pods: Vec<Pod> = api.lock().pods.values().cloned().collect();
+            self.cache.reset_pods(&pods, ts(now));
+            out.push(format!("{} listed {} pods", self.name, pods.len()));
+        }
+        if !self.listing() && self.watch.relist_due(now) {
+            let (runs, pods): (Vec<Run>, Vec<Pod>) = {
+                let api = api.lock();
+                (
+                    api.runs.values().cloned().collect(),
+                    api.pods.values().cloned().collect(),
+                )
+            };
+            self.cache.reset_runs(&runs);
+            self.cache.reset_pods(&pods, ts(now));
+            out.push(format!(
+                "{} cache relisted {} Runs {} pods",
+                self.name,
+                runs.len(),
+                pods.len()
+            ));
+            if !self.cache.is_synced() {
+                self.cache.set_synced(true);
+                out.push(format!("{} cache synced", self.name));
+            }
+        }
+        for c in self.watch.due(now) {
+            match c {
+                Change::Pod(p) => self.cache.apply_pod(&p, ts(now)),
+                Change::Run(r) => self.cache.apply_run(&r),
+                Change::RunGone(r) => self
+                    .cache
+                    .delete_run(NS, r.metadata.name.as_deref().unwrap_or_default()),
+            }
+        }
+        out
+    }
+
+    /// Whether every change has reached its cache.
+    fn is_quiet(&self) -> bool {
+        !self.listing() && self.watch.is_quiet()
+    }
+}
+
+/// The replica holding the Lease: its Run loop over its cache.
+struct Leader {
+    r: Replica,
+    /// The loop's start (`RunController::ready`: the cache synced, then a
+    /// resync); no cycle before it completes.
+    ready: tokio::task::JoinHandle<()>,
+    /// When it won the Lease; whether its loop has started since.
+    since: Duration,
+    started: bool,
+    /// It took over from a killed leader.
+    succeeded: bool,
+}
+
+/// A leader killed; its successor takes the Lease at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Handover {
+    at: Duration,
+    killed_at: Duration,
+    /// The standby watching all along takes over; else a replacement pod
+    /// whose cache lists after it starts.
+    warm: bool,
+    /// The old leader released the Lease as it went (a graceful stop).
+    released: bool,
+    /// When the cold replacement starts (its lists follow).
+    cold_start: Duration,
+}
+
 pub struct World {
     cfg: Config,
     api: Arc<Mutex<Api>>,
-    cache: Arc<RunCache>,
-    controller: RunController,
-    cache_watch: Stream,
+    /// `None` between a leader's kill and its successor's Lease.
+    leader: Option<Leader>,
+    /// The replica that takes over next (warm, or still listing).
+    standby: Option<Replica>,
+    handover: Option<Handover>,
+    /// A kill drawn this step, carried out part-way through its cycles.
+    kill: Option<Handover>,
+    next_replica: u64,
     pods: Vec<RuntimePod>,
     info: BTreeMap<String, RunInfo>,
     next_run: u64,
@@ -402,15 +605,7 @@ impl World {
     }
 
     fn new(sim: &mut Sim, cfg: Config) -> World {
-        let queue = Arc::new(WorkQueue::default());
-        let cache = Arc::new(RunCache::new(
-            CacheConfig::default(),
-            queue,
-            Arc::new(Metrics::default()),
-        ));
         let api = Arc::new(Mutex::new(Api::default()));
-        let controller =
-            RunController::new(Arc::clone(&cache), Arc::new(ApiWriter(Arc::clone(&api))));
         // A memory-backed directory when there is one: the journal's
         // snapshots sync, and a disk's syncs would be most of the run time.
         let shm = std::path::Path::new("/dev/shm");
@@ -427,12 +622,15 @@ impl World {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let handovers = cfg.handovers;
         let mut w = World {
             cfg,
             api,
-            cache,
-            controller,
-            cache_watch: Stream::default(),
+            leader: None,
+            standby: None,
+            handover: None,
+            kill: None,
+            next_replica: 0,
             pods: Vec::new(),
             info: BTreeMap::new(),
             next_run: 0,
@@ -443,6 +641,13 @@ impl World {
             quiet_since: None,
             repaired: true,
         };
+        // The leader, and (with handovers) a standby watching beside it.
+        let first = Replica::new(w.replica_name(), &w.api);
+        w.lead(sim, first);
+        if handovers {
+            let standby = Replica::new(w.replica_name(), &w.api);
+            w.standby = Some(standby);
+        }
         let n = sim.below(2, 6);
         for i in 0..n {
             let runs = sim.below(1, 5);
@@ -469,10 +674,45 @@ impl World {
             w.pods.push(pod);
             w.write_pod(sim, i as usize);
         }
-        // The cache lists first (an empty list of Runs, then the pods).
-        w.cache.reset_runs(&[]);
-        w.cache.set_synced(true);
+        // The caches list first (an empty list of Runs, then the pods).
+        for r in [&w.leader.as_ref().map(|l| &l.r), &w.standby.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            r.cache.reset_runs(&[]);
+            r.cache.set_synced(true);
+        }
         w
+    }
+
+    fn replica_name(&mut self) -> String {
+        self.next_replica += 1;
+        format!("scheduler-{}", self.next_replica - 1)
+    }
+
+    /// `r` wins the Lease: its Run loop starts over its cache as it is,
+    /// with no reservations (`serve::lead` runs `run_until`, which waits
+    /// for the cache's lists and resyncs before its first cycle).
+    fn lead(&mut self, sim: &mut Sim, r: Replica) {
+        let ready = tokio::spawn({
+            let c = Arc::clone(&r.controller);
+            async move { c.ready().await }
+        });
+        self.ev(
+            sim,
+            format!(
+                "{} holds the Lease (cache synced: {})",
+                r.name,
+                r.cache.is_synced()
+            ),
+        );
+        self.leader = Some(Leader {
+            r,
+            ready,
+            since: sim.now(),
+            started: false,
+            succeeded: false,
+        });
     }
 
     /// Records an event (the harness hashes and, with `SIM_PRINT_TRACE`,
@@ -540,12 +780,17 @@ impl World {
         let log = std::mem::take(&mut self.api.lock().log);
         let slow = if self.slow_until.is_some() { 10 } else { 1 };
         for c in log {
-            let d = sim.delay(Duration::from_millis(1), Duration::from_millis(300)) * slow;
-            let at = sim.now() + d;
-            self.cache_watch.push(at, c.clone());
+            if let Some(l) = &mut self.leader {
+                let d = sim.delay(Duration::from_millis(1), Duration::from_millis(300)) * slow;
+                l.r.watch.push(sim.now() + d, c.clone());
+            }
             for p in &mut self.pods {
                 let d = sim.delay(Duration::from_millis(1), Duration::from_millis(300)) * slow;
                 p.watch.push(sim.now() + d, c.clone());
+            }
+            if let Some(r) = &mut self.standby {
+                let d = sim.delay(Duration::from_millis(1), Duration::from_millis(300)) * slow;
+                r.watch.push(sim.now() + d, c.clone());
             }
         }
     }
@@ -569,6 +814,9 @@ impl World {
         }
 
         self.deliver(sim);
+        if self.handover.is_some_and(|h| h.at <= now) {
+            self.take_over(sim);
+        }
 
         // One event of the world.
         let weights: [u32; 4] = if faults { [12, 3, 3, 6] } else { [0, 0, 0, 0] };
@@ -582,7 +830,12 @@ impl World {
 
         if now >= self.next_resync {
             self.next_resync = now + RESYNC;
-            let n = self.cache.resync();
+            // The leader's loop's fallback resync.
+            let n = self
+                .leader
+                .as_ref()
+                .filter(|l| l.ready.is_finished())
+                .map_or(0, |l| l.r.cache.resync());
             if n > 0 {
                 self.ev(sim, format!("resync queued {n}"));
             }
@@ -598,8 +851,11 @@ impl World {
     fn end_faults(&mut self, sim: &mut Sim) {
         let now = sim.now();
         self.slow_until = None;
-        if self.cache_watch.down_until.is_some() {
-            self.cache_watch.down_until = Some(now);
+        let replicas = self.leader.iter_mut().map(|l| &mut l.r);
+        for r in replicas.chain(self.standby.iter_mut()) {
+            if r.watch.down_until.is_some() && !r.listing() {
+                r.watch.down_until = Some(now);
+            }
         }
         for p in &mut self.pods {
             if p.watch.down_until.is_some() {
@@ -621,29 +877,13 @@ impl World {
     /// Delivers due watch events and relists watches that are due to.
     fn deliver(&mut self, sim: &mut Sim) {
         let now = sim.now();
-        if self.cache_watch.relist_due(now) {
-            let (runs, pods): (Vec<Run>, Vec<Pod>) = {
-                let api = self.api.lock();
-                (
-                    api.runs.values().cloned().collect(),
-                    api.pods.values().cloned().collect(),
-                )
-            };
-            self.cache.reset_runs(&runs);
-            self.cache.reset_pods(&pods, ts(now));
-            self.ev(
-                sim,
-                format!("cache relisted {} Runs {} pods", runs.len(), pods.len()),
-            );
+        let mut lines = Vec::new();
+        let replicas = self.leader.iter_mut().map(|l| &mut l.r);
+        for r in replicas.chain(self.standby.iter_mut()) {
+            lines.extend(r.feed(now, &self.api));
         }
-        for c in self.cache_watch.due(now) {
-            match c {
-                Change::Pod(p) => self.cache.apply_pod(&p, ts(now)),
-                Change::Run(r) => self.cache.apply_run(&r),
-                Change::RunGone(r) => self
-                    .cache
-                    .delete_run(NS, r.metadata.name.as_deref().unwrap_or_default()),
-            }
+        for line in lines {
+            self.ev(sim, line);
         }
         for i in 0..self.pods.len() {
             self.deliver_agent(sim, i);
@@ -900,15 +1140,29 @@ impl World {
             return;
         };
         let name = self.pods[i].name.clone();
-        match sim.weighted(&[3, 2, 3, 3, 2, 2]) {
+        let kill = if self.cfg.handovers { 1 } else { 0 };
+        match sim.weighted(&[3, 2, 3, 3, 2, 2, kill]) {
             Some(0) => {
                 let until = now + sim.delay(Duration::from_millis(100), Duration::from_secs(20));
-                self.cache_watch.drop_until(until);
+                // The leader's Run cache watch, or (with handovers) the
+                // standby's: its cache goes stale the same way.
+                let standby = self.standby.as_ref().is_some_and(|r| !r.listing())
+                    && (self.leader.is_none() || sim.chance(0.4));
+                let r = if standby {
+                    self.standby.as_mut()
+                } else {
+                    self.leader.as_mut().map(|l| &mut l.r)
+                };
+                let Some(r) = r.filter(|r| !r.listing()) else {
+                    return;
+                };
+                r.watch.drop_until(until);
+                let who = r.name.clone();
                 self.fault(
                     sim,
                     "watch_dropped",
                     format!(
-                        "the Run cache's watch, relists at {:.1}s",
+                        "{who}'s Run cache watch, relists at {:.1}s",
                         until.as_secs_f64()
                     ),
                 );
@@ -960,6 +1214,7 @@ impl World {
                     format!("{name} until {:.1}s", until.as_secs_f64()),
                 );
             }
+            Some(6) => self.plan_kill(sim),
             Some(5) => {
                 if self.pods[i].agent.is_none() {
                     return;
@@ -976,6 +1231,110 @@ impl World {
         }
     }
 
+    /// Plans the kill of the Run-scheduler leader (carried out part-way
+    /// through this step's cycles) and when its successor takes the Lease.
+    fn plan_kill(&mut self, sim: &mut Sim) {
+        if self.leader.is_none() || self.kill.is_some() || self.handover.is_some() {
+            return;
+        }
+        let now = sim.now();
+        // A graceful stop releases the Lease; a killed pod (node lost,
+        // OOM) leaves it to expire.
+        let released = sim.chance(0.5);
+        let warm = self.standby.is_some() && sim.chance(0.5);
+        // The leader renews `LEASE_GRACE` before expiry: the Lease it
+        // leaves expires `LEASE_GRACE..LEASE` after the kill.
+        let expiry = now + sim.delay(LEASE_GRACE, LEASE);
+        // Taking an expired Lease: a forced release, a random 0.1-1 s
+        // wait, then the lock (kube-lease-manager).
+        let forced = sim.delay(Duration::from_millis(100), Duration::from_secs(1));
+        let (at, cold_start) = if warm {
+            // The standby sleeps until the expiry it last read; then the
+            // Lease is free (released) or expired.
+            (if released { expiry } else { expiry + forced }, now)
+        } else {
+            // A replacement pod starts and reads the Lease: free, it takes
+            // it at once; held, it sleeps until the expiry.
+            let start = now + sim.delay(Duration::from_secs(1), Duration::from_secs(10));
+            let at = if released {
+                start
+            } else {
+                start.max(expiry) + forced
+            };
+            (at, start)
+        };
+        self.kill = Some(Handover {
+            at,
+            killed_at: now,
+            warm,
+            released,
+            cold_start,
+        });
+    }
+
+    /// The leader dies: its cache, its loop and its queue are gone (what
+    /// it reserved but did not write with them; what it wrote is in the
+    /// API server). Without a warm standby, a replacement pod starts.
+    fn kill_leader(&mut self, sim: &mut Sim, h: Handover) {
+        let Some(l) = self.leader.take() else {
+            return;
+        };
+        l.ready.abort();
+        let assumed = l.r.cache.sizes()[1].1;
+        drop(l);
+        if !h.warm {
+            let name = self.replica_name();
+            self.standby = Some(Replica::cold(sim, name, h.cold_start, &self.api));
+        }
+        let kind = if h.warm {
+            "leader_killed_warm_standby"
+        } else {
+            "leader_killed_cold_replacement"
+        };
+        let next = self
+            .standby
+            .as_ref()
+            .map_or("?", |r| r.name.as_str())
+            .to_owned();
+        self.fault(
+            sim,
+            kind,
+            format!(
+                "{} Lease, {next} takes it at {:.1}s ({assumed} runtimes cached)",
+                if h.released {
+                    "released its"
+                } else {
+                    "left its"
+                },
+                h.at.as_secs_f64()
+            ),
+        );
+        self.handover = Some(h);
+    }
+
+    /// The successor wins the Lease; a new standby starts (cold).
+    fn take_over(&mut self, sim: &mut Sim) {
+        let Some(h) = self.handover.take() else {
+            return;
+        };
+        let next = match self.standby.take() {
+            Some(r) => r,
+            None => {
+                let name = self.replica_name();
+                Replica::cold(sim, name, sim.now(), &self.api)
+            }
+        };
+        let now = sim.now();
+        self.fig.handovers += 1;
+        self.fig.longest_takeover = self.fig.longest_takeover.max(now - h.killed_at);
+        self.lead(sim, next);
+        if let Some(l) = &mut self.leader {
+            l.succeeded = true;
+        }
+        let name = self.replica_name();
+        self.standby = Some(Replica::cold(sim, name, now, &self.api));
+    }
+
     fn kill_agent(&mut self, i: usize, until: Duration) {
         let p = &mut self.pods[i];
         // Dropped without closing: what it appended is in its journal.
@@ -987,7 +1346,27 @@ impl World {
     // === the scheduling loop ===
 
     async fn schedule(&mut self, sim: &mut Sim, faults: bool) {
-        let queue = Arc::clone(self.cache.queue());
+        let Some(l) = &mut self.leader else {
+            return;
+        };
+        if !l.ready.is_finished() {
+            // Still waiting for its lists: nothing cycles.
+            if let Some(h) = self.kill.take() {
+                self.kill_leader(sim, h);
+            }
+            return;
+        }
+        if !l.started {
+            l.started = true;
+            let waited = sim.now() - l.since;
+            if l.succeeded {
+                self.fig.longest_takeover_to_first_cycle =
+                    self.fig.longest_takeover_to_first_cycle.max(waited);
+            }
+        }
+        let controller = Arc::clone(&l.r.controller);
+        let cache = Arc::clone(&l.r.cache);
+        let queue = Arc::clone(cache.queue());
         // Take every ready key, put them in an order the seed chooses, cycle
         // some, and queue the rest again in that order.
         let mut keys = Vec::new();
@@ -999,9 +1378,17 @@ impl World {
             let j = sim.below(0, i as u64 + 1) as usize;
             keys.swap(i, j);
         }
+        // A planned kill strikes after this many cycles.
+        let kill_after = self
+            .kill
+            .is_some()
+            .then(|| sim.below(0, keys.len() as u64 + 1) as usize);
         // Workers are fast next to a step: every ready key is cycled, but
         // while faults strike some wait for a later step (a busy loop).
-        for key in &keys {
+        for (n, key) in keys.iter().enumerate() {
+            if kill_after == Some(n) {
+                break;
+            }
             if faults && sim.chance(0.1) {
                 queue.add(key.clone());
                 queue.done(key);
@@ -1009,21 +1396,23 @@ impl World {
             }
             let mut planned = None;
             if faults {
+                let c = &self.cfg;
                 let inject = match sim.weighted(&[
-                    ((1.0 - self.cfg.conflict_p - self.cfg.error_p) * 1000.0) as u32,
-                    (self.cfg.conflict_p * 1000.0) as u32,
-                    (self.cfg.error_p * 1000.0) as u32,
+                    ((1.0 - c.conflict_p - c.error_p - c.throttle_p) * 1000.0) as u32,
+                    (c.conflict_p * 1000.0) as u32,
+                    (c.error_p * 1000.0) as u32,
+                    (c.throttle_p * 1000.0) as u32,
                 ]) {
-                    Some(1) => Some(WriteError::Conflict),
-                    Some(2) => Some(WriteError::Other(
-                        "injected: 503 Service Unavailable".into(),
+                    Some(1) => Some((WriteError::Conflict, "status_write_409")),
+                    Some(2) => Some((
+                        WriteError::Other("injected: 503 Service Unavailable".into()),
+                        "status_write_5xx",
                     )),
+                    Some(3) => Some((throttled(), "status_write_429")),
                     _ => None,
                 };
-                planned = inject.as_ref().map(|e| match e {
-                    WriteError::Conflict => "status_write_409",
-                    _ => "status_write_5xx",
-                });
+                planned = inject.as_ref().map(|(_, kind)| *kind);
+                let inject = inject.map(|(e, _)| e);
                 self.api.lock().inject = inject;
             }
             let affine = self
@@ -1035,7 +1424,7 @@ impl World {
             } else {
                 Vec::new()
             };
-            let outcome = self.controller.cycle_at(key, ts(sim.now())).await;
+            let outcome = controller.cycle_at(key, ts(sim.now())).await;
             queue.done(key);
             self.fig.cycles += 1;
             // Counted only when a write met it (a cycle may write nothing).
@@ -1056,11 +1445,17 @@ impl World {
             }
             self.publish(sim);
         }
+        if let Some(h) = self.kill.take() {
+            self.kill_leader(sim, h);
+        }
     }
 
     /// `(pod, app)` of every Run the Run cache counts on a pod (active or
     /// assumed): what a decision made now sees, read through its public API.
     fn targets_seen_by_cache(&self) -> Vec<(String, String, String)> {
+        let Some(cache) = self.leader.as_ref().map(|l| &l.r.cache) else {
+            return Vec::new();
+        };
         let api = self.api.lock();
         let mut out = Vec::new();
         for (name, r) in &api.runs {
@@ -1069,12 +1464,11 @@ impl World {
             };
             let uid = r.metadata.uid.as_deref().unwrap_or_default();
             let key = RunKey::new(NS, name.as_str());
-            let active = self
-                .cache
+            let active = cache
                 .run_status(&key)
                 .filter(|(_, s)| s.consumes(None))
                 .and_then(|(_, s)| s.assigned_pod);
-            if let Some(pod) = self.cache.assumed_pod(NS, uid).or(active) {
+            if let Some(pod) = cache.assumed_pod(NS, uid).or(active) {
                 out.push((name.clone(), pod, info.app.clone()));
             }
         }
@@ -1300,11 +1694,25 @@ impl World {
 
     // === invariants ===
 
+    fn replicas(&self) -> impl Iterator<Item = &Replica> {
+        self.leader.iter().map(|l| &l.r).chain(self.standby.iter())
+    }
+
     fn check(&mut self, sim: &mut Sim) {
-        if let Err(e) = self.cache.check_invariants() {
-            sim.violated("the Run cache's usage index matches a recount", e);
+        for r in self.replicas() {
+            if let Err(e) = r.cache.check_invariants() {
+                sim.violated(
+                    "the Run cache's usage index matches a recount",
+                    format!("{}: {e}", r.name),
+                );
+            }
         }
         let api = self.api.lock();
+        sim.check(
+            api.unsynced_writes.is_empty(),
+            "no status written from an unsynced cache",
+            || format!("{:?}", api.unsynced_writes),
+        );
         // No Runtime Pod overcommitted by the scheduler's placements.
         for p in &self.pods {
             let mut used: BTreeMap<String, u64> = BTreeMap::new();
@@ -1373,28 +1781,40 @@ impl World {
         // Memory: what the loop keeps is bounded by the Runs that exist.
         let live = api.runs.len();
         drop(api);
-        let [(_, cached_runs), _, (_, cached_pods)] = self.cache.sizes();
-        sim.check(
-            cached_pods <= self.pods.len(),
-            "no memory growth the live objects do not explain",
-            || {
-                format!(
-                    "the cache holds {cached_pods} Runtime Pods, the world has {}",
-                    self.pods.len()
-                )
-            },
-        );
-        let in_flight = self.cache_watch.queue.len();
-        // (A dropped watch misses deletions until it relists.)
-        let down = self.cache_watch.down_until.is_some();
-        sim.check(down || cached_runs <= live + in_flight, "no memory growth the live objects do not explain", || {
-            format!("the cache holds {cached_runs} Runs, the API server {live}, {in_flight} changes in flight")
-        });
-        let backoff = self.controller.backoff_entries();
-        let delayed = self.cache.queue().delayed_len();
-        sim.check(backoff <= 2 * cached_runs.max(live) && delayed <= 2 * cached_runs.max(live) + 4, "no memory growth the live objects do not explain", || {
-            format!("{backoff} backoff entries, {delayed} delayed keys for {cached_runs} cached Runs ({live} live)")
-        });
+        for r in self.replicas() {
+            let [(_, cached_runs), _, (_, cached_pods)] = r.cache.sizes();
+            sim.check(
+                cached_pods <= self.pods.len(),
+                "no memory growth the live objects do not explain",
+                || {
+                    format!(
+                        "{} caches {cached_pods} Runtime Pods, the world has {}",
+                        r.name,
+                        self.pods.len()
+                    )
+                },
+            );
+            let in_flight = r.watch.queue.len();
+            // (A dropped watch misses deletions until it relists.)
+            let down = r.watch.down_until.is_some();
+            sim.check(down || cached_runs <= live + in_flight, "no memory growth the live objects do not explain", || {
+                format!("{} caches {cached_runs} Runs, the API server {live}, {in_flight} changes in flight", r.name)
+            });
+            let queued = r.cache.queue().len();
+            let delayed = r.cache.queue().delayed_len();
+            sim.check(queued <= 2 * cached_runs.max(live) + 4 && delayed <= 2 * cached_runs.max(live) + 4, "no memory growth the live objects do not explain", || {
+                format!("{}: {queued} queued, {delayed} delayed keys for {cached_runs} cached Runs ({live} live)", r.name)
+            });
+        }
+        if let Some(l) = &self.leader {
+            let [(_, cached_runs), ..] = l.r.cache.sizes();
+            let backoff = l.r.controller.backoff_entries();
+            sim.check(
+                backoff <= 2 * cached_runs.max(live),
+                "no memory growth the live objects do not explain",
+                || format!("{backoff} backoff entries for {cached_runs} cached Runs ({live} live)"),
+            );
+        }
         if self.quiet_since.is_some() {
             self.liveness(sim);
         }
@@ -1499,7 +1919,10 @@ impl World {
         self.fig.longest_fit_to_place = self.fig.longest_fit_to_place.max(longest_fit);
         self.fig.longest_place_to_admit = self.fig.longest_place_to_admit.max(longest_admit);
         // Repaired: every watch caught up, every agent up, nothing fitting waits.
-        let quiet = self.cache_watch.is_quiet()
+        // A leader whose loop runs, every replica's cache caught up.
+        let quiet = self.leader.as_ref().is_some_and(|l| l.started)
+            && self.handover.is_none()
+            && self.replicas().all(Replica::is_quiet)
             && self
                 .pods
                 .iter()
@@ -1520,26 +1943,27 @@ impl World {
     /// The end of a run: the cache agrees with the API server, and what the
     /// loop and the agents keep is what the live objects explain.
     fn finish(&mut self, sim: &mut Sim) {
-        if !self.cache_watch.is_quiet() {
-            return;
-        }
         let api = self.api.lock();
-        let [(_, cached_runs), _, (_, cached_pods)] = self.cache.sizes();
         let (live, pods) = (api.runs.len(), api.pods.len());
-        sim.check(cached_runs == live && cached_pods == pods, "no memory growth the live objects do not explain", || {
-            format!("at the end the cache holds {cached_runs} Runs and {cached_pods} pods; the API server {live} and {pods}")
-        });
+        for r in self.replicas().filter(|r| r.is_quiet()) {
+            let [(_, cached_runs), _, (_, cached_pods)] = r.cache.sizes();
+            sim.check(cached_runs == live && cached_pods == pods, "no memory growth the live objects do not explain", || {
+                format!("at the end {} caches {cached_runs} Runs and {cached_pods} pods; the API server {live} and {pods}", r.name)
+            });
+        }
         let waiting = api
             .runs
             .values()
             .filter(|r| phase::is_unscheduled(phase_of(r)))
             .count();
-        let backoff = self.controller.backoff_entries();
-        sim.check(
-            backoff <= 2 * waiting,
-            "no memory growth the live objects do not explain",
-            || format!("{backoff} backoff entries for {waiting} waiting Runs"),
-        );
+        if let Some(l) = &self.leader {
+            let backoff = l.r.controller.backoff_entries();
+            sim.check(
+                backoff <= 2 * waiting,
+                "no memory growth the live objects do not explain",
+                || format!("{backoff} backoff entries for {waiting} waiting Runs"),
+            );
+        }
         for p in &self.pods {
             let (Some(a), true) = (&p.agent, p.watch.is_quiet()) else {
                 continue;

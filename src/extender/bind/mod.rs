@@ -276,7 +276,13 @@ impl Binder {
             }
             check_cached(&snap, ns, name, &req.uid)?;
         }
-        let Some(token) = self.nodes.assume_for(ns, name, &req.uid, &req.node) else {
+        // A pod with claims is assumed as waiting for its devices: counted
+        // on the node, not placed for its gang's quorum until the gate
+        // lets it through.
+        let Some(token) = self
+            .nodes
+            .assume_for_devices(ns, name, &req.uid, &req.node, true)
+        else {
             // The pod left the cache (or was replaced) since the check.
             check_cached(&self.nodes.read(), ns, name, &req.uid)?;
             return Err(BindFailure::NotCached(Missing::Pod {
@@ -352,6 +358,8 @@ impl Binder {
         self.devices
             .wait(&self.nodes, self.writer.as_ref(), ns, name, &req.uid)
             .await?;
+        self.nodes
+            .set_awaiting_devices(ns, name, assumption.token, false);
         // The wait may have taken seconds: what the hold reads must still
         // be there.
         check_cached(&self.nodes.read(), ns, name, &req.uid)?;

@@ -19,6 +19,7 @@
 use super::harness::{self, Sim};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -29,7 +30,9 @@ use kruntimes_scheduler::cluster::{
     PodBinding, PodId, WriteError,
 };
 use kruntimes_scheduler::crd::RunStatus;
-use kruntimes_scheduler::extender::bind::device_gate::BindingGate;
+use kruntimes_scheduler::extender::bind::device_gate::{
+    BindingConfig, BindingGate, DEFAULT_BINDING_WAIT,
+};
 use kruntimes_scheduler::extender::bind::permit::{
     BELOW_MIN_COUNT, BELOW_MIN_EVENT, GangConfig, Gangs,
 };
@@ -59,6 +62,19 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// The shipped profile's `percentageOfNodesToScore` is 100; the world also
 /// runs kube-scheduler's default (0: adaptive) on some seeds.
 const PERCENTAGES: [i64; 2] = [100, 0];
+/// The simulated DRA driver, its devices per node (one ResourceSlice per
+/// node, pool = node name) and the binding condition it reports.
+const DRIVER: &str = "gpu.sim";
+const GPUS_PER_NODE: usize = 4;
+/// A pod with a device claim requests this much cpu: a node that fits it
+/// by cpu has a device left, unless a claim of a pod not bound yet holds one.
+const DRA_CPU: u64 = NODE_CPU / GPUS_PER_NODE as u64;
+const ATTACHED: &str = "Attached";
+const ATTACH_FAILED: &str = "AttachFailed";
+/// The device gate's binding timeout in this world (the shipped default is
+/// 600 s, longer than a run): a claim whose conditions never come is
+/// cleared this long after the first wait for it.
+const DRA_BINDING_TIMEOUT: Duration = Duration::from_secs(20);
 
 // === the API server: what is true, and what the caches are told ===
 
@@ -69,6 +85,8 @@ enum Change {
     Pod(String, Option<Value>),
     Group(String, Option<Value>),
     Composite(String, Option<Value>),
+    Claim(String, Option<Value>),
+    Slice(String, Option<Value>),
 }
 
 /// The write outcomes the API server draws for the extender's writes.
@@ -101,6 +119,11 @@ struct ApiServer {
     pods: BTreeMap<String, Value>,
     groups: BTreeMap<String, Value>,
     composites: BTreeMap<String, Value>,
+    claims: BTreeMap<String, Value>,
+    slices: BTreeMap<String, Value>,
+    /// Per claim, a counter of its allocations (and clears): the driver
+    /// reports on the allocation it was told about, not a later one.
+    alloc_gen: BTreeMap<String, u64>,
     /// Changes on their way to the extender's cache, in order.
     watch: VecDeque<(Duration, Change)>,
     /// Changes are not delivered until this time (a dropped watch), then
@@ -145,7 +168,9 @@ impl ApiServer {
             Change::Node(n, _)
             | Change::Pod(n, _)
             | Change::Group(n, _)
-            | Change::Composite(n, _) => n.clone(),
+            | Change::Composite(n, _)
+            | Change::Claim(n, _)
+            | Change::Slice(n, _) => n.clone(),
         };
         let delay = Duration::from_micros(self.draw(&key).random_range(0..300_000));
         let at = self
@@ -163,6 +188,8 @@ impl ApiServer {
             Change::Pod(n, o) => (&mut self.pods, n, o),
             Change::Group(n, o) => (&mut self.groups, n, o),
             Change::Composite(n, o) => (&mut self.composites, n, o),
+            Change::Claim(n, o) => (&mut self.claims, n, o),
+            Change::Slice(n, o) => (&mut self.slices, n, o),
         };
         match obj {
             Some(v) => {
@@ -181,15 +208,172 @@ impl ApiServer {
                     Change::Pod(n, _) => Change::Pod(n, Some(v)),
                     Change::Group(n, _) => Change::Group(n, Some(v)),
                     Change::Composite(n, _) => Change::Composite(n, Some(v)),
+                    Change::Claim(n, _) => Change::Claim(n, Some(v)),
+                    Change::Slice(n, _) => Change::Slice(n, Some(v)),
                 };
                 self.notify(change);
             }
             None => {
-                if map.remove(name).is_some() {
+                let gone = map.remove(name);
+                let pod = matches!(change, Change::Pod(..));
+                if gone.is_some() {
                     self.notify(change);
+                }
+                // The resourceclaim controller: a deleted pod's
+                // reservations are dropped, and a claim nobody holds any
+                // more is deallocated.
+                if let (true, Some(p)) = (pod, gone)
+                    && let Some(c) = claim_of(&p)
+                {
+                    let uid = p["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                    self.unreserve(&c, &uid);
+                    if self.reserved(&c).is_empty() && self.allocated(&c).is_some() {
+                        self.clear_allocation(&c);
+                        self.say(format!("claim controller: {c} deallocated (pod gone)"));
+                    }
                 }
             }
         }
+    }
+
+    // --- DRA: claims and devices as the API server stores them ---
+
+    /// The device a claim is allocated: `(pool = node, device)`.
+    fn allocated(&self, claim: &str) -> Option<(String, String)> {
+        let r = &self.claims.get(claim)?["status"]["allocation"]["devices"]["results"][0];
+        Some((r["pool"].as_str()?.to_owned(), r["device"].as_str()?.to_owned()))
+    }
+
+    /// Every device some claim is allocated.
+    fn taken(&self) -> BTreeSet<(String, String)> {
+        self.claims.keys().filter_map(|c| self.allocated(c)).collect()
+    }
+
+    /// The devices a node's ResourceSlice publishes no claim holds.
+    fn free_devices(&self, node: &str, taken: &BTreeSet<(String, String)>) -> Vec<String> {
+        self.slices
+            .get(&slice_name(node))
+            .and_then(|s| s["spec"]["devices"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["name"].as_str())
+            .filter(|d| !taken.contains(&(node.to_owned(), (*d).to_owned())))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The pod uids in a claim's `status.reservedFor`.
+    fn reserved(&self, claim: &str) -> Vec<String> {
+        self.claims
+            .get(claim)
+            .and_then(|c| c["status"]["reservedFor"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Allocates `device` on `node` to the claim, with the binding and
+    /// failure conditions the driver reports on; the new generation.
+    fn allocate(&mut self, claim: &str, node: &str, device: &str) -> u64 {
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return 0;
+        };
+        c["status"]["allocation"] = json!({"devices": {"results": [{
+            "request": "gpu", "driver": DRIVER, "pool": node, "device": device,
+            "bindingConditions": [ATTACHED],
+            "bindingFailureConditions": [ATTACH_FAILED],
+        }]}});
+        c["status"]["devices"] = Value::Null;
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+        let g = self.alloc_gen.entry(claim.to_owned()).or_default();
+        *g += 1;
+        *g
+    }
+
+    /// Removes a claim's allocation, device status and reservations.
+    fn clear_allocation(&mut self, claim: &str) {
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        if let Some(st) = c["status"].as_object_mut() {
+            st.remove("allocation");
+            st.remove("devices");
+            st.remove("reservedFor");
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+        *self.alloc_gen.entry(claim.to_owned()).or_default() += 1;
+    }
+
+    /// Adds a pod to a claim's `status.reservedFor`.
+    fn reserve(&mut self, claim: &str, pod: &str, uid: &str) {
+        if self.reserved(claim).iter().any(|u| u == uid) {
+            return;
+        }
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        let entry = json!({"resource": "pods", "name": pod, "uid": uid});
+        match c["status"]["reservedFor"].as_array_mut() {
+            Some(a) => a.push(entry),
+            None => c["status"]["reservedFor"] = json!([entry]),
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// Drops a pod from a claim's `status.reservedFor`.
+    fn unreserve(&mut self, claim: &str, uid: &str) {
+        if !self.reserved(claim).iter().any(|u| u == uid) {
+            return;
+        }
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        if let Some(a) = c["status"]["reservedFor"].as_array_mut() {
+            a.retain(|r| r["uid"] != uid);
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// The driver reports on the claim's device: `condition` `True`.
+    fn report_device(&mut self, claim: &str, condition: &str) {
+        let Some((node, device)) = self.allocated(claim) else {
+            return;
+        };
+        let mut c = self.claims[claim].clone();
+        c["status"]["devices"] = json!([{
+            "driver": DRIVER, "pool": node, "device": device,
+            "conditions": [{"type": condition, "status": "True", "reason": "Driver",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }]);
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// Whether the claim's allocated device has every binding condition
+    /// `True` and no failure condition `True`.
+    fn device_ready(&self, claim: &str) -> bool {
+        let Some((node, device)) = self.allocated(claim) else {
+            return false;
+        };
+        let c = &self.claims[claim];
+        let result = &c["status"]["allocation"]["devices"]["results"][0];
+        let Some(status) = c["status"]["devices"].as_array().and_then(|ds| {
+            ds.iter().find(|d| {
+                d["driver"] == DRIVER && d["pool"] == node.as_str() && d["device"] == device.as_str()
+            })
+        }) else {
+            return result["bindingConditions"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+        };
+        let is_true = |t: &Value| {
+            status["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| &c["type"] == t && c["status"] == "True"))
+        };
+        let conds = |k: &str| result[k].as_array().cloned().unwrap_or_default();
+        conds("bindingConditions").iter().all(is_true)
+            && !conds("bindingFailureConditions").iter().any(is_true)
     }
 
     fn node_of(&self, pod: &str) -> Option<&str> {
@@ -352,9 +536,45 @@ impl ClusterWriter for SimWriter {
 
     fn clear_claim_allocation<'a>(
         &'a self,
-        _claim: &'a ClaimAllocationRef,
+        claim: &'a ClaimAllocationRef,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
-        Box::pin(async { Err(WriteError::NotFound) })
+        Box::pin(async move {
+            let (delay, fail, _) = lock(&self.0).draw_write(&format!("clear {}", claim.name));
+            tokio::time::sleep(delay).await;
+            let mut api = lock(&self.0);
+            if let Some(code) = fail {
+                api.count(if code == "409" {
+                    "claim clear 409"
+                } else {
+                    "claim clear 5xx"
+                });
+                api.say(format!("clear claim {}: {code}", claim.name));
+                return Err(if code == "409" {
+                    WriteError::Conflict
+                } else {
+                    WriteError::Other(format!("the server answered {code}"))
+                });
+            }
+            // A merge patch on `resourceclaims/status`, preconditioned on
+            // the claim's uid and resourceVersion.
+            let Some(stored) = api.claims.get(&claim.name) else {
+                api.say(format!("clear claim {}: not found", claim.name));
+                return Err(WriteError::NotFound);
+            };
+            let meta = &stored["metadata"];
+            if (!claim.uid.is_empty() && meta["uid"] != claim.uid.as_str())
+                || (!claim.resource_version.is_empty()
+                    && meta["resourceVersion"] != claim.resource_version.as_str())
+            {
+                api.count("claim clear 409 (precondition)");
+                api.say(format!("clear claim {}: precondition failed", claim.name));
+                return Err(WriteError::Conflict);
+            }
+            api.clear_allocation(&claim.name);
+            api.count("claim cleared");
+            api.say(format!("claim {} allocation cleared", claim.name));
+            Ok(())
+        })
     }
 
     fn write_group_condition<'a>(
@@ -439,7 +659,7 @@ struct Extender {
 }
 
 impl Extender {
-    fn start(api: &Api, warm_at: Duration) -> Extender {
+    fn start(api: &Api, warm_at: Duration, dra: bool) -> Extender {
         let nodes = Arc::new(ClusterIndex::new());
         nodes.set_priority_classes_synced(true);
         let synced = Arc::new(AtomicBool::new(false));
@@ -448,7 +668,14 @@ impl Extender {
         let state = ExtenderState {
             nodes,
             writer,
-            binding: Arc::new(BindingGate::default()),
+            binding: Arc::new(if dra {
+                BindingGate::new(BindingConfig {
+                    timeout: DRA_BINDING_TIMEOUT,
+                    wait: DEFAULT_BINDING_WAIT,
+                })
+            } else {
+                BindingGate::default()
+            }),
             gangs: Arc::new(Gangs::with_config(GangConfig::default())),
             metrics: Arc::new(Metrics::default()),
             limits: Default::default(),
@@ -486,6 +713,8 @@ impl Extender {
         Index::<PodGroup>::reset(idx.as_ref(), typed(api.groups.values()));
         Index::<CompositePodGroup>::reset(idx.as_ref(), typed(api.composites.values()));
         Index::<Pod>::reset(idx.as_ref(), typed(api.pods.values()));
+        Index::<ResourceSlice>::reset(idx.as_ref(), typed(api.slices.values()));
+        Index::<ResourceClaim>::reset(idx.as_ref(), typed(api.claims.values()));
     }
 
     fn apply(&self, change: Change) {
@@ -499,6 +728,10 @@ impl Extender {
             Change::Group(n, None) => Index::<PodGroup>::delete(idx, NS, &n),
             Change::Composite(_, Some(v)) => Index::<CompositePodGroup>::apply(idx, from(v)),
             Change::Composite(n, None) => Index::<CompositePodGroup>::delete(idx, NS, &n),
+            Change::Claim(_, Some(v)) => Index::<ResourceClaim>::apply(idx, from(v)),
+            Change::Claim(n, None) => Index::<ResourceClaim>::delete(idx, NS, &n),
+            Change::Slice(_, Some(v)) => Index::<ResourceSlice>::apply(idx, from(v)),
+            Change::Slice(n, None) => Index::<ResourceSlice>::delete(idx, "", &n),
         }
     }
 }
@@ -537,6 +770,9 @@ struct Workload {
     composite: Option<(String, usize, Option<&'static str>)>,
     groups: Vec<GroupSpec>,
     plain: Vec<(String, u64)>,
+    /// Every pod uses a ResourceClaim of its own (`<pod>-gpu`) for one
+    /// device of the simulated driver.
+    dra: bool,
 }
 
 impl Workload {
@@ -556,12 +792,15 @@ impl Workload {
     }
 }
 
-fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>) -> Value {
+fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>, dra: bool) -> Value {
     let mut p = testkit::pod(name)
         .uid(uid)
         .requests(&[("cpu", &format!("{cpu}m")), ("memory", "1Gi")]);
     if let Some(g) = group {
         p = p.group(g);
+    }
+    if dra {
+        p = p.uses_claim("gpu", Some(&claim_name(name)), None);
     }
     p.set(&["metadata", "resourceVersion"], "0")
         .scheduler("kruntimes-scheduler")
@@ -650,7 +889,23 @@ fn num_feasible_nodes_to_find(percentage: i64, all: usize) -> usize {
 #[derive(Debug, Clone, Copy)]
 struct Knobs {
     faults: bool,
+    /// Workloads whose pods use ResourceClaims with binding conditions,
+    /// and the simulated DRA driver. Off, the world draws exactly what it
+    /// drew before DRA was simulated (the regression seeds replay their
+    /// original scenarios).
+    dra: bool,
 }
+
+/// Every part of the world on.
+const ALL: Knobs = Knobs {
+    faults: true,
+    dra: true,
+};
+/// The world as the regression seeds 8 and 10 found their bugs in.
+const BEFORE_DRA: Knobs = Knobs {
+    faults: true,
+    dra: false,
+};
 
 struct World {
     api: Api,
@@ -673,6 +928,8 @@ struct World {
     drained: BTreeSet<String>,
     deleted: Vec<String>,
     later: Vec<(Duration, Later)>,
+    /// Faults have stopped (the last quarter of a run).
+    healed: bool,
 }
 
 impl World {
@@ -683,6 +940,9 @@ impl World {
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
             composites: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            alloc_gen: BTreeMap::new(),
             watch: VecDeque::new(),
             watch_down_until: None,
             start: tokio::time::Instant::now(),
@@ -715,6 +975,9 @@ impl World {
                 for i in 0..per_rack {
                     let name = format!("z{z}-r{r}-n{i}");
                     api.put(Change::Node(name.clone(), Some(node_json(&name, z, r))));
+                    if knobs.dra {
+                        api.put(Change::Slice(slice_name(&name), Some(slice_json(&name))));
+                    }
                     capacity += NODE_CPU;
                 }
             }
@@ -724,7 +987,11 @@ impl World {
             "world: {zones} zones x {racks} racks x {per_rack} nodes, percentageOfNodesToScore {percentage}"
         ));
         let api = Arc::new(Mutex::new(api));
-        let ext = Extender::start(&api, sim.delay(Duration::ZERO, Duration::from_secs(2)));
+        let ext = Extender::start(
+            &api,
+            sim.delay(Duration::ZERO, Duration::from_secs(2)),
+            knobs.dra,
+        );
         World {
             api,
             ext,
@@ -743,6 +1010,7 @@ impl World {
             drained: BTreeSet::new(),
             deleted: Vec::new(),
             later: Vec::new(),
+            healed: false,
         }
     }
 
@@ -762,14 +1030,16 @@ impl World {
         let name = format!("w{id}");
         let rack_cpu = self.capacity / (self.zones * self.racks) as u64;
         let kind = sim.weighted(&[2, 4, 2]).expect("weights");
+        let dra = self.knobs.dra && sim.chance(0.35);
         let mut w = Workload {
             name: name.clone(),
             composite: None,
             groups: Vec::new(),
             plain: Vec::new(),
+            dra,
         };
         let gang = |sim: &mut Sim, gname: String, topology: Option<&'static str>, parent| {
-            let cpu = 500 * sim.below(1, 5);
+            let cpu = if dra { DRA_CPU } else { 500 * sim.below(1, 5) };
             let limit = match topology {
                 Some(RACK) => rack_cpu / 2,
                 _ => rack_cpu,
@@ -789,8 +1059,8 @@ impl World {
         match kind {
             0 => {
                 for i in 0..sim.below(1, 4) {
-                    w.plain
-                        .push((format!("{name}-p{i}"), 250 * sim.below(1, 8)));
+                    let cpu = if dra { DRA_CPU } else { 250 * sim.below(1, 8) };
+                    w.plain.push((format!("{name}-p{i}"), cpu));
                 }
             }
             1 => {
@@ -823,6 +1093,11 @@ impl World {
             }
             api.put(Change::Composite(c.clone(), Some(o.value())));
         }
+        if w.dra {
+            for p in w.pod_names() {
+                api.put(Change::Claim(claim_name(p), Some(claim_json(p))));
+            }
+        }
         for (i, g) in w.groups.iter().enumerate() {
             api.put(Change::Group(g.name.clone(), Some(group_json(g))));
             self.group_of.insert(g.name.clone(), (name.clone(), i));
@@ -831,14 +1106,17 @@ impl World {
                 let uid = format!("{p}-{}", self.uid_gen);
                 api.put(Change::Pod(
                     p.clone(),
-                    Some(pod_json(p, &uid, g.cpu, Some(&g.name))),
+                    Some(pod_json(p, &uid, g.cpu, Some(&g.name), w.dra)),
                 ));
             }
         }
         for (p, cpu) in &w.plain {
             self.uid_gen += 1;
             let uid = format!("{p}-{}", self.uid_gen);
-            api.put(Change::Pod(p.clone(), Some(pod_json(p, &uid, *cpu, None))));
+            api.put(Change::Pod(
+                p.clone(),
+                Some(pod_json(p, &uid, *cpu, None, w.dra)),
+            ));
         }
         drop(api);
         self.workloads.insert(name, w);
@@ -862,6 +1140,9 @@ impl World {
         let mut api = lock(&self.api);
         for p in w.pod_names() {
             api.put(Change::Pod(p.clone(), None));
+            if w.dra {
+                api.put(Change::Claim(claim_name(p), None));
+            }
         }
         for g in &w.groups {
             api.put(Change::Group(g.name.clone(), None));
@@ -942,6 +1223,7 @@ impl World {
                         "kube-scheduler: bind {} ({}) -> {} failed: {e}",
                         d.pod, d.uid, d.node
                     ));
+                    self.unreserve(sim, &d.pod, &d.uid);
                     self.ks.backoff(&d.pod, now);
                 }
             }
@@ -985,7 +1267,7 @@ impl World {
         else {
             return;
         };
-        let (pod, nodes) = {
+        let (pod, mut nodes) = {
             let api = lock(&self.api);
             let Some(pod) = api.pods.get(&name).cloned() else {
                 return;
@@ -998,7 +1280,29 @@ impl World {
                 .collect();
             (pod, nodes)
         };
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let claim = claim_of(&pod);
+        if let Some(c) = &claim {
+            // kube-scheduler's DynamicResources Filter, before extenders:
+            // an allocated claim keeps the pod to its device's node; else a
+            // node needs a device no claim holds.
+            let api = lock(&self.api);
+            match api.allocated(c) {
+                Some((on, _)) => nodes.retain(|n| *n == on),
+                None => {
+                    let taken = api.taken();
+                    nodes.retain(|n| !api.free_devices(n, &taken).is_empty());
+                }
+            }
+        }
         if nodes.is_empty() {
+            if let Some(c) = &claim {
+                sim.event(format_args!("filter {name}: no node for claim {c}"));
+                self.post_filter(sim, c, &uid);
+            }
             self.ks.backoff(&name, now);
             return;
         }
@@ -1031,6 +1335,9 @@ impl World {
                 error.to_owned()
             };
             sim.event(format_args!("filter {name}: unschedulable: {why}"));
+            if let Some(c) = &claim {
+                self.post_filter(sim, c, &uid);
+            }
             self.ks.backoff(&name, now);
             return;
         }
@@ -1056,18 +1363,24 @@ impl World {
                 None => fit[0].clone(),
             }
         };
-        let uid = pod["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
         sim.event(format_args!("kube-scheduler: {name} -> {node}, binding"));
         self.ks.queue.remove(&name);
+        // DynamicResources Reserve and PreBind: the claim allocated on the
+        // node (if it is not) and reserved for the pod, written before the
+        // extender's bind is called.
+        let prebind = match &claim {
+            Some(c) => self.reserve_claim(sim, c, &name, &uid, &node),
+            None => Duration::ZERO,
+        };
         let body =
             json!({"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}).to_string();
         let router = self.ext.router.clone();
         let done = Arc::clone(&self.ks.done);
         let pod_name = name.clone();
         let task = tokio::spawn(async move {
+            if !prebind.is_zero() {
+                tokio::time::sleep(prebind).await;
+            }
             let r = tokio::time::timeout(
                 BIND_TIMEOUT,
                 testkit::post(router, "/scheduler/bind", &body),
@@ -1089,6 +1402,94 @@ impl World {
             });
         });
         self.ks.binding.insert(name, task);
+    }
+
+    /// DynamicResources Reserve and PreBind for the chosen node: a claim
+    /// not allocated gets a free device there (the driver's outcome drawn:
+    /// its binding condition `True` after a delay, or, as a fault, its
+    /// failure condition, or nothing ever), and the pod is added to
+    /// `reservedFor`. Returns how long the PreBind write takes.
+    fn reserve_claim(
+        &mut self,
+        sim: &mut Sim,
+        claim: &str,
+        pod: &str,
+        uid: &str,
+        node: &str,
+    ) -> Duration {
+        let now = sim.now();
+        let mut api = lock(&self.api);
+        if api.allocated(claim).is_none() {
+            let taken = api.taken();
+            let Some(device) = api.free_devices(node, &taken).into_iter().next() else {
+                return Duration::ZERO;
+            };
+            let generation = api.allocate(claim, node, &device);
+            api.reserve(claim, pod, uid);
+            drop(api);
+            sim.event(format_args!(
+                "kube-scheduler: claim {claim} allocated {node}/{device}"
+            ));
+            let outcome = if self.knobs.faults && !self.healed {
+                sim.weighted(&[85, 10, 5]).expect("weights")
+            } else {
+                0
+            };
+            let at = now + sim.delay(Duration::from_millis(200), Duration::from_secs(6));
+            match outcome {
+                0 => self.later.push((
+                    at,
+                    Later::Driver(claim.to_owned(), generation, ATTACHED),
+                )),
+                1 => self.later.push((
+                    at,
+                    Later::Driver(claim.to_owned(), generation, ATTACH_FAILED),
+                )),
+                _ => self.fault(sim, "device never ready", claim),
+            }
+            return sim.delay(Duration::ZERO, Duration::from_millis(200));
+        }
+        let write = !api.reserved(claim).iter().any(|u| u == uid);
+        api.reserve(claim, pod, uid);
+        drop(api);
+        if write {
+            sim.delay(Duration::ZERO, Duration::from_millis(200))
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// DynamicResources PostFilter: a pod that fits nowhere has its claim's
+    /// allocation removed when no other pod holds the claim, so the next
+    /// attempt may allocate a device elsewhere.
+    fn post_filter(&mut self, sim: &mut Sim, claim: &str, uid: &str) {
+        let mut api = lock(&self.api);
+        if api.allocated(claim).is_some() && api.reserved(claim).iter().all(|u| u == uid) {
+            api.clear_allocation(claim);
+            drop(api);
+            sim.event(format_args!(
+                "kube-scheduler PostFilter: claim {claim} deallocated"
+            ));
+        }
+    }
+
+    /// DynamicResources Unreserve after a failed or cancelled bind: the
+    /// pod leaves its claim's `reservedFor` (unless the Binding landed).
+    fn unreserve(&mut self, sim: &mut Sim, pod: &str, uid: &str) {
+        let mut api = lock(&self.api);
+        let Some(p) = api.pods.get(pod) else {
+            return;
+        };
+        if !p["spec"]["nodeName"].is_null() || p["metadata"]["uid"] != uid {
+            return;
+        }
+        if let Some(c) = claim_of(p)
+            && api.reserved(&c).iter().any(|u| u == uid)
+        {
+            api.unreserve(&c, uid);
+            drop(api);
+            sim.event(format_args!("kube-scheduler Unreserve: {pod} leaves claim {c}"));
+        }
     }
 
     // === invariants ===
@@ -1121,6 +1522,8 @@ impl World {
                 Change::Pod(_, None) => "Pod",
                 Change::Group(_, None) => "PodGroup",
                 Change::Composite(_, None) => "CompositePodGroup",
+                Change::Claim(_, None) => "ResourceClaim",
+                Change::Slice(_, None) => "ResourceSlice",
                 _ => continue,
             };
             *undelivered.entry(kind).or_default() += 1;
@@ -1136,12 +1539,21 @@ impl World {
         let want = [
             ("Node", api.nodes.len() + slack("Node")),
             ("Pod", pods + slack("Pod")),
-            ("AssumedPod", if end { 0 } else { pods }),
+            // An assumption lasts until the watch shows the pod bound or
+            // gone: a pod deleted right after its bind is still assumed.
+            ("AssumedPod", if end { 0 } else { pods + slack("Pod") }),
             ("PodGroup", api.groups.len() + slack("PodGroup")),
             (
                 "CompositePodGroup",
                 api.composites.len() + slack("CompositePodGroup"),
             ),
+            // Allocated claims only: at the end every pod runs, so every
+            // live claim is allocated.
+            (
+                "ResourceClaim",
+                api.claims.len() + slack("ResourceClaim"),
+            ),
+            ("ResourceSlice", api.slices.len() + slack("ResourceSlice")),
         ];
         for (kind, n) in want {
             let ok = if end {
@@ -1204,6 +1616,36 @@ impl World {
                     format!("node {node}: cpu {cpu}m bound > {NODE_CPU}m allocatable")
                 });
             }
+        }
+        // DRA: no device allocated to two claims; no pod bound unless its
+        // claim is allocated a device on its node whose binding conditions
+        // are all True (and no failure condition is).
+        let mut holder: BTreeMap<(String, String), &str> = BTreeMap::new();
+        for c in api.claims.keys() {
+            if let Some(d) = api.allocated(c)
+                && let Some(other) = holder.insert(d.clone(), c)
+            {
+                sim.violated(
+                    "no device allocated to two claims",
+                    format!("device {}/{} allocated to {other} and {c}", d.0, d.1),
+                );
+            }
+        }
+        for (p, pod) in &api.pods {
+            let (Some(node), Some(c)) = (pod["spec"]["nodeName"].as_str(), claim_of(pod)) else {
+                continue;
+            };
+            let on = api.allocated(&c);
+            sim.check(
+                on.as_ref().is_some_and(|(n, _)| n == node) && api.device_ready(&c),
+                "no pod bound before its devices' binding conditions are True",
+                || {
+                    format!(
+                        "pod {p} bound to {node}; claim {c} allocated {on:?}, status {}",
+                        api.claims.get(&c).map_or(Value::Null, |c| c["status"].clone())
+                    )
+                },
+            );
         }
         // No gang bound across two domains of its constraint, at any level;
         // no gang below minCount outside a repair window.
@@ -1333,6 +1775,7 @@ impl World {
         else {
             return;
         };
+        let dra = w.dra;
         let (cpu, group) = w
             .groups
             .iter()
@@ -1349,7 +1792,7 @@ impl World {
         let uid = format!("{pod}-{}", self.uid_gen);
         api.put(Change::Pod(
             pod.to_owned(),
-            Some(pod_json(pod, &uid, cpu, group.as_deref())),
+            Some(pod_json(pod, &uid, cpu, group.as_deref(), dra)),
         ));
     }
 
@@ -1392,6 +1835,9 @@ impl World {
                     name.clone(),
                     Some(node_json(&name, z as usize, r as usize)),
                 ));
+                if self.knobs.dra {
+                    api.put(Change::Slice(slice_name(&name), Some(slice_json(&name))));
+                }
                 drop(api);
                 self.capacity += NODE_CPU;
                 self.fault(sim, "node added", name);
@@ -1417,6 +1863,9 @@ impl World {
                 } else {
                     lock(&self.api).put(Change::Node(node.clone(), None));
                     let n = self.evict_node_pods(&node, now);
+                    if self.knobs.dra {
+                        lock(&self.api).put(Change::Slice(slice_name(&node), None));
+                    }
                     self.capacity -= NODE_CPU;
                     self.deleted.push(node.clone());
                     self.drained.remove(&node);
@@ -1472,6 +1921,13 @@ impl World {
                 if let Some(t) = self.ks.binding.remove(&pod) {
                     t.abort();
                 }
+                let uid = lock(&self.api)
+                    .pods
+                    .get(&pod)
+                    .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_owned));
+                if let Some(uid) = uid {
+                    self.unreserve(sim, &pod, &uid);
+                }
                 self.ks.backoff(&pod, now);
                 self.fault(sim, "bind cancelled", &pod);
             }
@@ -1484,7 +1940,7 @@ impl World {
                 let pct = self.ks.percentage;
                 self.ks = KubeScheduler::new(pct);
                 let cold = sim.delay(Duration::from_millis(500), Duration::from_secs(8));
-                self.ext = Extender::start(&self.api, now + cold);
+                self.ext = Extender::start(&self.api, now + cold, self.knobs.dra);
                 lock(&self.api).watch.clear();
                 self.fault(
                     sim,
@@ -1528,6 +1984,21 @@ impl World {
                         sim.event(format_args!("controller recreates group {}", g.name));
                     }
                 }
+                Later::Driver(claim, generation, condition) => {
+                    let mut api = lock(&self.api);
+                    if api.alloc_gen.get(&claim) != Some(&generation)
+                        || api.allocated(&claim).is_none()
+                    {
+                        continue;
+                    }
+                    api.report_device(&claim, condition);
+                    drop(api);
+                    if condition == ATTACH_FAILED {
+                        self.fault(sim, "device binding failed", format_args!("{claim}"));
+                    } else {
+                        sim.event(format_args!("driver: claim {claim} {condition}=True"));
+                    }
+                }
             }
         }
     }
@@ -1545,8 +2016,12 @@ impl World {
             let z: usize = node[1..2].parse().expect("zone digit");
             let r: usize = node[4..5].parse().expect("rack digit");
             api.put(Change::Node(node.clone(), Some(node_json(&node, z, r))));
+            if self.knobs.dra {
+                api.put(Change::Slice(slice_name(&node), Some(slice_json(&node))));
+            }
             self.capacity += NODE_CPU;
         }
+        self.healed = true;
         api.faults = WriteFaults {
             delay_ms: api.faults.delay_ms,
             ..Default::default()
@@ -1560,6 +2035,9 @@ impl World {
 #[derive(Debug, Clone)]
 enum Later {
     Group(GroupSpec),
+    /// The DRA driver reports a condition `True` on the claim's device,
+    /// if the claim still has that allocation (its generation).
+    Driver(String, u64, &'static str),
 }
 
 /// Once faults stop (the last quarter of a run), every live workload is
@@ -1578,6 +2056,33 @@ fn node_json(name: &str, zone: usize, rack: usize) -> Value {
         .label(ZONE, &format!("z{zone}"))
         .label(RACK, &format!("z{zone}-r{rack}"))
         .value()
+}
+
+fn claim_name(pod: &str) -> String {
+    format!("{pod}-gpu")
+}
+
+/// The ResourceClaim a pod uses (its first `resourceClaimName`).
+fn claim_of(pod: &Value) -> Option<String> {
+    pod["spec"]["resourceClaims"][0]["resourceClaimName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn claim_json(pod: &str) -> Value {
+    testkit::claim(&claim_name(pod), "gpu.sim")
+        .set(&["metadata", "namespace"], NS)
+        .value()
+}
+
+fn slice_name(node: &str) -> String {
+    format!("{node}-{DRIVER}")
+}
+
+fn slice_json(node: &str) -> Value {
+    let devices: Vec<String> = (0..GPUS_PER_NODE).map(|i| format!("gpu-{i}")).collect();
+    let devices: Vec<&str> = devices.iter().map(String::as_str).collect();
+    testkit::slice(&slice_name(node), DRIVER, node, &devices).value()
 }
 
 fn group_json(g: &GroupSpec) -> Value {
@@ -1626,6 +2131,9 @@ fn describe(w: &Workload) -> String {
     }
     for (p, cpu) in &w.plain {
         let _ = write!(s, "pod {p} {cpu}m; ");
+    }
+    if w.dra {
+        s.push_str("each pod claims a device");
     }
     s
 }
@@ -1701,7 +2209,11 @@ impl Figures {
 }
 
 fn simulate(sim: &mut Sim, steps: u64) {
-    simulate_with(sim, steps, Knobs { faults: true });
+    simulate_with(sim, steps, ALL);
+}
+
+fn simulate_before_dra(sim: &mut Sim, steps: u64) {
+    simulate_with(sim, steps, BEFORE_DRA);
 }
 
 const STEPS: u64 = 1000;
@@ -1715,7 +2227,7 @@ fn seeds() {
         0..10,
         STEPS,
         |sim, steps| {
-            let f = simulate_with(sim, steps, Knobs { faults: true });
+            let f = simulate_with(sim, steps, ALL);
             figures.lock().expect("figures").add(&f);
         },
     );
@@ -1741,7 +2253,7 @@ fn regression_seed_10() {
         "cluster_sim::scheduler::regression_seed_10",
         10,
         800,
-        &simulate,
+        &simulate_before_dra,
     );
 }
 
@@ -1761,7 +2273,7 @@ fn regression_seed_8() {
         "cluster_sim::scheduler::regression_seed_8",
         8,
         1000,
-        &simulate,
+        &simulate_before_dra,
     );
 }
 
@@ -1769,7 +2281,7 @@ fn regression_seed_8() {
 fn replays_deterministically() {
     let trace = |seed| {
         let mut sim = Sim::new(seed);
-        simulate_with(&mut sim, 400, Knobs { faults: true });
+        simulate_with(&mut sim, 400, ALL);
         (sim.events(), sim.now(), sim.trace_hash())
     };
     assert_eq!(trace(3), trace(3));

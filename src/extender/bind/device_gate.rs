@@ -22,13 +22,19 @@
 //!   allocated again. A claim also reserved for other pods is in use and is
 //!   not cleared; the bind fails all the same.
 //!
+//! The first wait of each allocation without a timestamp is remembered
+//! until the allocation is ready, cleared here, or gone from the cache
+//! ([`BindingGate::sweep`], every second).
+//!
 //! Waits run on tokio's clock, so tests run with paused time and never
 //! sleep; the age of an allocation is read against the wall clock
 //! (`allocationTimestamp` is wall time), which the gate takes as a
 //! function so tests can set it.
 
 use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
-use crate::cluster::{ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef};
+use crate::cluster::{
+    ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef, WriteError,
+};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -159,6 +165,8 @@ struct Clear {
     in_use: bool,
     /// The binding timeout passed (else a failure condition is True).
     timed_out: bool,
+    /// The allocation's first-wait key, forgotten once it is settled.
+    id: (String, String),
 }
 
 // === impl BindingGate ===
@@ -224,6 +232,23 @@ impl BindingGate {
         now
     }
 
+    /// Drops the first waits of claim allocations the cache no longer
+    /// holds (the claim deleted, deallocated, or allocated again by someone
+    /// else than this gate): what is left belongs to live allocations. The
+    /// gang sweeper runs it every second (`serve::spawn_gang_sweeper`).
+    /// How many were dropped.
+    pub fn sweep(&self, nodes: &ClusterIndex) -> usize {
+        let live: std::collections::HashSet<(String, String)> = nodes
+            .read()
+            .gated_allocations()
+            .map(|(u, a)| (u.to_owned(), a.to_owned()))
+            .collect();
+        let mut m = self.first_wait.lock();
+        let before = m.len();
+        m.retain(|k, _| live.contains(k));
+        before - m.len()
+    }
+
     fn forget(&self, b: &ClaimBinding) {
         self.first_wait.lock().remove(&Self::id(b));
     }
@@ -261,6 +286,8 @@ impl BindingGate {
         pod_uid: &str,
     ) -> Result<(), DeviceFailure> {
         let call_deadline = Instant::now() + self.config.wait;
+        // Claims whose failure was settled (cleared, or kept in use), described.
+        let mut settled: Vec<String> = Vec::new();
         loop {
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
@@ -320,12 +347,29 @@ impl BindingGate {
                         reason,
                         in_use: b.reserved_for.iter().any(|r| r != uid),
                         timed_out,
+                        id: Self::id(b),
                     });
-                    self.forget(b);
                 }
             }
             if !clear.is_empty() {
-                return Err(self.clear(writer, clear).await);
+                // A clear that meets a newer version of the claim than the
+                // cache showed (kube-scheduler's PreBind writes
+                // `reservedFor` just before it calls bind) is decided again
+                // once the cache has caught up, within this call.
+                let retry = now < call_deadline;
+                if self.clear(writer, clear, retry, &mut settled).await {
+                    tokio::select! {
+                        _ = &mut changed => {}
+                        _ = tokio::time::sleep_until(call_deadline) => {}
+                    }
+                    continue;
+                }
+                return Err(DeviceFailure::Failed(settled.join("; ")));
+            }
+            if !settled.is_empty() {
+                // Another claim was cleared in an earlier round: the bind
+                // fails all the same.
+                return Err(DeviceFailure::Failed(settled.join("; ")));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
                 return Ok(());
@@ -341,18 +385,33 @@ impl BindingGate {
         }
     }
 
-    /// Clears failed claims' allocations; the bind error naming each.
-    async fn clear(&self, writer: &dyn ClusterWriter, clear: Vec<Clear>) -> DeviceFailure {
-        let mut parts = Vec::new();
+    /// Clears failed claims' allocations, adding to `settled` the part of
+    /// the bind error naming each. `retry`: a clear answered 409 (the claim
+    /// changed since the cache's version) is left unsettled, and `true`
+    /// says to wait for the cache and decide again.
+    async fn clear(
+        &self,
+        writer: &dyn ClusterWriter,
+        clear: Vec<Clear>,
+        retry: bool,
+        settled: &mut Vec<String>,
+    ) -> bool {
+        let mut again = false;
         for c in clear {
             let outcome = if c.in_use {
                 "reserved for other pods, allocation kept".to_owned()
             } else {
                 match writer.clear_claim_allocation(&c.claim).await {
                     Ok(()) => "allocation cleared".to_owned(),
+                    Err(WriteError::Conflict) if retry => {
+                        tracing::debug!(claim = %c.qualified, "clearing the allocation met a newer claim; deciding again");
+                        again = true;
+                        continue;
+                    }
                     Err(e) => format!("clearing the allocation failed: {e}"),
                 }
             };
+            self.first_wait.lock().remove(&c.id);
             tracing::info!(claim = %c.qualified, reason = %c.reason, outcome = %outcome, "device binding failed");
             let object = ObjectRef {
                 api_version: "resource.k8s.io/v1".into(),
@@ -374,9 +433,9 @@ impl BindingGate {
                     &crate::model::refs::truncate(format!("{}; {outcome}", c.reason), 1024),
                 )
                 .await;
-            parts.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
+            settled.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
         }
-        DeviceFailure::Failed(parts.join("; "))
+        again
     }
 }
 

@@ -683,16 +683,18 @@ impl Extender {
             synced: Arc::new(move || flag.load(Ordering::SeqCst)),
         };
         // As `serve::spawn_gang_sweeper` runs it: every second.
-        let (gangs, idx, w) = (
+        let (gangs, idx, w, devices) = (
             Arc::clone(&state.gangs),
             Arc::clone(&state.nodes),
             Arc::clone(&state.writer),
+            Arc::clone(&state.binding),
         );
         let sweeper = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                devices.sweep(&idx);
                 let ended = gangs.sweep(&idx);
                 gangs.record(&idx, w.as_ref(), ended).await;
             }
@@ -834,6 +836,12 @@ struct KubeScheduler {
     next_start: usize,
     percentage: i64,
     binding: BTreeMap<String, tokio::task::JoinHandle<()>>,
+    /// Pods in the binding cycle: `(node, cpu, end of PreBind)`. While a
+    /// pod's PreBind writes its claim, the extender has not been asked to
+    /// bind it and does not count it; kube-scheduler's own NodeResourcesFit
+    /// does (its assumed pods), which the world checks for the nodes such
+    /// pods are on.
+    inflight: BTreeMap<String, (String, u64, Duration)>,
     done: Arc<Mutex<Vec<BindDone>>>,
 }
 
@@ -845,6 +853,7 @@ impl KubeScheduler {
             next_start: 0,
             percentage,
             binding: BTreeMap::new(),
+            inflight: BTreeMap::new(),
             done: Arc::default(),
         }
     }
@@ -868,6 +877,7 @@ impl KubeScheduler {
         for (_, t) in std::mem::take(&mut self.binding) {
             t.abort();
         }
+        self.inflight.clear();
     }
 }
 
@@ -1213,6 +1223,7 @@ impl World {
         done.sort_by(|a, b| a.pod.cmp(&b.pod));
         for d in done {
             self.ks.binding.remove(&d.pod);
+            self.ks.inflight.remove(&d.pod);
             match d.error {
                 None => sim.event(format_args!(
                     "kube-scheduler: {} bound to {}",
@@ -1298,6 +1309,37 @@ impl World {
                 }
             }
         }
+        // NodeResourcesFit with kube-scheduler's assumed pods, on the nodes
+        // where a pod is still in PreBind (the extender does not count it
+        // yet); elsewhere the extender's count is the same.
+        if self.ks.inflight.values().any(|(_, _, until)| *until > now) {
+            let api = lock(&self.api);
+            let want = cpu_of(&pod);
+            nodes.retain(|n| {
+                let prebinding = self
+                    .ks
+                    .inflight
+                    .values()
+                    .any(|(on, _, until)| on == n && *until > now);
+                if !prebinding {
+                    return true;
+                }
+                let bound: u64 = api
+                    .pods
+                    .values()
+                    .filter(|p| p["spec"]["nodeName"] == n.as_str())
+                    .map(cpu_of)
+                    .sum();
+                let assumed: u64 = self
+                    .ks
+                    .inflight
+                    .iter()
+                    .filter(|(p, (on, _, _))| on == n && api.node_of(p).is_none())
+                    .map(|(_, (_, cpu, _))| cpu)
+                    .sum();
+                bound + assumed + want <= NODE_CPU
+            });
+        }
         if nodes.is_empty() {
             if let Some(c) = &claim {
                 sim.event(format_args!("filter {name}: no node for claim {c}"));
@@ -1372,6 +1414,9 @@ impl World {
             Some(c) => self.reserve_claim(sim, c, &name, &uid, &node),
             None => Duration::ZERO,
         };
+        self.ks
+            .inflight
+            .insert(name.clone(), (node.clone(), cpu_of(&pod), now + prebind));
         let body =
             json!({"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}).to_string();
         let router = self.ext.router.clone();
@@ -1921,6 +1966,7 @@ impl World {
                 if let Some(t) = self.ks.binding.remove(&pod) {
                     t.abort();
                 }
+                self.ks.inflight.remove(&pod);
                 let uid = lock(&self.api)
                     .pods
                     .get(&pod)

@@ -300,7 +300,10 @@ async fn a_member_awaiting_its_devices_does_not_count_toward_quorum() {
     f.binder.nodes.apply_claim(&gated_claim("gpu", "p0-uid"));
     let p0 = f.spawn("p0");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(f.assumed("p0"), "counted on its node while its devices are awaited");
+    assert!(
+        f.assumed("p0"),
+        "counted on its node while its devices are awaited"
+    );
     assert_eq!(f.cpu_used(), 1000);
     let p1 = f.spawn("p1");
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -241,12 +241,18 @@ impl ApiServer {
     /// The device a claim is allocated: `(pool = node, device)`.
     fn allocated(&self, claim: &str) -> Option<(String, String)> {
         let r = &self.claims.get(claim)?["status"]["allocation"]["devices"]["results"][0];
-        Some((r["pool"].as_str()?.to_owned(), r["device"].as_str()?.to_owned()))
+        Some((
+            r["pool"].as_str()?.to_owned(),
+            r["device"].as_str()?.to_owned(),
+        ))
     }
 
     /// Every device some claim is allocated.
     fn taken(&self) -> BTreeSet<(String, String)> {
-        self.claims.keys().filter_map(|c| self.allocated(c)).collect()
+        self.claims
+            .keys()
+            .filter_map(|c| self.allocated(c))
+            .collect()
     }
 
     /// The devices a node's ResourceSlice publishes no claim holds.
@@ -359,7 +365,9 @@ impl ApiServer {
         let result = &c["status"]["allocation"]["devices"]["results"][0];
         let Some(status) = c["status"]["devices"].as_array().and_then(|ds| {
             ds.iter().find(|d| {
-                d["driver"] == DRIVER && d["pool"] == node.as_str() && d["device"] == device.as_str()
+                d["driver"] == DRIVER
+                    && d["pool"] == node.as_str()
+                    && d["device"] == device.as_str()
             })
         }) else {
             return result["bindingConditions"]
@@ -940,6 +948,9 @@ struct World {
     later: Vec<(Duration, Later)>,
     /// Faults have stopped (the last quarter of a run).
     healed: bool,
+    /// When groups were deleted (a gathering unit may outlive its group
+    /// by one `--gang-wait`).
+    group_deletions: Vec<Duration>,
 }
 
 impl World {
@@ -1021,6 +1032,7 @@ impl World {
             deleted: Vec::new(),
             later: Vec::new(),
             healed: false,
+            group_deletions: Vec::new(),
         }
     }
 
@@ -1154,7 +1166,10 @@ impl World {
                 api.put(Change::Claim(claim_name(p), None));
             }
         }
+        let now = sim.now();
+        self.group_deletions.retain(|at| *at + GANG_WAIT >= now);
         for g in &w.groups {
+            self.group_deletions.push(now);
             api.put(Change::Group(g.name.clone(), None));
             self.group_of.remove(&g.name);
             self.struck.remove(&g.name);
@@ -1482,10 +1497,9 @@ impl World {
             };
             let at = now + sim.delay(Duration::from_millis(200), Duration::from_secs(6));
             match outcome {
-                0 => self.later.push((
-                    at,
-                    Later::Driver(claim.to_owned(), generation, ATTACHED),
-                )),
+                0 => self
+                    .later
+                    .push((at, Later::Driver(claim.to_owned(), generation, ATTACHED))),
                 1 => self.later.push((
                     at,
                     Later::Driver(claim.to_owned(), generation, ATTACH_FAILED),
@@ -1533,7 +1547,9 @@ impl World {
         {
             api.unreserve(&c, uid);
             drop(api);
-            sim.event(format_args!("kube-scheduler Unreserve: {pod} leaves claim {c}"));
+            sim.event(format_args!(
+                "kube-scheduler Unreserve: {pod} leaves claim {c}"
+            ));
         }
     }
 
@@ -1594,10 +1610,7 @@ impl World {
             ),
             // Allocated claims only: at the end every pod runs, so every
             // live claim is allocated.
-            (
-                "ResourceClaim",
-                api.claims.len() + slack("ResourceClaim"),
-            ),
+            ("ResourceClaim", api.claims.len() + slack("ResourceClaim")),
             ("ResourceSlice", api.slices.len() + slack("ResourceSlice")),
         ];
         for (kind, n) in want {
@@ -1621,7 +1634,22 @@ impl World {
         let tables = [
             ("held binds", s.gangs.held(), pods_most),
             ("reserved members", s.gangs.kept(), pods_most),
-            ("gathering units", s.gangs.units(), groups_most),
+            // A unit outlives its group's deletion by at most one
+            // `--gang-wait` (its held binds' own wait).
+            (
+                "gathering units",
+                s.gangs.units(),
+                if end {
+                    0
+                } else {
+                    let recent = self
+                        .group_deletions
+                        .iter()
+                        .filter(|at| **at + GANG_WAIT >= sim.now())
+                        .count();
+                    groups_most + slack("PodGroup") + slack("CompositePodGroup") + recent
+                },
+            ),
             ("device waits", s.binding.waiting(), pods_most),
             ("pending evictions", s.evictions.pending(), pods_most),
             // Swept of groups gone whenever it doubles, from 1,024 entries
@@ -1687,7 +1715,9 @@ impl World {
                 || {
                     format!(
                         "pod {p} bound to {node}; claim {c} allocated {on:?}, status {}",
-                        api.claims.get(&c).map_or(Value::Null, |c| c["status"].clone())
+                        api.claims
+                            .get(&c)
+                            .map_or(Value::Null, |c| c["status"].clone())
                     )
                 },
             );
@@ -1950,6 +1980,7 @@ impl World {
                 let spec = self.workloads[&w].groups[i].clone();
                 let back = now + sim.delay(Duration::from_secs(1), Duration::from_secs(10));
                 lock(&self.api).put(Change::Group(g.clone(), None));
+                self.group_deletions.push(now);
                 self.later.push((back, Later::Group(spec)));
                 self.struck.entry(g.clone()).or_insert(now);
                 self.fault(
@@ -2091,6 +2122,9 @@ enum Later {
 /// in kube-scheduler's longest backoff (10 s) behind a gang that waits out
 /// `--gang-wait` (20 s) once, twice over.
 const LIVENESS_BOUND: Duration = Duration::from_secs(90);
+
+/// `--gang-wait` (the default): the longest a held bind waits.
+const GANG_WAIT: Duration = Duration::from_secs(20);
 
 /// How long a gang a fault struck may stay below minCount before it must
 /// be whole again or reported.

@@ -570,18 +570,16 @@ async fn the_sweep_drops_first_waits_of_allocations_gone_from_the_cache() {
 async fn a_clear_answered_409_is_retried_once_the_cache_has_the_newer_claim() {
     let f = fixture(600, 10);
     *f.writer.stale.lock() = Some("7".into());
-    let failed = claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["AttachFailed"])],
-        &["p-uid"],
-    );
+    let failed = claim("gpu", &[GPU], &[("gpu-0", &["AttachFailed"])], &["p-uid"]);
     f.nodes.apply_claim(&failed);
     let task = f.gate_task();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!task.is_finished(), "decided on the stale claim");
     assert_eq!(f.clears().len(), 1);
-    assert!(f.writer.events.lock().is_empty(), "no Event for an unsettled clear");
+    assert!(
+        f.writer.events.lock().is_empty(),
+        "no Event for an unsettled clear"
+    );
     let mut newer = failed;
     newer.metadata.resource_version = Some("8".into());
     f.nodes.apply_claim(&newer);

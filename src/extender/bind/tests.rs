@@ -556,6 +556,50 @@ async fn a_pod_whose_claims_are_not_cached_is_not_bound() {
     assert_eq!(f.failures(BindFailureCause::NotCached), 1);
 }
 
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 9 with
+/// DRA and preemption): during a dropped watch the cache still held a
+/// claim's old allocation on another node, with its binding conditions
+/// True; kube-scheduler had allocated it again for this node, and the pod
+/// was bound before the new device was ready. A claim whose published
+/// devices are all off the bind's node is an allocation the cache has not
+/// caught up with.
+#[tokio::test(start_paused = true)]
+async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_node(&node("n2"));
+    f.binder.nodes.apply_slice(
+        &testkit::slice("n2-drv", "drv", "n2", &["d0"])
+            .set(&["spec", "pool", "name"], "pool")
+            .typed(),
+    );
+    f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
+    f.binder.nodes.apply_claim(&gated_claim("gpu", "x-uid"));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "resource claim ns/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet"
+    );
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    assert_eq!(
+        f.binder.devices.waiting(),
+        0,
+        "no wait on the old allocation"
+    );
+    // The same device published on n1: the allocation reaches the node,
+    // and the gate decides on it.
+    f.binder.nodes.apply_slice(
+        &testkit::slice("n2-drv", "drv", "n1", &["d0"])
+            .set(&["spec", "pool", "name"], "pool")
+            .typed(),
+    );
+    let task = f.spawn("x");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished(), "waits for Attached on n1");
+    assert_eq!(f.binder.devices.waiting(), 1);
+    task.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pod_the_cache_does_not_know_or_knows_with_another_uid_is_not_bound() {
     let f = fixture(1, 1, false);

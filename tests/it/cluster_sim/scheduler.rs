@@ -146,6 +146,12 @@ struct ApiServer {
     /// Binds that failed by a drawn write fault (the pod, the fault):
     /// their gangs may be partly bound until the member is bound again.
     failed_binds: Vec<(String, &'static str)>,
+    /// Binds answered 504 after the write: `(when, node)`. kube-scheduler
+    /// and the extender both forget such a pod until the watch shows it
+    /// bound, so a bind in flight meanwhile may overcommit the node.
+    lost_replies: Vec<(Duration, String)>,
+    /// When each bound pod was bound.
+    bound_at: BTreeMap<String, Duration>,
 }
 
 impl ApiServer {
@@ -529,10 +535,14 @@ impl ClusterWriter for SimWriter {
             pod["spec"]["nodeName"] = json!(b.node);
             pod["status"]["phase"] = json!("Running");
             api.put(Change::Pod(b.name.clone(), Some(pod)));
+            let at = api.now();
+            api.bound_at.insert(b.name.clone(), at);
             api.count("bind ok");
             api.say(format!("bound {} -> {}", b.name, b.node));
             if lost {
                 api.count("bind 504 after write");
+                let at = api.now();
+                api.lost_replies.push((at, b.node.clone()));
                 api.say(format!("bind {}: 504 after the write", b.name));
                 api.failed_binds
                     .push((b.name.clone(), "bind answered 504 after the write"));
@@ -771,6 +781,8 @@ struct GroupSpec {
     cpu: u64,
     topology: Option<&'static str>,
     parent: Option<String>,
+    /// `spec.priority` (with preemption on).
+    priority: Option<i32>,
 }
 
 /// A workload: one gang, or a CompositePodGroup of gangs, or plain pods.
@@ -783,6 +795,8 @@ struct Workload {
     /// Every pod uses a ResourceClaim of its own (`<pod>-gpu`) for one
     /// device of the simulated driver.
     dra: bool,
+    /// `spec.priority` of its pods and groups (with preemption on).
+    priority: Option<i32>,
 }
 
 impl Workload {
@@ -802,7 +816,14 @@ impl Workload {
     }
 }
 
-fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>, dra: bool) -> Value {
+fn pod_json(
+    name: &str,
+    uid: &str,
+    cpu: u64,
+    group: Option<&str>,
+    dra: bool,
+    priority: Option<i32>,
+) -> Value {
     let mut p = testkit::pod(name)
         .uid(uid)
         .requests(&[("cpu", &format!("{cpu}m")), ("memory", "1Gi")]);
@@ -811,6 +832,9 @@ fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>, dra: bool) -> 
     }
     if dra {
         p = p.uses_claim("gpu", Some(&claim_name(name)), None);
+    }
+    if let Some(v) = priority {
+        p = p.priority(v);
     }
     p.set(&["metadata", "resourceVersion"], "0")
         .scheduler("kruntimes-scheduler")
@@ -912,18 +936,29 @@ struct Knobs {
     /// drew before DRA was simulated (the regression seeds replay their
     /// original scenarios).
     dra: bool,
+    /// Workloads have priorities, and kube-scheduler preempts for a pod
+    /// that fits nowhere (the extender's `preempt` verb, victims deleted).
+    preempt: bool,
 }
 
 /// Every part of the world on.
 const ALL: Knobs = Knobs {
     faults: true,
     dra: true,
+    preempt: true,
 };
 /// The world as the regression seeds 8 and 10 found their bugs in.
 const BEFORE_DRA: Knobs = Knobs {
     faults: true,
     dra: false,
+    preempt: false,
 };
+
+/// Workload priorities (the value on pods and on every group of the
+/// workload, so a member's own priority agrees with its group's); the
+/// last is the top priority.
+const PRIORITIES: [i32; 3] = [0, 100, 1000];
+const TOP_PRIORITY: i32 = PRIORITIES[2];
 
 struct World {
     api: Api,
@@ -977,6 +1012,8 @@ impl World {
             reports: BTreeMap::new(),
             counts: BTreeMap::new(),
             failed_binds: Vec::new(),
+            lost_replies: Vec::new(),
+            bound_at: BTreeMap::new(),
         };
         if knobs.faults {
             api.faults = WriteFaults {
@@ -1045,6 +1082,14 @@ impl World {
         self.workloads.values().map(Workload::cpu).sum()
     }
 
+    fn live_cpu_at(&self, priority: i32) -> u64 {
+        self.workloads
+            .values()
+            .filter(|w| w.priority == Some(priority))
+            .map(Workload::cpu)
+            .sum()
+    }
+
     /// A new workload, sized so every live workload fits at once with room.
     fn arrive(&mut self, sim: &mut Sim) {
         self.next_workload += 1;
@@ -1053,12 +1098,18 @@ impl World {
         let rack_cpu = self.capacity / (self.zones * self.racks) as u64;
         let kind = sim.weighted(&[2, 4, 2]).expect("weights");
         let dra = self.knobs.dra && sim.chance(0.35);
+        let priority = if self.knobs.preempt {
+            Some(*sim.pick(&PRIORITIES).expect("priorities"))
+        } else {
+            None
+        };
         let mut w = Workload {
             name: name.clone(),
             composite: None,
             groups: Vec::new(),
             plain: Vec::new(),
             dra,
+            priority,
         };
         let gang = |sim: &mut Sim, gname: String, topology: Option<&'static str>, parent| {
             let cpu = if dra { DRA_CPU } else { 500 * sim.below(1, 5) };
@@ -1076,6 +1127,7 @@ impl World {
                 cpu,
                 topology,
                 parent,
+                priority,
             }
         };
         match kind {
@@ -1103,7 +1155,15 @@ impl World {
                 w.composite = Some((cname, min_groups, ctop));
             }
         }
-        if self.live_cpu() + w.cpu() > self.capacity / 2 {
+        // Everything live fits in half the cluster; with priorities, the
+        // top priority's workloads fit in half the cluster among
+        // themselves, whatever runs below them (they preempt it).
+        let fits = if w.priority == Some(TOP_PRIORITY) {
+            self.live_cpu_at(TOP_PRIORITY) + w.cpu() <= self.capacity / 2
+        } else {
+            self.live_cpu() + w.cpu() <= self.capacity / 2
+        };
+        if !fits {
             return;
         }
         sim.event(format_args!("workload {name} arrives: {}", describe(&w)));
@@ -1112,6 +1172,9 @@ impl World {
             let mut o = testkit::composite(c).gang(*min as u32);
             if let Some(t) = top {
                 o = o.topology(t);
+            }
+            if let Some(v) = w.priority {
+                o = o.set(&["spec", "priority"], v);
             }
             api.put(Change::Composite(c.clone(), Some(o.value())));
         }
@@ -1128,7 +1191,7 @@ impl World {
                 let uid = format!("{p}-{}", self.uid_gen);
                 api.put(Change::Pod(
                     p.clone(),
-                    Some(pod_json(p, &uid, g.cpu, Some(&g.name), w.dra)),
+                    Some(pod_json(p, &uid, g.cpu, Some(&g.name), w.dra, w.priority)),
                 ));
             }
         }
@@ -1137,7 +1200,7 @@ impl World {
             let uid = format!("{p}-{}", self.uid_gen);
             api.put(Change::Pod(
                 p.clone(),
-                Some(pod_json(p, &uid, *cpu, None, w.dra)),
+                Some(pod_json(p, &uid, *cpu, None, w.dra, w.priority)),
             ));
         }
         drop(api);
@@ -1167,7 +1230,7 @@ impl World {
             }
         }
         let now = sim.now();
-        self.group_deletions.retain(|at| *at + GANG_WAIT >= now);
+        self.group_deletions.retain(|at| *at + GROUP_LINGER >= now);
         for g in &w.groups {
             self.group_deletions.push(now);
             api.put(Change::Group(g.name.clone(), None));
@@ -1395,6 +1458,13 @@ impl World {
             if let Some(c) = &claim {
                 self.post_filter(sim, c, &uid);
             }
+            if self.knobs.preempt && error.is_empty() {
+                let failed: Vec<String> = r.body["FailedNodes"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                self.preempt(sim, &name, &pod, &failed).await;
+            }
             self.ks.backoff(&name, now);
             return;
         }
@@ -1518,6 +1588,161 @@ impl World {
         }
     }
 
+    /// DefaultPreemption's PostFilter, for a pod that fits nowhere: on each
+    /// node the extender failed as resolvable, the lowest-priority pods
+    /// whose removal lets the pod fit by cpu (the others reprieved,
+    /// highest priority first); the extender's `preempt` verb
+    /// (`NodeNameToMetaVictims`, as a node-cache-capable extender gets
+    /// it) narrows them; kube-scheduler picks one candidate by its order
+    /// (fewest PDB violations, lowest highest victim priority, lowest
+    /// priority sum, fewest victims), nominates the node and deletes the
+    /// victims, whose controllers create them again.
+    async fn preempt(&mut self, sim: &mut Sim, name: &str, pod: &Value, failed: &[String]) {
+        let mine = priority_of(pod);
+        if pod["spec"]["preemptionPolicy"] == "Never" || failed.is_empty() {
+            return;
+        }
+        let want = cpu_of(pod);
+        let mut candidates: BTreeMap<String, Value> = BTreeMap::new();
+        {
+            let api = lock(&self.api);
+            for node in failed {
+                if !api.nodes.contains_key(node) {
+                    continue;
+                }
+                let on: Vec<(&String, &Value)> = api
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| p["spec"]["nodeName"] == node.as_str())
+                    .collect();
+                let used: u64 = on.iter().map(|(_, p)| cpu_of(p)).sum();
+                let mut lower: Vec<(&String, &Value)> = on
+                    .iter()
+                    .copied()
+                    .filter(|(_, p)| priority_of(p) < mine)
+                    .collect();
+                let freed: u64 = lower.iter().map(|(_, p)| cpu_of(p)).sum();
+                if used - freed + want > NODE_CPU {
+                    continue;
+                }
+                // Reprieve the most important first.
+                lower.sort_by(|a, b| priority_of(b.1).cmp(&priority_of(a.1)).then(a.0.cmp(b.0)));
+                let mut kept = used - freed;
+                let mut victims = Vec::new();
+                for (_, p) in lower {
+                    if kept + cpu_of(p) + want <= NODE_CPU {
+                        kept += cpu_of(p);
+                    } else {
+                        victims.push(json!({"UID": p["metadata"]["uid"]}));
+                    }
+                }
+                if !victims.is_empty() {
+                    candidates.insert(
+                        node.clone(),
+                        json!({"Pods": victims, "NumPDBViolations": 0}),
+                    );
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return;
+        }
+        let body = json!({"Pod": pod, "NodeNameToVictims": null,
+            "NodeNameToMetaVictims": candidates})
+        .to_string();
+        let r = testkit::post(self.ext.router.clone(), "/scheduler/preempt", &body).await;
+        if r.status != 200 {
+            sim.event(format_args!("preempt {name}: HTTP {}", r.status));
+            return;
+        }
+        let answered: BTreeMap<String, Vec<String>> = r.body["NodeNameToMetaVictims"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(n, v)| {
+                let uids = v["Pods"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["UID"].as_str().map(str::to_owned))
+                    .collect();
+                (n.clone(), uids)
+            })
+            .collect();
+        let shared = Arc::clone(&self.api);
+        let mut api = lock(&shared);
+        let by_uid: BTreeMap<String, String> = api
+            .pods
+            .iter()
+            .filter_map(|(n, p)| Some((p["metadata"]["uid"].as_str()?.to_owned(), n.clone())))
+            .collect();
+        // Every victim the extender answers is below the preemptor.
+        for (node, uids) in &answered {
+            for u in uids {
+                if let Some(v) = by_uid.get(u) {
+                    let theirs = priority_of(&api.pods[v]);
+                    sim.check(
+                        theirs < mine,
+                        "no victim at or above the preemptor's priority",
+                        || {
+                            format!(
+                                "preempting for {name} (priority {mine}) on {node}: victim {v} has priority {theirs}"
+                            )
+                        },
+                    );
+                }
+            }
+        }
+        // pickOneNodeForPreemption, as far as this world has the counts.
+        let rank = |uids: &Vec<String>| {
+            let ps: Vec<i64> = uids
+                .iter()
+                .filter_map(|u| by_uid.get(u))
+                .map(|v| i64::from(priority_of(&api.pods[v])))
+                .collect();
+            (
+                ps.iter().copied().max().unwrap_or(i64::MIN),
+                ps.iter().sum::<i64>(),
+                ps.len(),
+            )
+        };
+        let Some((node, uids)) = answered
+            .iter()
+            .filter(|(_, u)| !u.is_empty())
+            .min_by_key(|(n, u)| (rank(u), (*n).clone()))
+            .map(|(n, u)| (n.clone(), u.clone()))
+        else {
+            drop(api);
+            sim.event(format_args!(
+                "preempt {name}: the extender returned no candidate of {}",
+                candidates.len()
+            ));
+            return;
+        };
+        if let Some(mut p) = api.pods.get(name).cloned() {
+            p["status"]["nominatedNodeName"] = json!(node);
+            api.put(Change::Pod(name.to_owned(), Some(p)));
+        }
+        let now = sim.now();
+        let mut gone = Vec::new();
+        for u in &uids {
+            let Some(v) = by_uid.get(u) else { continue };
+            if api.node_of(v) != Some(node.as_str()) {
+                continue;
+            }
+            api.put(Change::Pod(v.clone(), None));
+            self.strike(v, now);
+            self.recreate(&mut api, v);
+            gone.push(v.clone());
+        }
+        drop(api);
+        *self.fault_counts.entry("pods preempted").or_default() += gone.len() as u64;
+        *self.fault_counts.entry("preemptions").or_default() += 1;
+        sim.event(format_args!(
+            "kube-scheduler preempts on {node} for {name} (priority {mine}): {gone:?}"
+        ));
+    }
+
     /// DynamicResources PostFilter: a pod that fits nowhere has its claim's
     /// allocation removed when no other pod holds the claim, so the next
     /// attempt may allocate a device elsewhere.
@@ -1555,11 +1780,17 @@ impl World {
 
     // === invariants ===
 
-    /// Pods of live workloads not bound.
+    /// Pods of live workloads not bound, of the workloads liveness is
+    /// owed to: every one while all of them fit in half the cluster (as
+    /// they always do without priorities); else those of the top priority
+    /// (which fit among themselves and preempt everything else; lower
+    /// ones may wait for room that never comes).
     fn unplaced(&self) -> Vec<String> {
         let api = lock(&self.api);
+        let all = self.live_cpu() <= self.capacity / 2;
         self.workloads
             .values()
+            .filter(|w| all || w.priority == Some(TOP_PRIORITY))
             .flat_map(Workload::pod_names)
             .filter(|p| api.node_of(p).is_none())
             .cloned()
@@ -1631,6 +1862,13 @@ impl World {
         // At the end every wait is over; between steps each is bounded by
         // the pods or groups that exist.
         let (pods_most, groups_most) = if end { (0, 0) } else { (pods, live_groups) };
+        // Groups deleted within a plan's life (`PLAN_TTL`, longer than
+        // `--gang-wait`): their plans and units go lazily.
+        let recent = self
+            .group_deletions
+            .iter()
+            .filter(|at| **at + GROUP_LINGER >= sim.now())
+            .count();
         let tables = [
             ("held binds", s.gangs.held(), pods_most),
             ("reserved members", s.gangs.kept(), pods_most),
@@ -1642,11 +1880,6 @@ impl World {
                 if end {
                     0
                 } else {
-                    let recent = self
-                        .group_deletions
-                        .iter()
-                        .filter(|at| **at + GANG_WAIT >= sim.now())
-                        .count();
                     groups_most + slack("PodGroup") + slack("CompositePodGroup") + recent
                 },
             ),
@@ -1662,7 +1895,7 @@ impl World {
             (
                 "domain plans",
                 s.gangs.planner().with_plans(|p| p.len()),
-                live_groups + slack("PodGroup") + slack("CompositePodGroup"),
+                live_groups + slack("PodGroup") + slack("CompositePodGroup") + recent,
             ),
         ];
         for (what, n, most) in tables {
@@ -1671,6 +1904,63 @@ impl World {
                 "no memory the live objects do not explain",
                 || format!("{what}: {n}, live objects explain at most {most}"),
             );
+        }
+    }
+
+    /// The kubelet's admission: a pod bound to a node its cpu does not fit
+    /// on is rejected (`OutOfcpu`: deleted, its controller creates it
+    /// again), but only in the one window the world knows the node may be
+    /// overcommitted (after a bind answered 504 once its write landed,
+    /// the pods bound there within a bind's `httpTimeout`); any other
+    /// overcommit is left for the invariant.
+    fn kubelet_admit(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let shared = Arc::clone(&self.api);
+        let mut api = lock(&shared);
+        api.lost_replies.retain(|(at, _)| *at + BIND_TIMEOUT >= now);
+        if api.lost_replies.is_empty() {
+            return;
+        }
+        let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                *used.entry(n.to_owned()).or_default() += cpu_of(pod);
+            }
+        }
+        for (node, cpu) in used {
+            if cpu <= NODE_CPU {
+                continue;
+            }
+            let Some(since) = api
+                .lost_replies
+                .iter()
+                .filter(|(_, n)| *n == node)
+                .map(|(at, _)| *at)
+                .min()
+            else {
+                continue;
+            };
+            let Some(last) = api
+                .pods
+                .iter()
+                .filter(|(_, p)| p["spec"]["nodeName"] == node.as_str())
+                .filter_map(|(n, _)| Some((*api.bound_at.get(n)?, n.clone())))
+                .filter(|(at, _)| *at >= since)
+                .max()
+                .map(|(_, n)| n)
+            else {
+                continue;
+            };
+            api.put(Change::Pod(last.clone(), None));
+            self.strike(&last, now);
+            self.recreate(&mut api, &last);
+            *self
+                .fault_counts
+                .entry("kubelet rejected (OutOfcpu)")
+                .or_default() += 1;
+            sim.event(format_args!(
+                "kubelet on {node} rejects {last}: OutOfcpu ({cpu}m bound)"
+            ));
         }
     }
 
@@ -1836,6 +2126,7 @@ impl World {
             tokio::task::yield_now().await;
         }
         self.deliver(sim);
+        self.kubelet_admit(sim);
         self.note_repairs(sim);
         self.check(sim);
         self.check_memory(sim, false);
@@ -1850,7 +2141,7 @@ impl World {
         else {
             return;
         };
-        let dra = w.dra;
+        let (dra, priority) = (w.dra, w.priority);
         let (cpu, group) = w
             .groups
             .iter()
@@ -1867,7 +2158,7 @@ impl World {
         let uid = format!("{pod}-{}", self.uid_gen);
         api.put(Change::Pod(
             pod.to_owned(),
-            Some(pod_json(pod, &uid, cpu, group.as_deref(), dra)),
+            Some(pod_json(pod, &uid, cpu, group.as_deref(), dra, priority)),
         ));
     }
 
@@ -2123,8 +2414,9 @@ enum Later {
 /// `--gang-wait` (20 s) once, twice over.
 const LIVENESS_BOUND: Duration = Duration::from_secs(90);
 
-/// `--gang-wait` (the default): the longest a held bind waits.
-const GANG_WAIT: Duration = Duration::from_secs(20);
+/// How long a deleted group's gathering unit (`--gang-wait`, 20 s) and
+/// domain plan (`PLAN_TTL`, 30 s) may outlive it.
+const GROUP_LINGER: Duration = Duration::from_secs(30);
 
 /// How long a gang a fault struck may stay below minCount before it must
 /// be whole again or reported.
@@ -2173,7 +2465,18 @@ fn group_json(g: &GroupSpec) -> Value {
     if let Some(p) = &g.parent {
         o = o.parent(p);
     }
+    if let Some(v) = g.priority {
+        o = o.set(&["spec", "priority"], v);
+    }
     o.value()
+}
+
+/// `spec.priority` (0 when unset).
+fn priority_of(pod: &Value) -> i32 {
+    pod["spec"]["priority"]
+        .as_i64()
+        .and_then(|v| i32::try_from(v).ok())
+        .unwrap_or(0)
 }
 
 fn cpu_of(pod: &Value) -> u64 {
@@ -2213,7 +2516,10 @@ fn describe(w: &Workload) -> String {
         let _ = write!(s, "pod {p} {cpu}m; ");
     }
     if w.dra {
-        s.push_str("each pod claims a device");
+        s.push_str("each pod claims a device; ");
+    }
+    if let Some(v) = w.priority {
+        let _ = write!(s, "priority {v}");
     }
     s
 }

@@ -152,6 +152,9 @@ struct ApiServer {
     lost_replies: Vec<(Duration, String)>,
     /// When each bound pod was bound.
     bound_at: BTreeMap<String, Duration>,
+    /// Pods the extender's evictor evicted, for their controllers to
+    /// create again.
+    evicted: Vec<String>,
 }
 
 impl ApiServer {
@@ -656,6 +659,7 @@ impl ClusterWriter for SimWriter {
                 Some(_) => {
                     api.put(Change::Pod(pod.name.clone(), None));
                     api.say(format!("evicted {}", pod.name));
+                    api.evicted.push(pod.name.clone());
                     Ok(())
                 }
             }
@@ -672,12 +676,16 @@ struct Extender {
     router: axum::Router,
     synced: Arc<AtomicBool>,
     sweeper: tokio::task::JoinHandle<()>,
+    /// The follow-up evictor of `All` groups (`serve::spawn_evictor`),
+    /// with preemption on.
+    evictor: Option<tokio::task::JoinHandle<()>>,
     /// When a cold cache finishes its initial list.
     warm_at: Option<Duration>,
 }
 
 impl Extender {
-    fn start(api: &Api, warm_at: Duration, dra: bool) -> Extender {
+    fn start(api: &Api, warm_at: Duration, knobs: Knobs) -> Extender {
+        let dra = knobs.dra;
         let nodes = Arc::new(ClusterIndex::new());
         nodes.set_priority_classes_synced(true);
         let synced = Arc::new(AtomicBool::new(false));
@@ -717,11 +725,19 @@ impl Extender {
                 gangs.record(&idx, w.as_ref(), ended).await;
             }
         });
+        let evictor = knobs.preempt.then(|| {
+            tokio::spawn(Arc::clone(&state.evictions).run(
+                Arc::clone(&state.nodes),
+                Arc::clone(&state.writer),
+                Arc::clone(&state.metrics),
+            ))
+        });
         Extender {
             router: extender::router(state.clone()),
             state,
             synced,
             sweeper,
+            evictor,
             warm_at: Some(warm_at),
         }
     }
@@ -759,6 +775,9 @@ impl Extender {
 impl Drop for Extender {
     fn drop(&mut self) {
         self.sweeper.abort();
+        if let Some(e) = &self.evictor {
+            e.abort();
+        }
     }
 }
 
@@ -783,6 +802,8 @@ struct GroupSpec {
     parent: Option<String>,
     /// `spec.priority` (with preemption on).
     priority: Option<i32>,
+    /// `spec.disruptionMode: {all: {}}`.
+    all: bool,
 }
 
 /// A workload: one gang, or a CompositePodGroup of gangs, or plain pods.
@@ -986,6 +1007,13 @@ struct World {
     /// When groups were deleted (a gathering unit may outlive its group
     /// by one `--gang-wait`).
     group_deletions: Vec<Duration>,
+    /// `All` groups preempted: when, the group, and its members running
+    /// then `(pod, uid)`, every one of which must be gone within
+    /// [`REPAIR_BOUND`].
+    all_disruptions: Vec<(Duration, String, Vec<(String, String)>)>,
+    /// When the leader was last killed (the evictor's pending work is in
+    /// memory and goes with it).
+    last_kill: Option<Duration>,
 }
 
 impl World {
@@ -1014,6 +1042,7 @@ impl World {
             failed_binds: Vec::new(),
             lost_replies: Vec::new(),
             bound_at: BTreeMap::new(),
+            evicted: Vec::new(),
         };
         if knobs.faults {
             api.faults = WriteFaults {
@@ -1048,7 +1077,7 @@ impl World {
         let ext = Extender::start(
             &api,
             sim.delay(Duration::ZERO, Duration::from_secs(2)),
-            knobs.dra,
+            knobs,
         );
         World {
             api,
@@ -1070,6 +1099,8 @@ impl World {
             later: Vec::new(),
             healed: false,
             group_deletions: Vec::new(),
+            all_disruptions: Vec::new(),
+            last_kill: None,
         }
     }
 
@@ -1128,6 +1159,7 @@ impl World {
                 topology,
                 parent,
                 priority,
+                all: false,
             }
         };
         match kind {
@@ -1141,6 +1173,9 @@ impl World {
                 let topology = *sim.pick(&[None, Some(ZONE), Some(RACK)]).expect("choices");
                 w.groups
                     .push(gang(sim, format!("{name}-g"), topology, None));
+                if self.knobs.preempt {
+                    w.groups[0].all = sim.chance(0.5);
+                }
             }
             _ => {
                 let cname = format!("{name}-c");
@@ -1261,6 +1296,13 @@ impl World {
         for (pod, kind) in failed {
             self.strike(&pod, now);
             self.fault(sim, kind, pod);
+        }
+        let evicted = std::mem::take(&mut lock(&self.api).evicted);
+        for pod in evicted {
+            self.strike(&pod, now);
+            let shared = Arc::clone(&self.api);
+            self.recreate(&mut lock(&shared), &pod);
+            *self.fault_counts.entry("pods evicted (All)").or_default() += 1;
         }
         let mut api = lock(&self.api);
         if let Some(at) = self.ext.warm_at
@@ -1730,6 +1772,26 @@ impl World {
             if api.node_of(v) != Some(node.as_str()) {
                 continue;
             }
+            // An `All` group: every member running now must go.
+            if let Some((w, i)) = v.rsplit_once('-').and_then(|(g, _)| self.group_of.get(g))
+                && let g = &self.workloads[w].groups[*i]
+                && g.all
+                && !self
+                    .all_disruptions
+                    .iter()
+                    .any(|(at, n, _)| *n == g.name && *at == now)
+            {
+                let running = g
+                    .pods
+                    .iter()
+                    .filter(|p| api.node_of(p).is_some())
+                    .filter_map(|p| {
+                        let uid = api.pods[p]["metadata"]["uid"].as_str()?;
+                        Some((p.clone(), uid.to_owned()))
+                    })
+                    .collect();
+                self.all_disruptions.push((now, g.name.clone(), running));
+            }
             api.put(Change::Pod(v.clone(), None));
             self.strike(v, now);
             self.recreate(&mut api, v);
@@ -2012,6 +2074,38 @@ impl World {
                 },
             );
         }
+        // An `All` group preempted is disrupted whole: within the repair
+        // bound, none of the members that ran when it was preempted runs
+        // (kube-scheduler deletes those on the node, the evictor the
+        // others), unless the leader was killed meanwhile (the evictor's
+        // pending work is in memory).
+        let now = sim.now();
+        for (at, group, members) in &self.all_disruptions {
+            if now < *at + REPAIR_BOUND || self.last_kill.is_some_and(|k| k >= *at) {
+                continue;
+            }
+            let running: Vec<&String> = members
+                .iter()
+                .filter(|(p, uid)| {
+                    api.pods.get(p).is_some_and(|v| {
+                        v["metadata"]["uid"] == uid.as_str() && api.node_of(p).is_some()
+                    })
+                })
+                .map(|(p, _)| p)
+                .collect();
+            sim.check(
+                running.is_empty(),
+                "an All group preempted goes whole",
+                || {
+                    format!(
+                        "group {group} preempted at {:.1}s: {running:?} still run",
+                        at.as_secs_f64()
+                    )
+                },
+            );
+        }
+        self.all_disruptions
+            .retain(|(at, _, _)| now < *at + REPAIR_BOUND);
         // No gang bound across two domains of its constraint, at any level;
         // no gang below minCount outside a repair window.
         let now = sim.now();
@@ -2229,6 +2323,18 @@ impl World {
                 } else {
                     lock(&self.api).put(Change::Node(node.clone(), None));
                     let n = self.evict_node_pods(&node, now);
+                    // Gangs with a member on its way to the node are struck
+                    // too: its bind fails, maybe after the others bound.
+                    let bound_there: Vec<String> = self
+                        .ks
+                        .inflight
+                        .iter()
+                        .filter(|(_, (on, _, _))| *on == node)
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    for p in bound_there {
+                        self.strike(&p, now);
+                    }
                     if self.knobs.dra {
                         lock(&self.api).put(Change::Slice(slice_name(&node), None));
                     }
@@ -2308,7 +2414,8 @@ impl World {
                 let pct = self.ks.percentage;
                 self.ks = KubeScheduler::new(pct);
                 let cold = sim.delay(Duration::from_millis(500), Duration::from_secs(8));
-                self.ext = Extender::start(&self.api, now + cold, self.knobs.dra);
+                self.ext = Extender::start(&self.api, now + cold, self.knobs);
+                self.last_kill = Some(now);
                 lock(&self.api).watch.clear();
                 self.fault(
                     sim,
@@ -2468,6 +2575,9 @@ fn group_json(g: &GroupSpec) -> Value {
     if let Some(v) = g.priority {
         o = o.set(&["spec", "priority"], v);
     }
+    if g.all {
+        o = o.disrupt_all();
+    }
     o.value()
 }
 
@@ -2511,6 +2621,9 @@ fn describe(w: &Workload) -> String {
             g.cpu,
             g.topology
         );
+        if g.all {
+            s.push_str("disruption All; ");
+        }
     }
     for (p, cpu) in &w.plain {
         let _ = write!(s, "pod {p} {cpu}m; ");

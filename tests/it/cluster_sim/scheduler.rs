@@ -1010,7 +1010,7 @@ struct World {
     /// `All` groups preempted: when, the group, and its members running
     /// then `(pod, uid)`, every one of which must be gone within
     /// [`REPAIR_BOUND`].
-    all_disruptions: Vec<(Duration, String, Vec<(String, String)>)>,
+    all_disruptions: Vec<AllDisruption>,
     /// When the leader was last killed (the evictor's pending work is in
     /// memory and goes with it).
     last_kill: Option<Duration>,
@@ -2505,6 +2505,10 @@ impl World {
         sim.event("faults stop: nodes uncordoned and restored");
     }
 }
+
+/// An `All` group preempted: when, the group, and the members running
+/// then `(pod, uid)`.
+type AllDisruption = (Duration, String, Vec<(String, String)>);
 
 /// A controller action later in simulated time.
 #[derive(Debug, Clone)]

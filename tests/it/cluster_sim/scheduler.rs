@@ -2780,6 +2780,58 @@ fn regression_seed_8() {
     );
 }
 
+/// Seed 0 (1,000 steps, DRA and preemption on) fails without either of two
+/// fixes the DRA world found. (1) A gang member assumed on its node while
+/// its bind waited for its devices counted toward quorum: another member
+/// was released and bound, and when the devices never became ready the
+/// gang stayed bound 2 of `minCount` 3 with nothing to repair it. Members
+/// awaiting their devices no longer count toward quorum. (2) A failed
+/// claim whose clear answered 409 (kube-scheduler's PreBind had just
+/// written `reservedFor`, so the cache's resourceVersion was stale) was
+/// never cleared: every retry raced the same write, and the gang waited
+/// past the liveness bound. A clear answered 409 is decided again once the
+/// cache has the newer claim.
+#[test]
+fn regression_seed_0() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_0",
+        0,
+        1000,
+        &simulate,
+    );
+}
+
+/// Seed 10 (1,000 steps, DRA and preemption on): the device gate kept the
+/// first wait of a claim allocation that kube-scheduler had removed
+/// (PostFilter, or the claim controller after the pod was deleted) until a
+/// later wait pruned it by age, so a wait outlived every live allocation.
+/// The gate's sweep (every second, with the gang sweeper) drops first
+/// waits of allocations the cache no longer holds.
+#[test]
+fn regression_seed_10_device_waits() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_10_device_waits",
+        10,
+        1000,
+        &simulate,
+    );
+}
+
+/// Seed 22 (1,000 steps, DRA and preemption on): while the watch was away
+/// the cache still held a claim's earlier allocation on another node,
+/// ready; kube-scheduler had allocated it again for the bind's node, and
+/// the bind read the old allocation's conditions. Bind now fails closed
+/// on a claim whose cached devices are all off the node.
+#[test]
+fn regression_seed_22() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_22",
+        22,
+        1000,
+        &simulate,
+    );
+}
+
 #[test]
 fn replays_deterministically() {
     let trace = |seed| {

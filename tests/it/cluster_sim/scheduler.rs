@@ -12,6 +12,15 @@
 //!                                                              └─bind (async task, timeout)──▶ extender router
 //! ```
 //!
+//! With the `dra` knob, pods use ResourceClaims with binding conditions:
+//! kube-scheduler's DynamicResources (Filter, Reserve/PreBind writing the
+//! allocation, Unreserve, PostFilter), the resourceclaim controller and a
+//! DRA driver that reports the conditions (or, as a fault, a failure
+//! condition, or nothing) act on the API server, and the extender's device
+//! gate decides on what its cache shows. With the `preempt` knob,
+//! workloads have priorities and kube-scheduler preempts through the
+//! extender's `preempt` verb. See `docs/simulation.md`.
+//!
 //! Every choice is drawn from [`Sim`]; the writer draws from its own
 //! generator seeded from it, and the runtime runs tasks in one thread in
 //! spawn order, so a seed replays exactly.

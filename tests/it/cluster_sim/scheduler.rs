@@ -43,7 +43,7 @@ use kruntimes_scheduler::extender::bind::device_gate::{
     BindingConfig, BindingGate, DEFAULT_BINDING_WAIT,
 };
 use kruntimes_scheduler::extender::bind::permit::{
-    BELOW_MIN_COUNT, BELOW_MIN_EVENT, GangConfig, Gangs,
+    BELOW_MIN_COUNT, BELOW_MIN_EVENT, GangConfig, Gangs, POD_GROUP_SCHEDULED,
 };
 use kruntimes_scheduler::extender::{self, ExtenderState};
 use kruntimes_scheduler::metrics::Metrics;
@@ -1004,6 +1004,9 @@ struct World {
     fault_counts: BTreeMap<&'static str, u64>,
     /// Per group: when a fault struck it while bound (repair window start).
     struck: BTreeMap<String, Duration>,
+    /// Per group: the latest strike (the repair window of the invariant
+    /// counts from it: a gang struck again is owed a new window).
+    last_struck: BTreeMap<String, Duration>,
     /// Longest time from a strike to a full gang again.
     longest_repair: Duration,
     zones: usize,
@@ -1100,6 +1103,7 @@ impl World {
             knobs,
             fault_counts: BTreeMap::new(),
             struck: BTreeMap::new(),
+            last_struck: BTreeMap::new(),
             longest_repair: Duration::ZERO,
             zones,
             racks,
@@ -1280,6 +1284,7 @@ impl World {
             api.put(Change::Group(g.name.clone(), None));
             self.group_of.remove(&g.name);
             self.struck.remove(&g.name);
+            self.last_struck.remove(&g.name);
         }
         if let Some((c, _, _)) = &w.composite {
             api.put(Change::Composite(c.clone(), None));
@@ -1856,16 +1861,68 @@ impl World {
     /// they always do without priorities); else those of the top priority
     /// (which fit among themselves and preempt everything else; lower
     /// ones may wait for room that never comes).
+    ///
+    /// A member whose domain its bound siblings have fixed (its gang's
+    /// topology, or its CompositePodGroup's) is owed placement only while
+    /// a schedulable node of that domain has room for it (cpu, and a free
+    /// device for a claim), by the API server's truth: the domain may have
+    /// filled up with other workloads meanwhile, and the extender never
+    /// moves a gang (seed 42).
     fn unplaced(&self) -> Vec<String> {
         let api = lock(&self.api);
         let all = self.live_cpu() <= self.capacity / 2;
-        self.workloads
-            .values()
-            .filter(|w| all || w.priority == Some(TOP_PRIORITY))
-            .flat_map(Workload::pod_names)
-            .filter(|p| api.node_of(p).is_none())
-            .cloned()
-            .collect()
+        let taken = api.taken();
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                *used.entry(n).or_default() += cpu_of(pod);
+            }
+        }
+        let label = |node: &str, key: &str| -> Option<String> {
+            api.nodes.get(node)?["metadata"]["labels"][key]
+                .as_str()
+                .map(str::to_owned)
+        };
+        // Whether a schedulable node in the domain fixed by `bound` has
+        // room for a pod of `cpu` (with a device when `dra`).
+        let room_in = |key: &str, bound: &[&str], cpu: u64, dra: bool| -> bool {
+            let Some(value) = bound.first().and_then(|n| label(n, key)) else {
+                return true;
+            };
+            api.nodes.iter().any(|(n, v)| {
+                v["spec"]["unschedulable"] != true
+                    && label(n, key).as_deref() == Some(value.as_str())
+                    && used.get(n.as_str()).copied().unwrap_or(0) + cpu <= NODE_CPU
+                    && (!dra || !api.free_devices(n, &taken).is_empty())
+            })
+        };
+        let mut out = Vec::new();
+        for w in self.workloads.values() {
+            if !all && w.priority != Some(TOP_PRIORITY) {
+                continue;
+            }
+            let all_bound: Vec<&str> = w.pod_names().filter_map(|p| api.node_of(p)).collect();
+            for g in &w.groups {
+                let bound: Vec<&str> = g.pods.iter().filter_map(|p| api.node_of(p)).collect();
+                let owed = g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra))
+                    && w
+                        .composite
+                        .as_ref()
+                        .and_then(|(_, _, k)| *k)
+                        .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra));
+                if owed {
+                    out.extend(g.pods.iter().filter(|p| api.node_of(p).is_none()).cloned());
+                }
+            }
+            out.extend(
+                w.plain
+                    .iter()
+                    .map(|(p, _)| p)
+                    .filter(|p| api.node_of(p).is_none())
+                    .cloned(),
+            );
+        }
+        out
     }
 
     /// Every table the extender keeps is what the live objects explain:
@@ -1910,9 +1967,20 @@ impl World {
                 "CompositePodGroup",
                 api.composites.len() + slack("CompositePodGroup"),
             ),
-            // Allocated claims only: at the end every pod runs, so every
-            // live claim is allocated.
-            ("ResourceClaim", api.claims.len() + slack("ResourceClaim")),
+            // Allocated claims only: between steps at most the claims (an
+            // allocation cleared may not be delivered yet), at the end
+            // exactly the allocated ones.
+            (
+                "ResourceClaim",
+                if end {
+                    api.claims
+                        .keys()
+                        .filter(|c| api.allocated(c).is_some())
+                        .count()
+                } else {
+                    api.claims.len() + slack("ResourceClaim")
+                },
+            ),
             ("ResourceSlice", api.slices.len() + slack("ResourceSlice")),
         ];
         for (kind, n) in want {
@@ -2139,11 +2207,17 @@ impl World {
                     composite_domains.extend(bound.iter().map(|n| domain_of(n, key)));
                 }
                 let partial = !bound.is_empty() && bound.len() < g.min;
-                let in_flight = g.pods.iter().any(|p| self.ks.binding.contains_key(p));
+                // A bind in flight, or a member the permit keeps (its own
+                // wait ran out while the unit gathered: counted toward the
+                // quorum, bound when kube-scheduler retries it, as
+                // documented).
+                let in_flight = g.pods.iter().any(|p| {
+                    self.ks.binding.contains_key(p) || self.ext.state.gangs.is_kept(NS, p)
+                });
                 if partial && !in_flight {
                     // Repaired within the bound, or reported within it:
                     // the below-minCount condition and its Event.
-                    let since = self.struck.get(&g.name).copied();
+                    let since = self.last_struck.get(&g.name).copied();
                     let reported = |at: Duration, what: &str| {
                         api.reports.get(&g.name).is_some_and(|r| {
                             r.iter().any(|r| {
@@ -2151,10 +2225,16 @@ impl World {
                             })
                         })
                     };
+                    // A group object created again after it was scheduled
+                    // (a new uid) is not initially scheduled: it says so
+                    // with `PodGroupInitiallyScheduled=False` (documented;
+                    // never written after `True`, so this does not excuse
+                    // a scheduled group).
                     let ok = since.is_some_and(|at| {
                         now.saturating_sub(at) <= REPAIR_BOUND
                             || (reported(at, &format!("condition {BELOW_MIN_COUNT}=True"))
                                 && reported(at, &format!("Event {BELOW_MIN_EVENT}")))
+                            || reported(at, &format!("condition {POD_GROUP_SCHEDULED}=False"))
                     });
                     sim.check(ok, "no gang bound below minCount", || {
                         format!(
@@ -2194,6 +2274,7 @@ impl World {
         }
         for g in repaired {
             self.struck.remove(&g);
+            self.last_struck.remove(&g);
         }
     }
 
@@ -2201,7 +2282,8 @@ impl World {
         if let Some(group) = pod.rsplit_once('-').map(|(g, _)| g.to_owned())
             && self.group_of.contains_key(&group)
         {
-            self.struck.entry(group).or_insert(now);
+            self.struck.entry(group.clone()).or_insert(now);
+            self.last_struck.insert(group, now);
         }
     }
 
@@ -2368,7 +2450,9 @@ impl World {
                 api.put(Change::Pod(pod.clone(), None));
                 self.recreate(&mut api, &pod);
                 drop(api);
-                if was.is_some() {
+                // Bound, or on its way: a bind in flight for the old uid
+                // fails, maybe after the quorum released the others.
+                if was.is_some() || self.ks.binding.contains_key(&pod) {
                     self.strike(&pod, now);
                 }
                 self.fault(
@@ -2389,6 +2473,7 @@ impl World {
                 self.group_deletions.push(now);
                 self.later.push((back, Later::Group(spec)));
                 self.struck.entry(g.clone()).or_insert(now);
+                self.last_struck.insert(g.clone(), now);
                 self.fault(
                     sim,
                     "group deleted mid-gang",
@@ -2404,6 +2489,10 @@ impl World {
                     t.abort();
                 }
                 self.ks.inflight.remove(&pod);
+                // A member released by its quorum finishes its binding
+                // call without the caller: the gang may be short of it
+                // for a moment.
+                self.strike(&pod, now);
                 let uid = lock(&self.api)
                     .pods
                     .get(&pod)

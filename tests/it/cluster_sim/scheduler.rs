@@ -1905,8 +1905,7 @@ impl World {
             for g in &w.groups {
                 let bound: Vec<&str> = g.pods.iter().filter_map(|p| api.node_of(p)).collect();
                 let owed = g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra))
-                    && w
-                        .composite
+                    && w.composite
                         .as_ref()
                         .and_then(|(_, _, k)| *k)
                         .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra));

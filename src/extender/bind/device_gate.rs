@@ -286,8 +286,9 @@ impl BindingGate {
         pod_uid: &str,
     ) -> Result<(), DeviceFailure> {
         let call_deadline = Instant::now() + self.config.wait;
-        // Claims whose failure was settled (cleared, or kept in use), described.
-        let mut settled: Vec<String> = Vec::new();
+        // Claims whose failure was settled (cleared, or kept in use): their
+        // allocations, and the description of each.
+        let mut settled: Vec<((String, String), String)> = Vec::new();
         loop {
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
@@ -310,6 +311,11 @@ impl BindingGate {
                     let Some(b) = snap.claim_binding(&c.claim) else {
                         continue;
                     };
+                    // Settled in an earlier round (the watch may not show
+                    // the clear yet).
+                    if settled.iter().any(|(id, _)| *id == Self::id(b)) {
+                        continue;
+                    }
                     let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
@@ -364,12 +370,12 @@ impl BindingGate {
                     }
                     continue;
                 }
-                return Err(DeviceFailure::Failed(settled.join("; ")));
+                return Err(Self::failed(&settled));
             }
             if !settled.is_empty() {
                 // Another claim was cleared in an earlier round: the bind
                 // fails all the same.
-                return Err(DeviceFailure::Failed(settled.join("; ")));
+                return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
                 return Ok(());
@@ -385,16 +391,23 @@ impl BindingGate {
         }
     }
 
-    /// Clears failed claims' allocations, adding to `settled` the part of
-    /// the bind error naming each. `retry`: a clear answered 409 (the claim
-    /// changed since the cache's version) is left unsettled, and `true`
-    /// says to wait for the cache and decide again.
+    /// The bind error naming every settled claim.
+    fn failed(settled: &[((String, String), String)]) -> DeviceFailure {
+        let parts: Vec<&str> = settled.iter().map(|(_, p)| p.as_str()).collect();
+        DeviceFailure::Failed(parts.join("; "))
+    }
+
+    /// Clears failed claims' allocations, adding to `settled` each one's
+    /// allocation and the part of the bind error naming it. `retry`: a
+    /// clear answered 409 (the claim changed since the cache's version) is
+    /// left unsettled, and `true` says to wait for the cache and decide
+    /// again.
     async fn clear(
         &self,
         writer: &dyn ClusterWriter,
         clear: Vec<Clear>,
         retry: bool,
-        settled: &mut Vec<String>,
+        settled: &mut Vec<((String, String), String)>,
     ) -> bool {
         let mut again = false;
         for c in clear {
@@ -433,7 +446,10 @@ impl BindingGate {
                     &crate::model::refs::truncate(format!("{}; {outcome}", c.reason), 1024),
                 )
                 .await;
-            settled.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
+            settled.push((
+                c.id,
+                format!("claim {}: {}; {outcome}", c.qualified, c.reason),
+            ));
         }
         again
     }

@@ -615,3 +615,52 @@ async fn a_clear_still_answered_409_at_the_end_of_the_call_fails_the_bind() {
     assert_eq!(f.clears().len(), 2);
     assert_eq!(f.writer.events.lock().len(), 1);
 }
+
+/// Of two failed claims, one cleared and the other answered 409: the call
+/// decides again for the second only (the cache may still show the first
+/// failed), and the error names both.
+#[tokio::test(start_paused = true)]
+async fn a_claim_cleared_before_a_retry_is_not_cleared_again() {
+    let f = fixture(600, 10);
+    *f.writer.stale.lock() = Some("7".into());
+    let failed = |name: &str| {
+        claim(
+            name,
+            &[("gpu-0", &["Attached"], &["AttachFailed"])],
+            &[("gpu-0", &["AttachFailed"])],
+            &["p-uid"],
+        )
+    };
+    let mut gpu = failed("gpu");
+    gpu.metadata.resource_version = Some("6".into());
+    f.nodes.apply_claim(&gpu);
+    let nic = failed("nic");
+    f.nodes.apply_claim(&nic);
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    let mut newer = nic;
+    newer.metadata.resource_version = Some("8".into());
+    f.nodes.apply_claim(&newer);
+    let (r, _) = task.await.unwrap();
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("claim ns/gpu") && err.contains("claim ns/nic"),
+        "{err}"
+    );
+    let clears: Vec<(String, String)> = f
+        .clears()
+        .into_iter()
+        .map(|c| (c.name, c.resource_version))
+        .collect();
+    assert_eq!(
+        clears,
+        [
+            ("gpu".to_owned(), "6".to_owned()),
+            ("nic".to_owned(), "7".to_owned()),
+            ("nic".to_owned(), "8".to_owned())
+        ]
+    );
+    assert_eq!(f.writer.events.lock().len(), 2);
+    assert_eq!(f.gate.waiting(), 0);
+}

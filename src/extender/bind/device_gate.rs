@@ -20,7 +20,9 @@
 //!   reservations, preconditioned on the claim's uid and resourceVersion)
 //!   and the bind fails, so the pod is scheduled again and the claim
 //!   allocated again. A claim also reserved for other pods is in use and is
-//!   not cleared; the bind fails all the same.
+//!   not cleared; the bind fails all the same. A clear answered 409 (the
+//!   claim changed since the cache's version) is decided again within the
+//!   call once the cache shows the newer claim.
 //!
 //! The first wait of each allocation without a timestamp is remembered
 //! until the allocation is ready, cleared here, or gone from the cache

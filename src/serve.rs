@@ -802,16 +802,19 @@ pub fn raise_open_files(needed: u64) -> Option<u64> {
 /// Every second, ends the gang units whose time is up with no bind held
 /// (only reserved members left) and records their Events and conditions.
 pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
-    let (gangs, nodes, writer) = (
+    let (gangs, nodes, writer, devices) = (
         Arc::clone(&state.extender.gangs),
         Arc::clone(&state.extender.nodes),
         Arc::clone(&state.extender.writer),
+        Arc::clone(&state.extender.binding),
     );
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            // First device waits of allocations gone from the cache.
+            devices.sweep(&nodes);
             let ended = gangs.sweep(&nodes);
             gangs.record(&nodes, writer.as_ref(), ended).await;
         }

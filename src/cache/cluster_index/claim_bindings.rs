@@ -135,6 +135,14 @@ impl ClusterState {
         self.claim_bindings.get(qualified)
     }
 
+    /// `(claim uid, allocation)` of every claim allocation that gates
+    /// binding ([`ClaimBinding::allocation`]).
+    pub fn gated_allocations(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.claim_bindings
+            .values()
+            .map(|b| (b.uid.as_str(), b.allocation.as_str()))
+    }
+
     /// Whether the cache holds the claim (`namespace/name`) allocated.
     pub fn claim_allocated(&self, qualified: &str) -> bool {
         self.claims.contains_key(qualified)

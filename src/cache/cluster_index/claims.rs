@@ -64,6 +64,30 @@ impl ClusterState {
         )
     }
 
+    /// Whether an allocated claim's devices reach `node`: `None` when the
+    /// claim is not allocated or none of its devices is published in a
+    /// ResourceSlice the cache holds (nothing to tell), else whether one
+    /// of the published ones reaches the node.
+    pub fn claim_reaches(&self, claim: &str, node: &str) -> Option<bool> {
+        let c = self.claims.get(claim)?;
+        let empty = BTreeMap::new();
+        let labels = self
+            .nodes
+            .get(node)
+            .and_then(|s| s.node.as_ref())
+            .map_or(&empty, |n| &n.labels);
+        let mut known = false;
+        for (dk, _) in &c.devices {
+            if let Some(d) = self.devices.get(dk) {
+                if d.reach.matches(node, labels) {
+                    return Some(true);
+                }
+                known = true;
+            }
+        }
+        known.then_some(false)
+    }
+
     /// Whether a claim is allocated a device that maps a node resource.
     fn claim_mapped(&self, entry: &ClaimEntry) -> bool {
         entry

@@ -42,6 +42,11 @@ pub struct PodEntry {
     pub deleting: bool,
     /// `status.nominatedNodeName`: where kube-scheduler preempted for it.
     pub nominated: Option<String>,
+    /// Assumed by a bind still waiting for its devices' binding conditions
+    /// ([`ClusterIndex::set_awaiting_devices`]): counted on its node, but not
+    /// placed for its gang's quorum, so no other member is released on the
+    /// strength of a member whose devices may never be ready.
+    pub awaiting_devices: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -91,6 +96,7 @@ impl PodEntry {
             node_rule: spec
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
+            awaiting_devices: false,
         }
     }
 
@@ -378,6 +384,20 @@ impl ClusterIndex {
     /// [`ClusterIndex::forget_for`] needs to undo this assumption and no
     /// later one (a retried bind of the same pod takes a new token).
     pub fn assume_for(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Option<u64> {
+        self.assume_for_devices(namespace, name, uid, node, false)
+    }
+
+    /// [`ClusterIndex::assume_for`], the assumption marked as waiting for
+    /// the pod's devices when `awaiting` and the pod uses ResourceClaims
+    /// (in one step, so no quorum reads it placed in between).
+    pub fn assume_for_devices(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        awaiting: bool,
+    ) -> Option<u64> {
         let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
         let mut e = s.pods.get(&k).cloned()?;
@@ -386,12 +406,30 @@ impl ClusterIndex {
         }
         let before = s.counted_load(&k);
         e.node = Some(node.to_owned());
+        e.awaiting_devices = awaiting && !e.claims.is_empty();
         s.assumed.insert(k.clone(), e);
         let token = s.next_token;
         s.next_token += 1;
         s.assume_tokens.insert(k.clone(), token);
         s.reindex(&k, before);
         Some(token)
+    }
+
+    /// Marks the assumption bind `token` made as waiting for the pod's
+    /// devices (`true`, before the device gate) or past them (`false`).
+    /// Nothing when the assumption is gone or another bind's.
+    pub fn set_awaiting_devices(&self, namespace: &str, name: &str, token: u64, awaiting: bool) {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        if s.assume_tokens.get(&k) != Some(&token) {
+            return;
+        }
+        if let Some(e) = s.assumed.get_mut(&k)
+            && e.awaiting_devices != awaiting
+        {
+            e.awaiting_devices = awaiting;
+            s.refresh_member(&k);
+        }
     }
 
     /// Drops an assumption (the bind failed), whichever bind made it.

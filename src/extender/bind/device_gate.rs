@@ -20,7 +20,13 @@
 //!   reservations, preconditioned on the claim's uid and resourceVersion)
 //!   and the bind fails, so the pod is scheduled again and the claim
 //!   allocated again. A claim also reserved for other pods is in use and is
-//!   not cleared; the bind fails all the same.
+//!   not cleared; the bind fails all the same. A clear answered 409 (the
+//!   claim changed since the cache's version) is decided again within the
+//!   call once the cache shows the newer claim.
+//!
+//! The first wait of each allocation without a timestamp is remembered
+//! until the allocation is ready, cleared here, or gone from the cache
+//! ([`BindingGate::sweep`], every second).
 //!
 //! Waits run on tokio's clock, so tests run with paused time and never
 //! sleep; the age of an allocation is read against the wall clock
@@ -28,7 +34,9 @@
 //! function so tests can set it.
 
 use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
-use crate::cluster::{ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef};
+use crate::cluster::{
+    ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef, WriteError,
+};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -159,6 +167,8 @@ struct Clear {
     in_use: bool,
     /// The binding timeout passed (else a failure condition is True).
     timed_out: bool,
+    /// The allocation's first-wait key, forgotten once it is settled.
+    id: (String, String),
 }
 
 // === impl BindingGate ===
@@ -224,6 +234,23 @@ impl BindingGate {
         now
     }
 
+    /// Drops the first waits of claim allocations the cache no longer
+    /// holds (the claim deleted, deallocated, or allocated again by someone
+    /// else than this gate): what is left belongs to live allocations. The
+    /// gang sweeper runs it every second (`serve::spawn_gang_sweeper`).
+    /// How many were dropped.
+    pub fn sweep(&self, nodes: &ClusterIndex) -> usize {
+        let live: std::collections::HashSet<(String, String)> = nodes
+            .read()
+            .gated_allocations()
+            .map(|(u, a)| (u.to_owned(), a.to_owned()))
+            .collect();
+        let mut m = self.first_wait.lock();
+        let before = m.len();
+        m.retain(|k, _| live.contains(k));
+        before - m.len()
+    }
+
     fn forget(&self, b: &ClaimBinding) {
         self.first_wait.lock().remove(&Self::id(b));
     }
@@ -261,6 +288,9 @@ impl BindingGate {
         pod_uid: &str,
     ) -> Result<(), DeviceFailure> {
         let call_deadline = Instant::now() + self.config.wait;
+        // Claims whose failure was settled (cleared, or kept in use): their
+        // allocations, and the description of each.
+        let mut settled: Vec<((String, String), String)> = Vec::new();
         loop {
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
@@ -283,6 +313,11 @@ impl BindingGate {
                     let Some(b) = snap.claim_binding(&c.claim) else {
                         continue;
                     };
+                    // Settled in an earlier round (the watch may not show
+                    // the clear yet).
+                    if settled.iter().any(|(id, _)| *id == Self::id(b)) {
+                        continue;
+                    }
                     let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
@@ -320,12 +355,29 @@ impl BindingGate {
                         reason,
                         in_use: b.reserved_for.iter().any(|r| r != uid),
                         timed_out,
+                        id: Self::id(b),
                     });
-                    self.forget(b);
                 }
             }
             if !clear.is_empty() {
-                return Err(self.clear(writer, clear).await);
+                // A clear that meets a newer version of the claim than the
+                // cache showed (kube-scheduler's PreBind writes
+                // `reservedFor` just before it calls bind) is decided again
+                // once the cache has caught up, within this call.
+                let retry = now < call_deadline;
+                if self.clear(writer, clear, retry, &mut settled).await {
+                    tokio::select! {
+                        _ = &mut changed => {}
+                        _ = tokio::time::sleep_until(call_deadline) => {}
+                    }
+                    continue;
+                }
+                return Err(Self::failed(&settled));
+            }
+            if !settled.is_empty() {
+                // Another claim was cleared in an earlier round: the bind
+                // fails all the same.
+                return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
                 return Ok(());
@@ -341,18 +393,40 @@ impl BindingGate {
         }
     }
 
-    /// Clears failed claims' allocations; the bind error naming each.
-    async fn clear(&self, writer: &dyn ClusterWriter, clear: Vec<Clear>) -> DeviceFailure {
-        let mut parts = Vec::new();
+    /// The bind error naming every settled claim.
+    fn failed(settled: &[((String, String), String)]) -> DeviceFailure {
+        let parts: Vec<&str> = settled.iter().map(|(_, p)| p.as_str()).collect();
+        DeviceFailure::Failed(parts.join("; "))
+    }
+
+    /// Clears failed claims' allocations, adding to `settled` each one's
+    /// allocation and the part of the bind error naming it. `retry`: a
+    /// clear answered 409 (the claim changed since the cache's version) is
+    /// left unsettled, and `true` says to wait for the cache and decide
+    /// again.
+    async fn clear(
+        &self,
+        writer: &dyn ClusterWriter,
+        clear: Vec<Clear>,
+        retry: bool,
+        settled: &mut Vec<((String, String), String)>,
+    ) -> bool {
+        let mut again = false;
         for c in clear {
             let outcome = if c.in_use {
                 "reserved for other pods, allocation kept".to_owned()
             } else {
                 match writer.clear_claim_allocation(&c.claim).await {
                     Ok(()) => "allocation cleared".to_owned(),
+                    Err(WriteError::Conflict) if retry => {
+                        tracing::debug!(claim = %c.qualified, "clearing the allocation met a newer claim; deciding again");
+                        again = true;
+                        continue;
+                    }
                     Err(e) => format!("clearing the allocation failed: {e}"),
                 }
             };
+            self.first_wait.lock().remove(&c.id);
             tracing::info!(claim = %c.qualified, reason = %c.reason, outcome = %outcome, "device binding failed");
             let object = ObjectRef {
                 api_version: "resource.k8s.io/v1".into(),
@@ -374,9 +448,12 @@ impl BindingGate {
                     &crate::model::refs::truncate(format!("{}; {outcome}", c.reason), 1024),
                 )
                 .await;
-            parts.push(format!("claim {}: {}; {outcome}", c.qualified, c.reason));
+            settled.push((
+                c.id,
+                format!("claim {}: {}; {outcome}", c.qualified, c.reason),
+            ));
         }
-        DeviceFailure::Failed(parts.join("; "))
+        again
     }
 }
 

@@ -78,6 +78,10 @@ pub enum Missing {
     Group(GroupRef),
     /// A ResourceClaim of the pod (`namespace/name`), or its allocation.
     Claim(String),
+    /// A ResourceClaim of the pod the cache holds allocated only to devices
+    /// that do not reach the node: kube-scheduler allocated it for this
+    /// node, so the cache has not caught up with that allocation.
+    ClaimElsewhere { claim: String, node: String },
 }
 
 impl std::fmt::Display for Missing {
@@ -88,6 +92,10 @@ impl std::fmt::Display for Missing {
             }
             Missing::Group(g) => write!(f, "{g} is not in the cache yet"),
             Missing::Claim(c) => write!(f, "resource claim {c} is not allocated in the cache yet"),
+            Missing::ClaimElsewhere { claim, node } => write!(
+                f,
+                "resource claim {claim} is allocated off node {node} in the cache: its allocation for {node} is not in the cache yet"
+            ),
         }
     }
 }
@@ -239,6 +247,34 @@ pub fn check_cached(
     Ok(())
 }
 
+/// [`check_cached`], and each claim's cached allocation reaches `node`:
+/// a claim whose known devices are all on other nodes is an allocation the
+/// cache has not caught up with (kube-scheduler allocated it for `node`),
+/// and its binding conditions would be read from the old one.
+pub fn check_cached_on(
+    snap: &ClusterState,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+) -> Result<(), BindFailure> {
+    check_cached(snap, namespace, name, uid)?;
+    let Some(pod) = snap.pod(namespace, name) else {
+        return Ok(());
+    };
+    if let Some(c) = pod
+        .claims
+        .iter()
+        .find(|c| snap.claim_reaches(&c.claim, node) == Some(false))
+    {
+        return Err(BindFailure::NotCached(Missing::ClaimElsewhere {
+            claim: c.claim.clone(),
+            node: node.to_owned(),
+        }));
+    }
+    Ok(())
+}
+
 // === impl Binder ===
 
 impl Binder {
@@ -274,9 +310,15 @@ impl Binder {
             if !snap.has_node(&req.node) {
                 return Err(BindFailure::NodeGone(req.node.clone()));
             }
-            check_cached(&snap, ns, name, &req.uid)?;
+            check_cached_on(&snap, ns, name, &req.uid, &req.node)?;
         }
-        let Some(token) = self.nodes.assume_for(ns, name, &req.uid, &req.node) else {
+        // A pod with claims is assumed as waiting for its devices: counted
+        // on the node, not placed for its gang's quorum until the gate
+        // lets it through.
+        let Some(token) = self
+            .nodes
+            .assume_for_devices(ns, name, &req.uid, &req.node, true)
+        else {
             // The pod left the cache (or was replaced) since the check.
             check_cached(&self.nodes.read(), ns, name, &req.uid)?;
             return Err(BindFailure::NotCached(Missing::Pod {
@@ -352,9 +394,11 @@ impl Binder {
         self.devices
             .wait(&self.nodes, self.writer.as_ref(), ns, name, &req.uid)
             .await?;
+        self.nodes
+            .set_awaiting_devices(ns, name, assumption.token, false);
         // The wait may have taken seconds: what the hold reads must still
         // be there.
-        check_cached(&self.nodes.read(), ns, name, &req.uid)?;
+        check_cached_on(&self.nodes.read(), ns, name, &req.uid, &req.node)?;
         assumption.stage = Stage::Held;
         // Waiting for other members is no work of the server's: a held
         // request leaves its in-flight and connection budgets, so filter

@@ -384,7 +384,7 @@ impl Gangs {
     }
 
     /// Whether a member is reserved without a bind held.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_kept(&self, namespace: &str, pod: &str) -> bool {
         let member = (namespace.to_owned(), pod.to_owned());
         let t = self.table.lock();

@@ -288,6 +288,43 @@ async fn cancelled_during_the_device_wait_drops_the_assumption() {
     assert_eq!(f.failures(BindFailureCause::Cancelled), 1);
 }
 
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 1 with
+/// DRA): a member assumed on its node while its devices are awaited counted
+/// toward its gang's quorum, so another member was released and bound, and
+/// the gang stayed below minCount when the devices never became ready.
+#[tokio::test(start_paused = true)]
+async fn a_member_awaiting_its_devices_does_not_count_toward_quorum() {
+    let f = fixture(2, 0, false);
+    f.binder.nodes.apply_pod(&pod("p0", Some("g"), &["gpu"]));
+    f.binder.nodes.apply_pod(&pod("p1", Some("g"), &[]));
+    f.binder.nodes.apply_claim(&gated_claim("gpu", "p0-uid"));
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        f.assumed("p0"),
+        "counted on its node while its devices are awaited"
+    );
+    assert_eq!(f.cpu_used(), 1000);
+    let p1 = f.spawn("p1");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!p1.is_finished(), "p1 is bound on the strength of p0");
+    assert!(f.binder.permit.is_held("ns", "p1"));
+    assert!(f.writer.bound.lock().is_empty());
+    // The driver reports the device attached: p0 passes the gate, completes
+    // the quorum, and both bind.
+    let mut ready = gated_claim("gpu", "p0-uid");
+    ready.status.as_mut().expect("status").devices = Some(vec![
+        serde_json::from_value(json!({"driver": "drv", "pool": "pool", "device": "d0",
+            "conditions": [{"type": "Attached", "status": "True", "reason": "Driver",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .expect("device status"),
+    ]);
+    f.binder.nodes.apply_claim(&ready);
+    assert_eq!(p0.await.unwrap(), Ok(()));
+    assert_eq!(p1.await.unwrap(), Ok(()));
+    assert_eq!(f.writer.bound.lock().len(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancelled_while_held_leaves_the_hold_and_the_quorum() {
     let f = fixture(2, 2, false);
@@ -517,6 +554,50 @@ async fn a_pod_whose_claims_are_not_cached_is_not_bound() {
     assert!(!f.assumed("x"));
     assert_eq!(f.writer.started(), 0);
     assert_eq!(f.failures(BindFailureCause::NotCached), 1);
+}
+
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 9 with
+/// DRA and preemption): during a dropped watch the cache still held a
+/// claim's old allocation on another node, with its binding conditions
+/// True; kube-scheduler had allocated it again for this node, and the pod
+/// was bound before the new device was ready. A claim whose published
+/// devices are all off the bind's node is an allocation the cache has not
+/// caught up with.
+#[tokio::test(start_paused = true)]
+async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_node(&node("n2"));
+    f.binder.nodes.apply_slice(
+        &testkit::slice("n2-drv", "drv", "n2", &["d0"])
+            .set(&["spec", "pool", "name"], "pool")
+            .typed(),
+    );
+    f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
+    f.binder.nodes.apply_claim(&gated_claim("gpu", "x-uid"));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "resource claim ns/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet"
+    );
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    assert_eq!(
+        f.binder.devices.waiting(),
+        0,
+        "no wait on the old allocation"
+    );
+    // The same device published on n1: the allocation reaches the node,
+    // and the gate decides on it.
+    f.binder.nodes.apply_slice(
+        &testkit::slice("n2-drv", "drv", "n1", &["d0"])
+            .set(&["spec", "pool", "name"], "pool")
+            .typed(),
+    );
+    let task = f.spawn("x");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished(), "waits for Attached on n1");
+    assert_eq!(f.binder.devices.waiting(), 1);
+    task.abort();
 }
 
 #[tokio::test(start_paused = true)]

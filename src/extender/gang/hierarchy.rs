@@ -169,6 +169,9 @@ pub(super) struct Members<'s> {
     pub(super) existing: usize,
     /// Nodes of the pods bound or assumed.
     pub(super) placed: Vec<&'s str>,
+    /// Of `placed`, pods assumed by a bind still waiting for their devices'
+    /// binding conditions: on their node, not yet placed for quorum.
+    pub(super) awaiting: usize,
     /// Requests of the pods not placed yet, with the nodes each may use.
     pub(super) unplaced: Vec<(&'s Amounts, AllowedNodes)>,
 }
@@ -193,7 +196,10 @@ pub(super) fn members<'s>(
         let is_this = this.is_some_and(|(_, n, _, _)| n == name);
         seen_this |= is_this;
         match &p.node {
-            Some(n) if !is_this => m.placed.push(n),
+            Some(n) if !is_this => {
+                m.placed.push(n);
+                m.awaiting += usize::from(p.awaiting_devices);
+            }
             _ => m.unplaced.push(match (is_this, this) {
                 (true, Some((_, _, r, e))) => (r, e.clone()),
                 _ => (
@@ -249,7 +255,8 @@ pub(super) fn children(snap: &ClusterState, r: &GroupRef) -> Vec<GroupRef> {
 pub(super) enum QuorumCount {
     /// Pods that exist (filter: could the group ever reach quorum?).
     Existing,
-    /// Pods bound or assumed (bind: has it?).
+    /// Pods bound or assumed (bind: has it?), but not those whose bind
+    /// still waits for their devices' binding conditions.
     Placed,
 }
 
@@ -279,7 +286,7 @@ pub(super) fn tally(
         let m = members(snap, &r.namespace, &r.name, None);
         let have = match count {
             QuorumCount::Existing => m.existing,
-            QuorumCount::Placed => m.placed.len(),
+            QuorumCount::Placed => m.placed.len() - m.awaiting,
         };
         return (have, need);
     }

@@ -12,6 +12,15 @@
 //!                                                              └─bind (async task, timeout)──▶ extender router
 //! ```
 //!
+//! With the `dra` knob, pods use ResourceClaims with binding conditions:
+//! kube-scheduler's DynamicResources (Filter, Reserve/PreBind writing the
+//! allocation, Unreserve, PostFilter), the resourceclaim controller and a
+//! DRA driver that reports the conditions (or, as a fault, a failure
+//! condition, or nothing) act on the API server, and the extender's device
+//! gate decides on what its cache shows. With the `preempt` knob,
+//! workloads have priorities and kube-scheduler preempts through the
+//! extender's `preempt` verb. See `docs/simulation.md`.
+//!
 //! Every choice is drawn from [`Sim`]; the writer draws from its own
 //! generator seeded from it, and the runtime runs tasks in one thread in
 //! spawn order, so a seed replays exactly.
@@ -19,6 +28,7 @@
 use super::harness::{self, Sim};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -29,9 +39,11 @@ use kruntimes_scheduler::cluster::{
     PodBinding, PodId, WriteError,
 };
 use kruntimes_scheduler::crd::RunStatus;
-use kruntimes_scheduler::extender::bind::device_gate::BindingGate;
+use kruntimes_scheduler::extender::bind::device_gate::{
+    BindingConfig, BindingGate, DEFAULT_BINDING_WAIT,
+};
 use kruntimes_scheduler::extender::bind::permit::{
-    BELOW_MIN_COUNT, BELOW_MIN_EVENT, GangConfig, Gangs,
+    BELOW_MIN_COUNT, BELOW_MIN_EVENT, GangConfig, Gangs, POD_GROUP_SCHEDULED,
 };
 use kruntimes_scheduler::extender::{self, ExtenderState};
 use kruntimes_scheduler::metrics::Metrics;
@@ -59,6 +71,19 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// The shipped profile's `percentageOfNodesToScore` is 100; the world also
 /// runs kube-scheduler's default (0: adaptive) on some seeds.
 const PERCENTAGES: [i64; 2] = [100, 0];
+/// The simulated DRA driver, its devices per node (one ResourceSlice per
+/// node, pool = node name) and the binding condition it reports.
+const DRIVER: &str = "gpu.sim";
+const GPUS_PER_NODE: usize = 4;
+/// A pod with a device claim requests this much cpu: a node that fits it
+/// by cpu has a device left, unless a claim of a pod not bound yet holds one.
+const DRA_CPU: u64 = NODE_CPU / GPUS_PER_NODE as u64;
+const ATTACHED: &str = "Attached";
+const ATTACH_FAILED: &str = "AttachFailed";
+/// The device gate's binding timeout in this world (the shipped default is
+/// 600 s, longer than a run): a claim whose conditions never come is
+/// cleared this long after the first wait for it.
+const DRA_BINDING_TIMEOUT: Duration = Duration::from_secs(20);
 
 // === the API server: what is true, and what the caches are told ===
 
@@ -69,6 +94,8 @@ enum Change {
     Pod(String, Option<Value>),
     Group(String, Option<Value>),
     Composite(String, Option<Value>),
+    Claim(String, Option<Value>),
+    Slice(String, Option<Value>),
 }
 
 /// The write outcomes the API server draws for the extender's writes.
@@ -101,6 +128,11 @@ struct ApiServer {
     pods: BTreeMap<String, Value>,
     groups: BTreeMap<String, Value>,
     composites: BTreeMap<String, Value>,
+    claims: BTreeMap<String, Value>,
+    slices: BTreeMap<String, Value>,
+    /// Per claim, a counter of its allocations (and clears): the driver
+    /// reports on the allocation it was told about, not a later one.
+    alloc_gen: BTreeMap<String, u64>,
     /// Changes on their way to the extender's cache, in order.
     watch: VecDeque<(Duration, Change)>,
     /// Changes are not delivered until this time (a dropped watch), then
@@ -123,6 +155,15 @@ struct ApiServer {
     /// Binds that failed by a drawn write fault (the pod, the fault):
     /// their gangs may be partly bound until the member is bound again.
     failed_binds: Vec<(String, &'static str)>,
+    /// Binds answered 504 after the write: `(when, node)`. kube-scheduler
+    /// and the extender both forget such a pod until the watch shows it
+    /// bound, so a bind in flight meanwhile may overcommit the node.
+    lost_replies: Vec<(Duration, String)>,
+    /// When each bound pod was bound.
+    bound_at: BTreeMap<String, Duration>,
+    /// Pods the extender's evictor evicted, for their controllers to
+    /// create again.
+    evicted: Vec<String>,
 }
 
 impl ApiServer {
@@ -145,7 +186,9 @@ impl ApiServer {
             Change::Node(n, _)
             | Change::Pod(n, _)
             | Change::Group(n, _)
-            | Change::Composite(n, _) => n.clone(),
+            | Change::Composite(n, _)
+            | Change::Claim(n, _)
+            | Change::Slice(n, _) => n.clone(),
         };
         let delay = Duration::from_micros(self.draw(&key).random_range(0..300_000));
         let at = self
@@ -163,6 +206,8 @@ impl ApiServer {
             Change::Pod(n, o) => (&mut self.pods, n, o),
             Change::Group(n, o) => (&mut self.groups, n, o),
             Change::Composite(n, o) => (&mut self.composites, n, o),
+            Change::Claim(n, o) => (&mut self.claims, n, o),
+            Change::Slice(n, o) => (&mut self.slices, n, o),
         };
         match obj {
             Some(v) => {
@@ -181,15 +226,180 @@ impl ApiServer {
                     Change::Pod(n, _) => Change::Pod(n, Some(v)),
                     Change::Group(n, _) => Change::Group(n, Some(v)),
                     Change::Composite(n, _) => Change::Composite(n, Some(v)),
+                    Change::Claim(n, _) => Change::Claim(n, Some(v)),
+                    Change::Slice(n, _) => Change::Slice(n, Some(v)),
                 };
                 self.notify(change);
             }
             None => {
-                if map.remove(name).is_some() {
+                let gone = map.remove(name);
+                let pod = matches!(change, Change::Pod(..));
+                if gone.is_some() {
                     self.notify(change);
+                }
+                // The resourceclaim controller: a deleted pod's
+                // reservations are dropped, and a claim nobody holds any
+                // more is deallocated.
+                if let (true, Some(p)) = (pod, gone)
+                    && let Some(c) = claim_of(&p)
+                {
+                    let uid = p["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                    self.unreserve(&c, &uid);
+                    if self.reserved(&c).is_empty() && self.allocated(&c).is_some() {
+                        self.clear_allocation(&c);
+                        self.say(format!("claim controller: {c} deallocated (pod gone)"));
+                    }
                 }
             }
         }
+    }
+
+    // --- DRA: claims and devices as the API server stores them ---
+
+    /// The device a claim is allocated: `(pool = node, device)`.
+    fn allocated(&self, claim: &str) -> Option<(String, String)> {
+        let r = &self.claims.get(claim)?["status"]["allocation"]["devices"]["results"][0];
+        Some((
+            r["pool"].as_str()?.to_owned(),
+            r["device"].as_str()?.to_owned(),
+        ))
+    }
+
+    /// Every device some claim is allocated.
+    fn taken(&self) -> BTreeSet<(String, String)> {
+        self.claims
+            .keys()
+            .filter_map(|c| self.allocated(c))
+            .collect()
+    }
+
+    /// The devices a node's ResourceSlice publishes no claim holds.
+    fn free_devices(&self, node: &str, taken: &BTreeSet<(String, String)>) -> Vec<String> {
+        self.slices
+            .get(&slice_name(node))
+            .and_then(|s| s["spec"]["devices"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["name"].as_str())
+            .filter(|d| !taken.contains(&(node.to_owned(), (*d).to_owned())))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The pod uids in a claim's `status.reservedFor`.
+    fn reserved(&self, claim: &str) -> Vec<String> {
+        self.claims
+            .get(claim)
+            .and_then(|c| c["status"]["reservedFor"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Allocates `device` on `node` to the claim, with the binding and
+    /// failure conditions the driver reports on; the new generation.
+    fn allocate(&mut self, claim: &str, node: &str, device: &str) -> u64 {
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return 0;
+        };
+        c["status"]["allocation"] = json!({"devices": {"results": [{
+            "request": "gpu", "driver": DRIVER, "pool": node, "device": device,
+            "bindingConditions": [ATTACHED],
+            "bindingFailureConditions": [ATTACH_FAILED],
+        }]}});
+        c["status"]["devices"] = Value::Null;
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+        let g = self.alloc_gen.entry(claim.to_owned()).or_default();
+        *g += 1;
+        *g
+    }
+
+    /// Removes a claim's allocation, device status and reservations.
+    fn clear_allocation(&mut self, claim: &str) {
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        if let Some(st) = c["status"].as_object_mut() {
+            st.remove("allocation");
+            st.remove("devices");
+            st.remove("reservedFor");
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+        *self.alloc_gen.entry(claim.to_owned()).or_default() += 1;
+    }
+
+    /// Adds a pod to a claim's `status.reservedFor`.
+    fn reserve(&mut self, claim: &str, pod: &str, uid: &str) {
+        if self.reserved(claim).iter().any(|u| u == uid) {
+            return;
+        }
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        let entry = json!({"resource": "pods", "name": pod, "uid": uid});
+        match c["status"]["reservedFor"].as_array_mut() {
+            Some(a) => a.push(entry),
+            None => c["status"]["reservedFor"] = json!([entry]),
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// Drops a pod from a claim's `status.reservedFor`.
+    fn unreserve(&mut self, claim: &str, uid: &str) {
+        if !self.reserved(claim).iter().any(|u| u == uid) {
+            return;
+        }
+        let Some(mut c) = self.claims.get(claim).cloned() else {
+            return;
+        };
+        if let Some(a) = c["status"]["reservedFor"].as_array_mut() {
+            a.retain(|r| r["uid"] != uid);
+        }
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// The driver reports on the claim's device: `condition` `True`.
+    fn report_device(&mut self, claim: &str, condition: &str) {
+        let Some((node, device)) = self.allocated(claim) else {
+            return;
+        };
+        let mut c = self.claims[claim].clone();
+        c["status"]["devices"] = json!([{
+            "driver": DRIVER, "pool": node, "device": device,
+            "conditions": [{"type": condition, "status": "True", "reason": "Driver",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        }]);
+        self.put(Change::Claim(claim.to_owned(), Some(c)));
+    }
+
+    /// Whether the claim's allocated device has every binding condition
+    /// `True` and no failure condition `True`.
+    fn device_ready(&self, claim: &str) -> bool {
+        let Some((node, device)) = self.allocated(claim) else {
+            return false;
+        };
+        let c = &self.claims[claim];
+        let result = &c["status"]["allocation"]["devices"]["results"][0];
+        let Some(status) = c["status"]["devices"].as_array().and_then(|ds| {
+            ds.iter().find(|d| {
+                d["driver"] == DRIVER
+                    && d["pool"] == node.as_str()
+                    && d["device"] == device.as_str()
+            })
+        }) else {
+            return result["bindingConditions"]
+                .as_array()
+                .is_none_or(|a| a.is_empty());
+        };
+        let is_true = |t: &Value| {
+            status["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| &c["type"] == t && c["status"] == "True"))
+        };
+        let conds = |k: &str| result[k].as_array().cloned().unwrap_or_default();
+        conds("bindingConditions").iter().all(is_true)
+            && !conds("bindingFailureConditions").iter().any(is_true)
     }
 
     fn node_of(&self, pod: &str) -> Option<&str> {
@@ -337,10 +547,14 @@ impl ClusterWriter for SimWriter {
             pod["spec"]["nodeName"] = json!(b.node);
             pod["status"]["phase"] = json!("Running");
             api.put(Change::Pod(b.name.clone(), Some(pod)));
+            let at = api.now();
+            api.bound_at.insert(b.name.clone(), at);
             api.count("bind ok");
             api.say(format!("bound {} -> {}", b.name, b.node));
             if lost {
                 api.count("bind 504 after write");
+                let at = api.now();
+                api.lost_replies.push((at, b.node.clone()));
                 api.say(format!("bind {}: 504 after the write", b.name));
                 api.failed_binds
                     .push((b.name.clone(), "bind answered 504 after the write"));
@@ -352,9 +566,45 @@ impl ClusterWriter for SimWriter {
 
     fn clear_claim_allocation<'a>(
         &'a self,
-        _claim: &'a ClaimAllocationRef,
+        claim: &'a ClaimAllocationRef,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
-        Box::pin(async { Err(WriteError::NotFound) })
+        Box::pin(async move {
+            let (delay, fail, _) = lock(&self.0).draw_write(&format!("clear {}", claim.name));
+            tokio::time::sleep(delay).await;
+            let mut api = lock(&self.0);
+            if let Some(code) = fail {
+                api.count(if code == "409" {
+                    "claim clear 409"
+                } else {
+                    "claim clear 5xx"
+                });
+                api.say(format!("clear claim {}: {code}", claim.name));
+                return Err(if code == "409" {
+                    WriteError::Conflict
+                } else {
+                    WriteError::Other(format!("the server answered {code}"))
+                });
+            }
+            // A merge patch on `resourceclaims/status`, preconditioned on
+            // the claim's uid and resourceVersion.
+            let Some(stored) = api.claims.get(&claim.name) else {
+                api.say(format!("clear claim {}: not found", claim.name));
+                return Err(WriteError::NotFound);
+            };
+            let meta = &stored["metadata"];
+            if (!claim.uid.is_empty() && meta["uid"] != claim.uid.as_str())
+                || (!claim.resource_version.is_empty()
+                    && meta["resourceVersion"] != claim.resource_version.as_str())
+            {
+                api.count("claim clear 409 (precondition)");
+                api.say(format!("clear claim {}: precondition failed", claim.name));
+                return Err(WriteError::Conflict);
+            }
+            api.clear_allocation(&claim.name);
+            api.count("claim cleared");
+            api.say(format!("claim {} allocation cleared", claim.name));
+            Ok(())
+        })
     }
 
     fn write_group_condition<'a>(
@@ -418,6 +668,7 @@ impl ClusterWriter for SimWriter {
                 Some(_) => {
                     api.put(Change::Pod(pod.name.clone(), None));
                     api.say(format!("evicted {}", pod.name));
+                    api.evicted.push(pod.name.clone());
                     Ok(())
                 }
             }
@@ -434,12 +685,16 @@ struct Extender {
     router: axum::Router,
     synced: Arc<AtomicBool>,
     sweeper: tokio::task::JoinHandle<()>,
+    /// The follow-up evictor of `All` groups (`serve::spawn_evictor`),
+    /// with preemption on.
+    evictor: Option<tokio::task::JoinHandle<()>>,
     /// When a cold cache finishes its initial list.
     warm_at: Option<Duration>,
 }
 
 impl Extender {
-    fn start(api: &Api, warm_at: Duration) -> Extender {
+    fn start(api: &Api, warm_at: Duration, knobs: Knobs) -> Extender {
+        let dra = knobs.dra;
         let nodes = Arc::new(ClusterIndex::new());
         nodes.set_priority_classes_synced(true);
         let synced = Arc::new(AtomicBool::new(false));
@@ -448,7 +703,14 @@ impl Extender {
         let state = ExtenderState {
             nodes,
             writer,
-            binding: Arc::new(BindingGate::default()),
+            binding: Arc::new(if dra {
+                BindingGate::new(BindingConfig {
+                    timeout: DRA_BINDING_TIMEOUT,
+                    wait: DEFAULT_BINDING_WAIT,
+                })
+            } else {
+                BindingGate::default()
+            }),
             gangs: Arc::new(Gangs::with_config(GangConfig::default())),
             metrics: Arc::new(Metrics::default()),
             limits: Default::default(),
@@ -456,25 +718,35 @@ impl Extender {
             synced: Arc::new(move || flag.load(Ordering::SeqCst)),
         };
         // As `serve::spawn_gang_sweeper` runs it: every second.
-        let (gangs, idx, w) = (
+        let (gangs, idx, w, devices) = (
             Arc::clone(&state.gangs),
             Arc::clone(&state.nodes),
             Arc::clone(&state.writer),
+            Arc::clone(&state.binding),
         );
         let sweeper = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                devices.sweep(&idx);
                 let ended = gangs.sweep(&idx);
                 gangs.record(&idx, w.as_ref(), ended).await;
             }
+        });
+        let evictor = knobs.preempt.then(|| {
+            tokio::spawn(Arc::clone(&state.evictions).run(
+                Arc::clone(&state.nodes),
+                Arc::clone(&state.writer),
+                Arc::clone(&state.metrics),
+            ))
         });
         Extender {
             router: extender::router(state.clone()),
             state,
             synced,
             sweeper,
+            evictor,
             warm_at: Some(warm_at),
         }
     }
@@ -486,6 +758,8 @@ impl Extender {
         Index::<PodGroup>::reset(idx.as_ref(), typed(api.groups.values()));
         Index::<CompositePodGroup>::reset(idx.as_ref(), typed(api.composites.values()));
         Index::<Pod>::reset(idx.as_ref(), typed(api.pods.values()));
+        Index::<ResourceSlice>::reset(idx.as_ref(), typed(api.slices.values()));
+        Index::<ResourceClaim>::reset(idx.as_ref(), typed(api.claims.values()));
     }
 
     fn apply(&self, change: Change) {
@@ -499,6 +773,10 @@ impl Extender {
             Change::Group(n, None) => Index::<PodGroup>::delete(idx, NS, &n),
             Change::Composite(_, Some(v)) => Index::<CompositePodGroup>::apply(idx, from(v)),
             Change::Composite(n, None) => Index::<CompositePodGroup>::delete(idx, NS, &n),
+            Change::Claim(_, Some(v)) => Index::<ResourceClaim>::apply(idx, from(v)),
+            Change::Claim(n, None) => Index::<ResourceClaim>::delete(idx, NS, &n),
+            Change::Slice(_, Some(v)) => Index::<ResourceSlice>::apply(idx, from(v)),
+            Change::Slice(n, None) => Index::<ResourceSlice>::delete(idx, "", &n),
         }
     }
 }
@@ -506,6 +784,9 @@ impl Extender {
 impl Drop for Extender {
     fn drop(&mut self) {
         self.sweeper.abort();
+        if let Some(e) = &self.evictor {
+            e.abort();
+        }
     }
 }
 
@@ -528,6 +809,10 @@ struct GroupSpec {
     cpu: u64,
     topology: Option<&'static str>,
     parent: Option<String>,
+    /// `spec.priority` (with preemption on).
+    priority: Option<i32>,
+    /// `spec.disruptionMode: {all: {}}`.
+    all: bool,
 }
 
 /// A workload: one gang, or a CompositePodGroup of gangs, or plain pods.
@@ -537,6 +822,11 @@ struct Workload {
     composite: Option<(String, usize, Option<&'static str>)>,
     groups: Vec<GroupSpec>,
     plain: Vec<(String, u64)>,
+    /// Every pod uses a ResourceClaim of its own (`<pod>-gpu`) for one
+    /// device of the simulated driver.
+    dra: bool,
+    /// `spec.priority` of its pods and groups (with preemption on).
+    priority: Option<i32>,
 }
 
 impl Workload {
@@ -556,12 +846,25 @@ impl Workload {
     }
 }
 
-fn pod_json(name: &str, uid: &str, cpu: u64, group: Option<&str>) -> Value {
+fn pod_json(
+    name: &str,
+    uid: &str,
+    cpu: u64,
+    group: Option<&str>,
+    dra: bool,
+    priority: Option<i32>,
+) -> Value {
     let mut p = testkit::pod(name)
         .uid(uid)
         .requests(&[("cpu", &format!("{cpu}m")), ("memory", "1Gi")]);
     if let Some(g) = group {
         p = p.group(g);
+    }
+    if dra {
+        p = p.uses_claim("gpu", Some(&claim_name(name)), None);
+    }
+    if let Some(v) = priority {
+        p = p.priority(v);
     }
     p.set(&["metadata", "resourceVersion"], "0")
         .scheduler("kruntimes-scheduler")
@@ -595,6 +898,12 @@ struct KubeScheduler {
     next_start: usize,
     percentage: i64,
     binding: BTreeMap<String, tokio::task::JoinHandle<()>>,
+    /// Pods in the binding cycle: `(node, cpu, end of PreBind)`. While a
+    /// pod's PreBind writes its claim, the extender has not been asked to
+    /// bind it and does not count it; kube-scheduler's own NodeResourcesFit
+    /// does (its assumed pods), which the world checks for the nodes such
+    /// pods are on.
+    inflight: BTreeMap<String, (String, u64, Duration)>,
     done: Arc<Mutex<Vec<BindDone>>>,
 }
 
@@ -606,6 +915,7 @@ impl KubeScheduler {
             next_start: 0,
             percentage,
             binding: BTreeMap::new(),
+            inflight: BTreeMap::new(),
             done: Arc::default(),
         }
     }
@@ -629,6 +939,7 @@ impl KubeScheduler {
         for (_, t) in std::mem::take(&mut self.binding) {
             t.abort();
         }
+        self.inflight.clear();
     }
 }
 
@@ -650,7 +961,34 @@ fn num_feasible_nodes_to_find(percentage: i64, all: usize) -> usize {
 #[derive(Debug, Clone, Copy)]
 struct Knobs {
     faults: bool,
+    /// Workloads whose pods use ResourceClaims with binding conditions,
+    /// and the simulated DRA driver. Off, the world draws exactly what it
+    /// drew before DRA was simulated (the regression seeds replay their
+    /// original scenarios).
+    dra: bool,
+    /// Workloads have priorities, and kube-scheduler preempts for a pod
+    /// that fits nowhere (the extender's `preempt` verb, victims deleted).
+    preempt: bool,
 }
+
+/// Every part of the world on.
+const ALL: Knobs = Knobs {
+    faults: true,
+    dra: true,
+    preempt: true,
+};
+/// The world as the regression seeds 8 and 10 found their bugs in.
+const BEFORE_DRA: Knobs = Knobs {
+    faults: true,
+    dra: false,
+    preempt: false,
+};
+
+/// Workload priorities (the value on pods and on every group of the
+/// workload, so a member's own priority agrees with its group's); the
+/// last is the top priority.
+const PRIORITIES: [i32; 3] = [0, 100, 1000];
+const TOP_PRIORITY: i32 = PRIORITIES[2];
 
 struct World {
     api: Api,
@@ -666,6 +1004,9 @@ struct World {
     fault_counts: BTreeMap<&'static str, u64>,
     /// Per group: when a fault struck it while bound (repair window start).
     struck: BTreeMap<String, Duration>,
+    /// Per group: the latest strike (the repair window of the invariant
+    /// counts from it: a gang struck again is owed a new window).
+    last_struck: BTreeMap<String, Duration>,
     /// Longest time from a strike to a full gang again.
     longest_repair: Duration,
     zones: usize,
@@ -673,6 +1014,18 @@ struct World {
     drained: BTreeSet<String>,
     deleted: Vec<String>,
     later: Vec<(Duration, Later)>,
+    /// Faults have stopped (the last quarter of a run).
+    healed: bool,
+    /// When groups were deleted (a gathering unit may outlive its group
+    /// by one `--gang-wait`).
+    group_deletions: Vec<Duration>,
+    /// `All` groups preempted: when, the group, and its members running
+    /// then `(pod, uid)`, every one of which must be gone within
+    /// [`REPAIR_BOUND`].
+    all_disruptions: Vec<AllDisruption>,
+    /// When the leader was last killed (the evictor's pending work is in
+    /// memory and goes with it).
+    last_kill: Option<Duration>,
 }
 
 impl World {
@@ -683,6 +1036,9 @@ impl World {
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
             composites: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            alloc_gen: BTreeMap::new(),
             watch: VecDeque::new(),
             watch_down_until: None,
             start: tokio::time::Instant::now(),
@@ -696,6 +1052,9 @@ impl World {
             reports: BTreeMap::new(),
             counts: BTreeMap::new(),
             failed_binds: Vec::new(),
+            lost_replies: Vec::new(),
+            bound_at: BTreeMap::new(),
+            evicted: Vec::new(),
         };
         if knobs.faults {
             api.faults = WriteFaults {
@@ -715,6 +1074,9 @@ impl World {
                 for i in 0..per_rack {
                     let name = format!("z{z}-r{r}-n{i}");
                     api.put(Change::Node(name.clone(), Some(node_json(&name, z, r))));
+                    if knobs.dra {
+                        api.put(Change::Slice(slice_name(&name), Some(slice_json(&name))));
+                    }
                     capacity += NODE_CPU;
                 }
             }
@@ -724,7 +1086,11 @@ impl World {
             "world: {zones} zones x {racks} racks x {per_rack} nodes, percentageOfNodesToScore {percentage}"
         ));
         let api = Arc::new(Mutex::new(api));
-        let ext = Extender::start(&api, sim.delay(Duration::ZERO, Duration::from_secs(2)));
+        let ext = Extender::start(
+            &api,
+            sim.delay(Duration::ZERO, Duration::from_secs(2)),
+            knobs,
+        );
         World {
             api,
             ext,
@@ -737,12 +1103,17 @@ impl World {
             knobs,
             fault_counts: BTreeMap::new(),
             struck: BTreeMap::new(),
+            last_struck: BTreeMap::new(),
             longest_repair: Duration::ZERO,
             zones,
             racks,
             drained: BTreeSet::new(),
             deleted: Vec::new(),
             later: Vec::new(),
+            healed: false,
+            group_deletions: Vec::new(),
+            all_disruptions: Vec::new(),
+            last_kill: None,
         }
     }
 
@@ -755,6 +1126,14 @@ impl World {
         self.workloads.values().map(Workload::cpu).sum()
     }
 
+    fn live_cpu_at(&self, priority: i32) -> u64 {
+        self.workloads
+            .values()
+            .filter(|w| w.priority == Some(priority))
+            .map(Workload::cpu)
+            .sum()
+    }
+
     /// A new workload, sized so every live workload fits at once with room.
     fn arrive(&mut self, sim: &mut Sim) {
         self.next_workload += 1;
@@ -762,14 +1141,22 @@ impl World {
         let name = format!("w{id}");
         let rack_cpu = self.capacity / (self.zones * self.racks) as u64;
         let kind = sim.weighted(&[2, 4, 2]).expect("weights");
+        let dra = self.knobs.dra && sim.chance(0.35);
+        let priority = if self.knobs.preempt {
+            Some(*sim.pick(&PRIORITIES).expect("priorities"))
+        } else {
+            None
+        };
         let mut w = Workload {
             name: name.clone(),
             composite: None,
             groups: Vec::new(),
             plain: Vec::new(),
+            dra,
+            priority,
         };
         let gang = |sim: &mut Sim, gname: String, topology: Option<&'static str>, parent| {
-            let cpu = 500 * sim.below(1, 5);
+            let cpu = if dra { DRA_CPU } else { 500 * sim.below(1, 5) };
             let limit = match topology {
                 Some(RACK) => rack_cpu / 2,
                 _ => rack_cpu,
@@ -784,19 +1171,24 @@ impl World {
                 cpu,
                 topology,
                 parent,
+                priority,
+                all: false,
             }
         };
         match kind {
             0 => {
                 for i in 0..sim.below(1, 4) {
-                    w.plain
-                        .push((format!("{name}-p{i}"), 250 * sim.below(1, 8)));
+                    let cpu = if dra { DRA_CPU } else { 250 * sim.below(1, 8) };
+                    w.plain.push((format!("{name}-p{i}"), cpu));
                 }
             }
             1 => {
                 let topology = *sim.pick(&[None, Some(ZONE), Some(RACK)]).expect("choices");
                 w.groups
                     .push(gang(sim, format!("{name}-g"), topology, None));
+                if self.knobs.preempt {
+                    w.groups[0].all = sim.chance(0.5);
+                }
             }
             _ => {
                 let cname = format!("{name}-c");
@@ -811,7 +1203,15 @@ impl World {
                 w.composite = Some((cname, min_groups, ctop));
             }
         }
-        if self.live_cpu() + w.cpu() > self.capacity / 2 {
+        // Everything live fits in half the cluster; with priorities, the
+        // top priority's workloads fit in half the cluster among
+        // themselves, whatever runs below them (they preempt it).
+        let fits = if w.priority == Some(TOP_PRIORITY) {
+            self.live_cpu_at(TOP_PRIORITY) + w.cpu() <= self.capacity / 2
+        } else {
+            self.live_cpu() + w.cpu() <= self.capacity / 2
+        };
+        if !fits {
             return;
         }
         sim.event(format_args!("workload {name} arrives: {}", describe(&w)));
@@ -821,7 +1221,15 @@ impl World {
             if let Some(t) = top {
                 o = o.topology(t);
             }
+            if let Some(v) = w.priority {
+                o = o.set(&["spec", "priority"], v);
+            }
             api.put(Change::Composite(c.clone(), Some(o.value())));
+        }
+        if w.dra {
+            for p in w.pod_names() {
+                api.put(Change::Claim(claim_name(p), Some(claim_json(p))));
+            }
         }
         for (i, g) in w.groups.iter().enumerate() {
             api.put(Change::Group(g.name.clone(), Some(group_json(g))));
@@ -831,14 +1239,17 @@ impl World {
                 let uid = format!("{p}-{}", self.uid_gen);
                 api.put(Change::Pod(
                     p.clone(),
-                    Some(pod_json(p, &uid, g.cpu, Some(&g.name))),
+                    Some(pod_json(p, &uid, g.cpu, Some(&g.name), w.dra, w.priority)),
                 ));
             }
         }
         for (p, cpu) in &w.plain {
             self.uid_gen += 1;
             let uid = format!("{p}-{}", self.uid_gen);
-            api.put(Change::Pod(p.clone(), Some(pod_json(p, &uid, *cpu, None))));
+            api.put(Change::Pod(
+                p.clone(),
+                Some(pod_json(p, &uid, *cpu, None, w.dra, w.priority)),
+            ));
         }
         drop(api);
         self.workloads.insert(name, w);
@@ -862,11 +1273,18 @@ impl World {
         let mut api = lock(&self.api);
         for p in w.pod_names() {
             api.put(Change::Pod(p.clone(), None));
+            if w.dra {
+                api.put(Change::Claim(claim_name(p), None));
+            }
         }
+        let now = sim.now();
+        self.group_deletions.retain(|at| *at + GROUP_LINGER >= now);
         for g in &w.groups {
+            self.group_deletions.push(now);
             api.put(Change::Group(g.name.clone(), None));
             self.group_of.remove(&g.name);
             self.struck.remove(&g.name);
+            self.last_struck.remove(&g.name);
         }
         if let Some((c, _, _)) = &w.composite {
             api.put(Change::Composite(c.clone(), None));
@@ -892,6 +1310,13 @@ impl World {
         for (pod, kind) in failed {
             self.strike(&pod, now);
             self.fault(sim, kind, pod);
+        }
+        let evicted = std::mem::take(&mut lock(&self.api).evicted);
+        for pod in evicted {
+            self.strike(&pod, now);
+            let shared = Arc::clone(&self.api);
+            self.recreate(&mut lock(&shared), &pod);
+            *self.fault_counts.entry("pods evicted (All)").or_default() += 1;
         }
         let mut api = lock(&self.api);
         if let Some(at) = self.ext.warm_at
@@ -932,6 +1357,7 @@ impl World {
         done.sort_by(|a, b| a.pod.cmp(&b.pod));
         for d in done {
             self.ks.binding.remove(&d.pod);
+            self.ks.inflight.remove(&d.pod);
             match d.error {
                 None => sim.event(format_args!(
                     "kube-scheduler: {} bound to {}",
@@ -942,6 +1368,7 @@ impl World {
                         "kube-scheduler: bind {} ({}) -> {} failed: {e}",
                         d.pod, d.uid, d.node
                     ));
+                    self.unreserve(sim, &d.pod, &d.uid);
                     self.ks.backoff(&d.pod, now);
                 }
             }
@@ -985,7 +1412,7 @@ impl World {
         else {
             return;
         };
-        let (pod, nodes) = {
+        let (pod, mut nodes) = {
             let api = lock(&self.api);
             let Some(pod) = api.pods.get(&name).cloned() else {
                 return;
@@ -998,7 +1425,60 @@ impl World {
                 .collect();
             (pod, nodes)
         };
+        let uid = pod["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let claim = claim_of(&pod);
+        if let Some(c) = &claim {
+            // kube-scheduler's DynamicResources Filter, before extenders:
+            // an allocated claim keeps the pod to its device's node; else a
+            // node needs a device no claim holds.
+            let api = lock(&self.api);
+            match api.allocated(c) {
+                Some((on, _)) => nodes.retain(|n| *n == on),
+                None => {
+                    let taken = api.taken();
+                    nodes.retain(|n| !api.free_devices(n, &taken).is_empty());
+                }
+            }
+        }
+        // NodeResourcesFit with kube-scheduler's assumed pods, on the nodes
+        // where a pod is still in PreBind (the extender does not count it
+        // yet); elsewhere the extender's count is the same.
+        if self.ks.inflight.values().any(|(_, _, until)| *until > now) {
+            let api = lock(&self.api);
+            let want = cpu_of(&pod);
+            nodes.retain(|n| {
+                let prebinding = self
+                    .ks
+                    .inflight
+                    .values()
+                    .any(|(on, _, until)| on == n && *until > now);
+                if !prebinding {
+                    return true;
+                }
+                let bound: u64 = api
+                    .pods
+                    .values()
+                    .filter(|p| p["spec"]["nodeName"] == n.as_str())
+                    .map(cpu_of)
+                    .sum();
+                let assumed: u64 = self
+                    .ks
+                    .inflight
+                    .iter()
+                    .filter(|(p, (on, _, _))| on == n && api.node_of(p).is_none())
+                    .map(|(_, (_, cpu, _))| cpu)
+                    .sum();
+                bound + assumed + want <= NODE_CPU
+            });
+        }
         if nodes.is_empty() {
+            if let Some(c) = &claim {
+                sim.event(format_args!("filter {name}: no node for claim {c}"));
+                self.post_filter(sim, c, &uid);
+            }
             self.ks.backoff(&name, now);
             return;
         }
@@ -1031,6 +1511,16 @@ impl World {
                 error.to_owned()
             };
             sim.event(format_args!("filter {name}: unschedulable: {why}"));
+            if let Some(c) = &claim {
+                self.post_filter(sim, c, &uid);
+            }
+            if self.knobs.preempt && error.is_empty() {
+                let failed: Vec<String> = r.body["FailedNodes"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                self.preempt(sim, &name, &pod, &failed).await;
+            }
             self.ks.backoff(&name, now);
             return;
         }
@@ -1056,18 +1546,27 @@ impl World {
                 None => fit[0].clone(),
             }
         };
-        let uid = pod["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
         sim.event(format_args!("kube-scheduler: {name} -> {node}, binding"));
         self.ks.queue.remove(&name);
+        // DynamicResources Reserve and PreBind: the claim allocated on the
+        // node (if it is not) and reserved for the pod, written before the
+        // extender's bind is called.
+        let prebind = match &claim {
+            Some(c) => self.reserve_claim(sim, c, &name, &uid, &node),
+            None => Duration::ZERO,
+        };
+        self.ks
+            .inflight
+            .insert(name.clone(), (node.clone(), cpu_of(&pod), now + prebind));
         let body =
             json!({"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}).to_string();
         let router = self.ext.router.clone();
         let done = Arc::clone(&self.ks.done);
         let pod_name = name.clone();
         let task = tokio::spawn(async move {
+            if !prebind.is_zero() {
+                tokio::time::sleep(prebind).await;
+            }
             let r = tokio::time::timeout(
                 BIND_TIMEOUT,
                 testkit::post(router, "/scheduler/bind", &body),
@@ -1091,17 +1590,338 @@ impl World {
         self.ks.binding.insert(name, task);
     }
 
+    /// DynamicResources Reserve and PreBind for the chosen node: a claim
+    /// not allocated gets a free device there (the driver's outcome drawn:
+    /// its binding condition `True` after a delay, or, as a fault, its
+    /// failure condition, or nothing ever), and the pod is added to
+    /// `reservedFor`. Returns how long the PreBind write takes.
+    fn reserve_claim(
+        &mut self,
+        sim: &mut Sim,
+        claim: &str,
+        pod: &str,
+        uid: &str,
+        node: &str,
+    ) -> Duration {
+        let now = sim.now();
+        let mut api = lock(&self.api);
+        if api.allocated(claim).is_none() {
+            let taken = api.taken();
+            let Some(device) = api.free_devices(node, &taken).into_iter().next() else {
+                return Duration::ZERO;
+            };
+            let generation = api.allocate(claim, node, &device);
+            api.reserve(claim, pod, uid);
+            drop(api);
+            sim.event(format_args!(
+                "kube-scheduler: claim {claim} allocated {node}/{device}"
+            ));
+            let outcome = if self.knobs.faults && !self.healed {
+                sim.weighted(&[85, 10, 5]).expect("weights")
+            } else {
+                0
+            };
+            let at = now + sim.delay(Duration::from_millis(200), Duration::from_secs(6));
+            match outcome {
+                0 => self
+                    .later
+                    .push((at, Later::Driver(claim.to_owned(), generation, ATTACHED))),
+                1 => self.later.push((
+                    at,
+                    Later::Driver(claim.to_owned(), generation, ATTACH_FAILED),
+                )),
+                _ => self.fault(sim, "device never ready", claim),
+            }
+            return sim.delay(Duration::ZERO, Duration::from_millis(200));
+        }
+        let write = !api.reserved(claim).iter().any(|u| u == uid);
+        api.reserve(claim, pod, uid);
+        drop(api);
+        if write {
+            sim.delay(Duration::ZERO, Duration::from_millis(200))
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// DefaultPreemption's PostFilter, for a pod that fits nowhere: on each
+    /// node the extender failed as resolvable, the lowest-priority pods
+    /// whose removal lets the pod fit by cpu (the others reprieved,
+    /// highest priority first); the extender's `preempt` verb
+    /// (`NodeNameToMetaVictims`, as a node-cache-capable extender gets
+    /// it) narrows them; kube-scheduler picks one candidate by its order
+    /// (fewest PDB violations, lowest highest victim priority, lowest
+    /// priority sum, fewest victims), nominates the node and deletes the
+    /// victims, whose controllers create them again.
+    async fn preempt(&mut self, sim: &mut Sim, name: &str, pod: &Value, failed: &[String]) {
+        let mine = priority_of(pod);
+        if pod["spec"]["preemptionPolicy"] == "Never" || failed.is_empty() {
+            return;
+        }
+        let want = cpu_of(pod);
+        let mut candidates: BTreeMap<String, Value> = BTreeMap::new();
+        {
+            let api = lock(&self.api);
+            for node in failed {
+                if !api.nodes.contains_key(node) {
+                    continue;
+                }
+                let on: Vec<(&String, &Value)> = api
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| p["spec"]["nodeName"] == node.as_str())
+                    .collect();
+                let used: u64 = on.iter().map(|(_, p)| cpu_of(p)).sum();
+                let mut lower: Vec<(&String, &Value)> = on
+                    .iter()
+                    .copied()
+                    .filter(|(_, p)| priority_of(p) < mine)
+                    .collect();
+                let freed: u64 = lower.iter().map(|(_, p)| cpu_of(p)).sum();
+                if used - freed + want > NODE_CPU {
+                    continue;
+                }
+                // Reprieve the most important first.
+                lower.sort_by(|a, b| priority_of(b.1).cmp(&priority_of(a.1)).then(a.0.cmp(b.0)));
+                let mut kept = used - freed;
+                let mut victims = Vec::new();
+                for (_, p) in lower {
+                    if kept + cpu_of(p) + want <= NODE_CPU {
+                        kept += cpu_of(p);
+                    } else {
+                        victims.push(json!({"UID": p["metadata"]["uid"]}));
+                    }
+                }
+                if !victims.is_empty() {
+                    candidates.insert(
+                        node.clone(),
+                        json!({"Pods": victims, "NumPDBViolations": 0}),
+                    );
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return;
+        }
+        let body = json!({"Pod": pod, "NodeNameToVictims": null,
+            "NodeNameToMetaVictims": candidates})
+        .to_string();
+        let r = testkit::post(self.ext.router.clone(), "/scheduler/preempt", &body).await;
+        if r.status != 200 {
+            sim.event(format_args!("preempt {name}: HTTP {}", r.status));
+            return;
+        }
+        let answered: BTreeMap<String, Vec<String>> = r.body["NodeNameToMetaVictims"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(n, v)| {
+                let uids = v["Pods"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["UID"].as_str().map(str::to_owned))
+                    .collect();
+                (n.clone(), uids)
+            })
+            .collect();
+        let shared = Arc::clone(&self.api);
+        let mut api = lock(&shared);
+        let by_uid: BTreeMap<String, String> = api
+            .pods
+            .iter()
+            .filter_map(|(n, p)| Some((p["metadata"]["uid"].as_str()?.to_owned(), n.clone())))
+            .collect();
+        // Every victim the extender answers is below the preemptor.
+        for (node, uids) in &answered {
+            for u in uids {
+                if let Some(v) = by_uid.get(u) {
+                    let theirs = priority_of(&api.pods[v]);
+                    sim.check(
+                        theirs < mine,
+                        "no victim at or above the preemptor's priority",
+                        || {
+                            format!(
+                                "preempting for {name} (priority {mine}) on {node}: victim {v} has priority {theirs}"
+                            )
+                        },
+                    );
+                }
+            }
+        }
+        // pickOneNodeForPreemption, as far as this world has the counts.
+        let rank = |uids: &Vec<String>| {
+            let ps: Vec<i64> = uids
+                .iter()
+                .filter_map(|u| by_uid.get(u))
+                .map(|v| i64::from(priority_of(&api.pods[v])))
+                .collect();
+            (
+                ps.iter().copied().max().unwrap_or(i64::MIN),
+                ps.iter().sum::<i64>(),
+                ps.len(),
+            )
+        };
+        let Some((node, uids)) = answered
+            .iter()
+            .filter(|(_, u)| !u.is_empty())
+            .min_by_key(|(n, u)| (rank(u), (*n).clone()))
+            .map(|(n, u)| (n.clone(), u.clone()))
+        else {
+            drop(api);
+            sim.event(format_args!(
+                "preempt {name}: the extender returned no candidate of {}",
+                candidates.len()
+            ));
+            return;
+        };
+        if let Some(mut p) = api.pods.get(name).cloned() {
+            p["status"]["nominatedNodeName"] = json!(node);
+            api.put(Change::Pod(name.to_owned(), Some(p)));
+        }
+        let now = sim.now();
+        let mut gone = Vec::new();
+        for u in &uids {
+            let Some(v) = by_uid.get(u) else { continue };
+            if api.node_of(v) != Some(node.as_str()) {
+                continue;
+            }
+            // An `All` group: every member running now must go.
+            if let Some((w, i)) = v.rsplit_once('-').and_then(|(g, _)| self.group_of.get(g))
+                && let g = &self.workloads[w].groups[*i]
+                && g.all
+                && !self
+                    .all_disruptions
+                    .iter()
+                    .any(|(at, n, _)| *n == g.name && *at == now)
+            {
+                let running = g
+                    .pods
+                    .iter()
+                    .filter(|p| api.node_of(p).is_some())
+                    .filter_map(|p| {
+                        let uid = api.pods[p]["metadata"]["uid"].as_str()?;
+                        Some((p.clone(), uid.to_owned()))
+                    })
+                    .collect();
+                self.all_disruptions.push((now, g.name.clone(), running));
+            }
+            api.put(Change::Pod(v.clone(), None));
+            self.strike(v, now);
+            self.recreate(&mut api, v);
+            gone.push(v.clone());
+        }
+        drop(api);
+        *self.fault_counts.entry("pods preempted").or_default() += gone.len() as u64;
+        *self.fault_counts.entry("preemptions").or_default() += 1;
+        sim.event(format_args!(
+            "kube-scheduler preempts on {node} for {name} (priority {mine}): {gone:?}"
+        ));
+    }
+
+    /// DynamicResources PostFilter: a pod that fits nowhere has its claim's
+    /// allocation removed when no other pod holds the claim, so the next
+    /// attempt may allocate a device elsewhere.
+    fn post_filter(&mut self, sim: &mut Sim, claim: &str, uid: &str) {
+        let mut api = lock(&self.api);
+        if api.allocated(claim).is_some() && api.reserved(claim).iter().all(|u| u == uid) {
+            api.clear_allocation(claim);
+            drop(api);
+            sim.event(format_args!(
+                "kube-scheduler PostFilter: claim {claim} deallocated"
+            ));
+        }
+    }
+
+    /// DynamicResources Unreserve after a failed or cancelled bind: the
+    /// pod leaves its claim's `reservedFor` (unless the Binding landed).
+    fn unreserve(&mut self, sim: &mut Sim, pod: &str, uid: &str) {
+        let mut api = lock(&self.api);
+        let Some(p) = api.pods.get(pod) else {
+            return;
+        };
+        if !p["spec"]["nodeName"].is_null() || p["metadata"]["uid"] != uid {
+            return;
+        }
+        if let Some(c) = claim_of(p)
+            && api.reserved(&c).iter().any(|u| u == uid)
+        {
+            api.unreserve(&c, uid);
+            drop(api);
+            sim.event(format_args!(
+                "kube-scheduler Unreserve: {pod} leaves claim {c}"
+            ));
+        }
+    }
+
     // === invariants ===
 
-    /// Pods of live workloads not bound.
+    /// Pods of live workloads not bound, of the workloads liveness is
+    /// owed to: every one while all of them fit in half the cluster (as
+    /// they always do without priorities); else those of the top priority
+    /// (which fit among themselves and preempt everything else; lower
+    /// ones may wait for room that never comes).
+    ///
+    /// A member whose domain its bound siblings have fixed (its gang's
+    /// topology, or its CompositePodGroup's) is owed placement only while
+    /// a schedulable node of that domain has room for it (cpu, and a free
+    /// device for a claim), by the API server's truth: the domain may have
+    /// filled up with other workloads meanwhile, and the extender never
+    /// moves a gang (seed 42).
     fn unplaced(&self) -> Vec<String> {
         let api = lock(&self.api);
-        self.workloads
-            .values()
-            .flat_map(Workload::pod_names)
-            .filter(|p| api.node_of(p).is_none())
-            .cloned()
-            .collect()
+        let all = self.live_cpu() <= self.capacity / 2;
+        let taken = api.taken();
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                *used.entry(n).or_default() += cpu_of(pod);
+            }
+        }
+        let label = |node: &str, key: &str| -> Option<String> {
+            api.nodes.get(node)?["metadata"]["labels"][key]
+                .as_str()
+                .map(str::to_owned)
+        };
+        // Whether a schedulable node in the domain fixed by `bound` has
+        // room for a pod of `cpu` (with a device when `dra`).
+        let room_in = |key: &str, bound: &[&str], cpu: u64, dra: bool| -> bool {
+            let Some(value) = bound.first().and_then(|n| label(n, key)) else {
+                return true;
+            };
+            api.nodes.iter().any(|(n, v)| {
+                v["spec"]["unschedulable"] != true
+                    && label(n, key).as_deref() == Some(value.as_str())
+                    && used.get(n.as_str()).copied().unwrap_or(0) + cpu <= NODE_CPU
+                    && (!dra || !api.free_devices(n, &taken).is_empty())
+            })
+        };
+        let mut out = Vec::new();
+        for w in self.workloads.values() {
+            if !all && w.priority != Some(TOP_PRIORITY) {
+                continue;
+            }
+            let all_bound: Vec<&str> = w.pod_names().filter_map(|p| api.node_of(p)).collect();
+            for g in &w.groups {
+                let bound: Vec<&str> = g.pods.iter().filter_map(|p| api.node_of(p)).collect();
+                let owed = g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra))
+                    && w.composite
+                        .as_ref()
+                        .and_then(|(_, _, k)| *k)
+                        .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra));
+                if owed {
+                    out.extend(g.pods.iter().filter(|p| api.node_of(p).is_none()).cloned());
+                }
+            }
+            out.extend(
+                w.plain
+                    .iter()
+                    .map(|(p, _)| p)
+                    .filter(|p| api.node_of(p).is_none())
+                    .cloned(),
+            );
+        }
+        out
     }
 
     /// Every table the extender keeps is what the live objects explain:
@@ -1121,6 +1941,8 @@ impl World {
                 Change::Pod(_, None) => "Pod",
                 Change::Group(_, None) => "PodGroup",
                 Change::Composite(_, None) => "CompositePodGroup",
+                Change::Claim(_, None) => "ResourceClaim",
+                Change::Slice(_, None) => "ResourceSlice",
                 _ => continue,
             };
             *undelivered.entry(kind).or_default() += 1;
@@ -1136,12 +1958,29 @@ impl World {
         let want = [
             ("Node", api.nodes.len() + slack("Node")),
             ("Pod", pods + slack("Pod")),
-            ("AssumedPod", if end { 0 } else { pods }),
+            // An assumption lasts until the watch shows the pod bound or
+            // gone: a pod deleted right after its bind is still assumed.
+            ("AssumedPod", if end { 0 } else { pods + slack("Pod") }),
             ("PodGroup", api.groups.len() + slack("PodGroup")),
             (
                 "CompositePodGroup",
                 api.composites.len() + slack("CompositePodGroup"),
             ),
+            // Allocated claims only: between steps at most the claims (an
+            // allocation cleared may not be delivered yet), at the end
+            // exactly the allocated ones.
+            (
+                "ResourceClaim",
+                if end {
+                    api.claims
+                        .keys()
+                        .filter(|c| api.allocated(c).is_some())
+                        .count()
+                } else {
+                    api.claims.len() + slack("ResourceClaim")
+                },
+            ),
+            ("ResourceSlice", api.slices.len() + slack("ResourceSlice")),
         ];
         for (kind, n) in want {
             let ok = if end {
@@ -1161,10 +2000,27 @@ impl World {
         // At the end every wait is over; between steps each is bounded by
         // the pods or groups that exist.
         let (pods_most, groups_most) = if end { (0, 0) } else { (pods, live_groups) };
+        // Groups deleted within a plan's life (`PLAN_TTL`, longer than
+        // `--gang-wait`): their plans and units go lazily.
+        let recent = self
+            .group_deletions
+            .iter()
+            .filter(|at| **at + GROUP_LINGER >= sim.now())
+            .count();
         let tables = [
             ("held binds", s.gangs.held(), pods_most),
             ("reserved members", s.gangs.kept(), pods_most),
-            ("gathering units", s.gangs.units(), groups_most),
+            // A unit outlives its group's deletion by at most one
+            // `--gang-wait` (its held binds' own wait).
+            (
+                "gathering units",
+                s.gangs.units(),
+                if end {
+                    0
+                } else {
+                    groups_most + slack("PodGroup") + slack("CompositePodGroup") + recent
+                },
+            ),
             ("device waits", s.binding.waiting(), pods_most),
             ("pending evictions", s.evictions.pending(), pods_most),
             // Swept of groups gone whenever it doubles, from 1,024 entries
@@ -1177,7 +2033,7 @@ impl World {
             (
                 "domain plans",
                 s.gangs.planner().with_plans(|p| p.len()),
-                live_groups + slack("PodGroup") + slack("CompositePodGroup"),
+                live_groups + slack("PodGroup") + slack("CompositePodGroup") + recent,
             ),
         ];
         for (what, n, most) in tables {
@@ -1186,6 +2042,63 @@ impl World {
                 "no memory the live objects do not explain",
                 || format!("{what}: {n}, live objects explain at most {most}"),
             );
+        }
+    }
+
+    /// The kubelet's admission: a pod bound to a node its cpu does not fit
+    /// on is rejected (`OutOfcpu`: deleted, its controller creates it
+    /// again), but only in the one window the world knows the node may be
+    /// overcommitted (after a bind answered 504 once its write landed,
+    /// the pods bound there within a bind's `httpTimeout`); any other
+    /// overcommit is left for the invariant.
+    fn kubelet_admit(&mut self, sim: &mut Sim) {
+        let now = sim.now();
+        let shared = Arc::clone(&self.api);
+        let mut api = lock(&shared);
+        api.lost_replies.retain(|(at, _)| *at + BIND_TIMEOUT >= now);
+        if api.lost_replies.is_empty() {
+            return;
+        }
+        let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                *used.entry(n.to_owned()).or_default() += cpu_of(pod);
+            }
+        }
+        for (node, cpu) in used {
+            if cpu <= NODE_CPU {
+                continue;
+            }
+            let Some(since) = api
+                .lost_replies
+                .iter()
+                .filter(|(_, n)| *n == node)
+                .map(|(at, _)| *at)
+                .min()
+            else {
+                continue;
+            };
+            let Some(last) = api
+                .pods
+                .iter()
+                .filter(|(_, p)| p["spec"]["nodeName"] == node.as_str())
+                .filter_map(|(n, _)| Some((*api.bound_at.get(n)?, n.clone())))
+                .filter(|(at, _)| *at >= since)
+                .max()
+                .map(|(_, n)| n)
+            else {
+                continue;
+            };
+            api.put(Change::Pod(last.clone(), None));
+            self.strike(&last, now);
+            self.recreate(&mut api, &last);
+            *self
+                .fault_counts
+                .entry("kubelet rejected (OutOfcpu)")
+                .or_default() += 1;
+            sim.event(format_args!(
+                "kubelet on {node} rejects {last}: OutOfcpu ({cpu}m bound)"
+            ));
         }
     }
 
@@ -1205,6 +2118,70 @@ impl World {
                 });
             }
         }
+        // DRA: no device allocated to two claims; no pod bound unless its
+        // claim is allocated a device on its node whose binding conditions
+        // are all True (and no failure condition is).
+        let mut holder: BTreeMap<(String, String), &str> = BTreeMap::new();
+        for c in api.claims.keys() {
+            if let Some(d) = api.allocated(c)
+                && let Some(other) = holder.insert(d.clone(), c)
+            {
+                sim.violated(
+                    "no device allocated to two claims",
+                    format!("device {}/{} allocated to {other} and {c}", d.0, d.1),
+                );
+            }
+        }
+        for (p, pod) in &api.pods {
+            let (Some(node), Some(c)) = (pod["spec"]["nodeName"].as_str(), claim_of(pod)) else {
+                continue;
+            };
+            let on = api.allocated(&c);
+            sim.check(
+                on.as_ref().is_some_and(|(n, _)| n == node) && api.device_ready(&c),
+                "no pod bound before its devices' binding conditions are True",
+                || {
+                    format!(
+                        "pod {p} bound to {node}; claim {c} allocated {on:?}, status {}",
+                        api.claims
+                            .get(&c)
+                            .map_or(Value::Null, |c| c["status"].clone())
+                    )
+                },
+            );
+        }
+        // An `All` group preempted is disrupted whole: within the repair
+        // bound, none of the members that ran when it was preempted runs
+        // (kube-scheduler deletes those on the node, the evictor the
+        // others), unless the leader was killed meanwhile (the evictor's
+        // pending work is in memory).
+        let now = sim.now();
+        for (at, group, members) in &self.all_disruptions {
+            if now < *at + REPAIR_BOUND || self.last_kill.is_some_and(|k| k >= *at) {
+                continue;
+            }
+            let running: Vec<&String> = members
+                .iter()
+                .filter(|(p, uid)| {
+                    api.pods.get(p).is_some_and(|v| {
+                        v["metadata"]["uid"] == uid.as_str() && api.node_of(p).is_some()
+                    })
+                })
+                .map(|(p, _)| p)
+                .collect();
+            sim.check(
+                running.is_empty(),
+                "an All group preempted goes whole",
+                || {
+                    format!(
+                        "group {group} preempted at {:.1}s: {running:?} still run",
+                        at.as_secs_f64()
+                    )
+                },
+            );
+        }
+        self.all_disruptions
+            .retain(|(at, _, _)| now < *at + REPAIR_BOUND);
         // No gang bound across two domains of its constraint, at any level;
         // no gang below minCount outside a repair window.
         let now = sim.now();
@@ -1229,11 +2206,17 @@ impl World {
                     composite_domains.extend(bound.iter().map(|n| domain_of(n, key)));
                 }
                 let partial = !bound.is_empty() && bound.len() < g.min;
-                let in_flight = g.pods.iter().any(|p| self.ks.binding.contains_key(p));
+                // A bind in flight, or a member the permit keeps (its own
+                // wait ran out while the unit gathered: counted toward the
+                // quorum, bound when kube-scheduler retries it, as
+                // documented).
+                let in_flight = g.pods.iter().any(|p| {
+                    self.ks.binding.contains_key(p) || self.ext.state.gangs.is_kept(NS, p)
+                });
                 if partial && !in_flight {
                     // Repaired within the bound, or reported within it:
                     // the below-minCount condition and its Event.
-                    let since = self.struck.get(&g.name).copied();
+                    let since = self.last_struck.get(&g.name).copied();
                     let reported = |at: Duration, what: &str| {
                         api.reports.get(&g.name).is_some_and(|r| {
                             r.iter().any(|r| {
@@ -1241,10 +2224,16 @@ impl World {
                             })
                         })
                     };
+                    // A group object created again after it was scheduled
+                    // (a new uid) is not initially scheduled: it says so
+                    // with `PodGroupInitiallyScheduled=False` (documented;
+                    // never written after `True`, so this does not excuse
+                    // a scheduled group).
                     let ok = since.is_some_and(|at| {
                         now.saturating_sub(at) <= REPAIR_BOUND
                             || (reported(at, &format!("condition {BELOW_MIN_COUNT}=True"))
                                 && reported(at, &format!("Event {BELOW_MIN_EVENT}")))
+                            || reported(at, &format!("condition {POD_GROUP_SCHEDULED}=False"))
                     });
                     sim.check(ok, "no gang bound below minCount", || {
                         format!(
@@ -1284,6 +2273,7 @@ impl World {
         }
         for g in repaired {
             self.struck.remove(&g);
+            self.last_struck.remove(&g);
         }
     }
 
@@ -1291,7 +2281,8 @@ impl World {
         if let Some(group) = pod.rsplit_once('-').map(|(g, _)| g.to_owned())
             && self.group_of.contains_key(&group)
         {
-            self.struck.entry(group).or_insert(now);
+            self.struck.entry(group.clone()).or_insert(now);
+            self.last_struck.insert(group, now);
         }
     }
 
@@ -1319,6 +2310,7 @@ impl World {
             tokio::task::yield_now().await;
         }
         self.deliver(sim);
+        self.kubelet_admit(sim);
         self.note_repairs(sim);
         self.check(sim);
         self.check_memory(sim, false);
@@ -1333,6 +2325,7 @@ impl World {
         else {
             return;
         };
+        let (dra, priority) = (w.dra, w.priority);
         let (cpu, group) = w
             .groups
             .iter()
@@ -1349,7 +2342,7 @@ impl World {
         let uid = format!("{pod}-{}", self.uid_gen);
         api.put(Change::Pod(
             pod.to_owned(),
-            Some(pod_json(pod, &uid, cpu, group.as_deref())),
+            Some(pod_json(pod, &uid, cpu, group.as_deref(), dra, priority)),
         ));
     }
 
@@ -1392,6 +2385,9 @@ impl World {
                     name.clone(),
                     Some(node_json(&name, z as usize, r as usize)),
                 ));
+                if self.knobs.dra {
+                    api.put(Change::Slice(slice_name(&name), Some(slice_json(&name))));
+                }
                 drop(api);
                 self.capacity += NODE_CPU;
                 self.fault(sim, "node added", name);
@@ -1417,6 +2413,21 @@ impl World {
                 } else {
                     lock(&self.api).put(Change::Node(node.clone(), None));
                     let n = self.evict_node_pods(&node, now);
+                    // Gangs with a member on its way to the node are struck
+                    // too: its bind fails, maybe after the others bound.
+                    let bound_there: Vec<String> = self
+                        .ks
+                        .inflight
+                        .iter()
+                        .filter(|(_, (on, _, _))| *on == node)
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    for p in bound_there {
+                        self.strike(&p, now);
+                    }
+                    if self.knobs.dra {
+                        lock(&self.api).put(Change::Slice(slice_name(&node), None));
+                    }
                     self.capacity -= NODE_CPU;
                     self.deleted.push(node.clone());
                     self.drained.remove(&node);
@@ -1438,7 +2449,9 @@ impl World {
                 api.put(Change::Pod(pod.clone(), None));
                 self.recreate(&mut api, &pod);
                 drop(api);
-                if was.is_some() {
+                // Bound, or on its way: a bind in flight for the old uid
+                // fails, maybe after the quorum released the others.
+                if was.is_some() || self.ks.binding.contains_key(&pod) {
                     self.strike(&pod, now);
                 }
                 self.fault(
@@ -1456,8 +2469,10 @@ impl World {
                 let spec = self.workloads[&w].groups[i].clone();
                 let back = now + sim.delay(Duration::from_secs(1), Duration::from_secs(10));
                 lock(&self.api).put(Change::Group(g.clone(), None));
+                self.group_deletions.push(now);
                 self.later.push((back, Later::Group(spec)));
                 self.struck.entry(g.clone()).or_insert(now);
+                self.last_struck.insert(g.clone(), now);
                 self.fault(
                     sim,
                     "group deleted mid-gang",
@@ -1472,6 +2487,18 @@ impl World {
                 if let Some(t) = self.ks.binding.remove(&pod) {
                     t.abort();
                 }
+                self.ks.inflight.remove(&pod);
+                // A member released by its quorum finishes its binding
+                // call without the caller: the gang may be short of it
+                // for a moment.
+                self.strike(&pod, now);
+                let uid = lock(&self.api)
+                    .pods
+                    .get(&pod)
+                    .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_owned));
+                if let Some(uid) = uid {
+                    self.unreserve(sim, &pod, &uid);
+                }
                 self.ks.backoff(&pod, now);
                 self.fault(sim, "bind cancelled", &pod);
             }
@@ -1484,7 +2511,8 @@ impl World {
                 let pct = self.ks.percentage;
                 self.ks = KubeScheduler::new(pct);
                 let cold = sim.delay(Duration::from_millis(500), Duration::from_secs(8));
-                self.ext = Extender::start(&self.api, now + cold);
+                self.ext = Extender::start(&self.api, now + cold, self.knobs);
+                self.last_kill = Some(now);
                 lock(&self.api).watch.clear();
                 self.fault(
                     sim,
@@ -1528,6 +2556,21 @@ impl World {
                         sim.event(format_args!("controller recreates group {}", g.name));
                     }
                 }
+                Later::Driver(claim, generation, condition) => {
+                    let mut api = lock(&self.api);
+                    if api.alloc_gen.get(&claim) != Some(&generation)
+                        || api.allocated(&claim).is_none()
+                    {
+                        continue;
+                    }
+                    api.report_device(&claim, condition);
+                    drop(api);
+                    if condition == ATTACH_FAILED {
+                        self.fault(sim, "device binding failed", format_args!("{claim}"));
+                    } else {
+                        sim.event(format_args!("driver: claim {claim} {condition}=True"));
+                    }
+                }
             }
         }
     }
@@ -1545,8 +2588,12 @@ impl World {
             let z: usize = node[1..2].parse().expect("zone digit");
             let r: usize = node[4..5].parse().expect("rack digit");
             api.put(Change::Node(node.clone(), Some(node_json(&node, z, r))));
+            if self.knobs.dra {
+                api.put(Change::Slice(slice_name(&node), Some(slice_json(&node))));
+            }
             self.capacity += NODE_CPU;
         }
+        self.healed = true;
         api.faults = WriteFaults {
             delay_ms: api.faults.delay_ms,
             ..Default::default()
@@ -1556,10 +2603,17 @@ impl World {
     }
 }
 
+/// An `All` group preempted: when, the group, and the members running
+/// then `(pod, uid)`.
+type AllDisruption = (Duration, String, Vec<(String, String)>);
+
 /// A controller action later in simulated time.
 #[derive(Debug, Clone)]
 enum Later {
     Group(GroupSpec),
+    /// The DRA driver reports a condition `True` on the claim's device,
+    /// if the claim still has that allocation (its generation).
+    Driver(String, u64, &'static str),
 }
 
 /// Once faults stop (the last quarter of a run), every live workload is
@@ -1567,6 +2621,10 @@ enum Later {
 /// in kube-scheduler's longest backoff (10 s) behind a gang that waits out
 /// `--gang-wait` (20 s) once, twice over.
 const LIVENESS_BOUND: Duration = Duration::from_secs(90);
+
+/// How long a deleted group's gathering unit (`--gang-wait`, 20 s) and
+/// domain plan (`PLAN_TTL`, 30 s) may outlive it.
+const GROUP_LINGER: Duration = Duration::from_secs(30);
 
 /// How long a gang a fault struck may stay below minCount before it must
 /// be whole again or reported.
@@ -1580,6 +2638,33 @@ fn node_json(name: &str, zone: usize, rack: usize) -> Value {
         .value()
 }
 
+fn claim_name(pod: &str) -> String {
+    format!("{pod}-gpu")
+}
+
+/// The ResourceClaim a pod uses (its first `resourceClaimName`).
+fn claim_of(pod: &Value) -> Option<String> {
+    pod["spec"]["resourceClaims"][0]["resourceClaimName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn claim_json(pod: &str) -> Value {
+    testkit::claim(&claim_name(pod), "gpu.sim")
+        .set(&["metadata", "namespace"], NS)
+        .value()
+}
+
+fn slice_name(node: &str) -> String {
+    format!("{node}-{DRIVER}")
+}
+
+fn slice_json(node: &str) -> Value {
+    let devices: Vec<String> = (0..GPUS_PER_NODE).map(|i| format!("gpu-{i}")).collect();
+    let devices: Vec<&str> = devices.iter().map(String::as_str).collect();
+    testkit::slice(&slice_name(node), DRIVER, node, &devices).value()
+}
+
 fn group_json(g: &GroupSpec) -> Value {
     let mut o = testkit::pod_group(&g.name).gang(g.min as u32);
     if let Some(t) = g.topology {
@@ -1588,7 +2673,21 @@ fn group_json(g: &GroupSpec) -> Value {
     if let Some(p) = &g.parent {
         o = o.parent(p);
     }
+    if let Some(v) = g.priority {
+        o = o.set(&["spec", "priority"], v);
+    }
+    if g.all {
+        o = o.disrupt_all();
+    }
     o.value()
+}
+
+/// `spec.priority` (0 when unset).
+fn priority_of(pod: &Value) -> i32 {
+    pod["spec"]["priority"]
+        .as_i64()
+        .and_then(|v| i32::try_from(v).ok())
+        .unwrap_or(0)
 }
 
 fn cpu_of(pod: &Value) -> u64 {
@@ -1623,9 +2722,18 @@ fn describe(w: &Workload) -> String {
             g.cpu,
             g.topology
         );
+        if g.all {
+            s.push_str("disruption All; ");
+        }
     }
     for (p, cpu) in &w.plain {
         let _ = write!(s, "pod {p} {cpu}m; ");
+    }
+    if w.dra {
+        s.push_str("each pod claims a device; ");
+    }
+    if let Some(v) = w.priority {
+        let _ = write!(s, "priority {v}");
     }
     s
 }
@@ -1701,7 +2809,11 @@ impl Figures {
 }
 
 fn simulate(sim: &mut Sim, steps: u64) {
-    simulate_with(sim, steps, Knobs { faults: true });
+    simulate_with(sim, steps, ALL);
+}
+
+fn simulate_before_dra(sim: &mut Sim, steps: u64) {
+    simulate_with(sim, steps, BEFORE_DRA);
 }
 
 const STEPS: u64 = 1000;
@@ -1715,7 +2827,7 @@ fn seeds() {
         0..10,
         STEPS,
         |sim, steps| {
-            let f = simulate_with(sim, steps, Knobs { faults: true });
+            let f = simulate_with(sim, steps, ALL);
             figures.lock().expect("figures").add(&f);
         },
     );
@@ -1741,7 +2853,7 @@ fn regression_seed_10() {
         "cluster_sim::scheduler::regression_seed_10",
         10,
         800,
-        &simulate,
+        &simulate_before_dra,
     );
 }
 
@@ -1761,6 +2873,58 @@ fn regression_seed_8() {
         "cluster_sim::scheduler::regression_seed_8",
         8,
         1000,
+        &simulate_before_dra,
+    );
+}
+
+/// Seed 0 (1,000 steps, DRA and preemption on) fails without either of two
+/// fixes the DRA world found. (1) A gang member assumed on its node while
+/// its bind waited for its devices counted toward quorum: another member
+/// was released and bound, and when the devices never became ready the
+/// gang stayed bound 2 of `minCount` 3 with nothing to repair it. Members
+/// awaiting their devices no longer count toward quorum. (2) A failed
+/// claim whose clear answered 409 (kube-scheduler's PreBind had just
+/// written `reservedFor`, so the cache's resourceVersion was stale) was
+/// never cleared: every retry raced the same write, and the gang waited
+/// past the liveness bound. A clear answered 409 is decided again once the
+/// cache has the newer claim.
+#[test]
+fn regression_seed_0() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_0",
+        0,
+        1000,
+        &simulate,
+    );
+}
+
+/// Seed 10 (1,000 steps, DRA and preemption on): the device gate kept the
+/// first wait of a claim allocation that kube-scheduler had removed
+/// (PostFilter, or the claim controller after the pod was deleted) until a
+/// later wait pruned it by age, so a wait outlived every live allocation.
+/// The gate's sweep (every second, with the gang sweeper) drops first
+/// waits of allocations the cache no longer holds.
+#[test]
+fn regression_seed_10_device_waits() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_10_device_waits",
+        10,
+        1000,
+        &simulate,
+    );
+}
+
+/// Seed 22 (1,000 steps, DRA and preemption on): while the watch was away
+/// the cache still held a claim's earlier allocation on another node,
+/// ready; kube-scheduler had allocated it again for the bind's node, and
+/// the bind read the old allocation's conditions. Bind now fails closed
+/// on a claim whose cached devices are all off the node.
+#[test]
+fn regression_seed_22() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_22",
+        22,
+        1000,
         &simulate,
     );
 }
@@ -1769,7 +2933,7 @@ fn regression_seed_8() {
 fn replays_deterministically() {
     let trace = |seed| {
         let mut sim = Sim::new(seed);
-        simulate_with(&mut sim, 400, Knobs { faults: true });
+        simulate_with(&mut sim, 400, ALL);
         (sim.events(), sim.now(), sim.trace_hash())
     };
     assert_eq!(trace(3), trace(3));

@@ -16,6 +16,9 @@ struct Recorder {
     clears: Mutex<Vec<(ClaimAllocationRef, Instant)>>,
     /// `(object name, reason, note)`.
     events: Mutex<Vec<(String, String, String)>>,
+    /// Clears preconditioned on this resourceVersion answer 409 (the
+    /// claim changed since).
+    stale: Mutex<Option<String>>,
 }
 
 impl ClusterWriter for Recorder {
@@ -52,6 +55,9 @@ impl ClusterWriter for Recorder {
     ) -> BoxFuture<'a, Result<(), WriteError>> {
         Box::pin(async move {
             self.clears.lock().push((claim.clone(), Instant::now()));
+            if self.stale.lock().as_deref() == Some(claim.resource_version.as_str()) {
+                return Err(WriteError::Conflict);
+            }
             Ok(())
         })
     }
@@ -501,4 +507,146 @@ async fn without_a_timestamp_the_first_wait_starts_the_timeout() {
     );
     assert_eq!(elapsed, Duration::from_secs(5));
     assert_eq!(f.clears().len(), 1);
+}
+
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 3 with
+/// DRA): the first wait of an allocation that kube-scheduler removed
+/// (PostFilter, or the claim controller after the pod was deleted) stayed
+/// in the table until some later wait pruned by age. The sweep drops it as
+/// soon as the cache no longer holds that allocation, and keeps live ones.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_drops_first_waits_of_allocations_gone_from_the_cache() {
+    let f = fixture_at(600, 1, "2030-01-01T00:00:00Z");
+    let untimed = |name: &str| {
+        let mut c = claim(name, &[GPU], &[], &["p-uid"]);
+        c.status
+            .as_mut()
+            .unwrap()
+            .allocation
+            .as_mut()
+            .unwrap()
+            .allocation_timestamp = None;
+        c
+    };
+    f.nodes.apply_claim(&untimed("gpu"));
+    f.nodes.apply_claim(&untimed("nic"));
+    let (r, _) = f.gate().await;
+    assert!(r.unwrap_err().contains("retry"));
+    assert_eq!(f.gate.waiting(), 2);
+    assert_eq!(f.gate.sweep(&f.nodes), 0, "both allocations are live");
+    // The gpu claim is deallocated by someone else: its first wait goes,
+    // the nic claim's stays.
+    let mut gone = untimed("gpu");
+    gone.status.as_mut().unwrap().allocation = None;
+    f.nodes.apply_claim(&gone);
+    assert_eq!(f.gate.sweep(&f.nodes), 1);
+    assert_eq!(f.gate.waiting(), 1);
+    f.nodes.delete_claim("ns", "nic");
+    assert_eq!(f.gate.sweep(&f.nodes), 1);
+    assert_eq!(f.gate.waiting(), 0);
+}
+
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 1 with
+/// DRA): kube-scheduler's PreBind writes the claim's `reservedFor` just
+/// before it calls bind, so the cache's resourceVersion was often stale
+/// when a failed claim was cleared; every attempt answered 409 and the pod
+/// never got another device. A clear answered 409 is now decided again
+/// once the cache shows the newer claim, within the same call.
+#[tokio::test(start_paused = true)]
+async fn a_clear_answered_409_is_retried_once_the_cache_has_the_newer_claim() {
+    let f = fixture(600, 10);
+    *f.writer.stale.lock() = Some("7".into());
+    let failed = claim("gpu", &[GPU], &[("gpu-0", &["AttachFailed"])], &["p-uid"]);
+    f.nodes.apply_claim(&failed);
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!task.is_finished(), "decided on the stale claim");
+    assert_eq!(f.clears().len(), 1);
+    assert!(
+        f.writer.events.lock().is_empty(),
+        "no Event for an unsettled clear"
+    );
+    let mut newer = failed;
+    newer.metadata.resource_version = Some("8".into());
+    f.nodes.apply_claim(&newer);
+    let (r, elapsed) = task.await.unwrap();
+    let err = r.unwrap_err();
+    assert!(err.contains("allocation cleared"), "{err}");
+    assert_eq!(elapsed, Duration::from_secs(2));
+    let rvs: Vec<String> = f.clears().into_iter().map(|c| c.resource_version).collect();
+    assert_eq!(rvs, ["7", "8"]);
+    assert_eq!(f.writer.events.lock().len(), 1);
+    assert_eq!(f.gate.waiting(), 0);
+}
+
+/// Still 409 when the call's wait ends: the bind fails naming it, and the
+/// next bind decides again.
+#[tokio::test(start_paused = true)]
+async fn a_clear_still_answered_409_at_the_end_of_the_call_fails_the_bind() {
+    let f = fixture(600, 4);
+    *f.writer.stale.lock() = Some("7".into());
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["AttachFailed"])],
+        &["p-uid"],
+    ));
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("clearing the allocation failed: conflict"),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::from_secs(4));
+    assert_eq!(f.clears().len(), 2);
+    assert_eq!(f.writer.events.lock().len(), 1);
+}
+
+/// Of two failed claims, one cleared and the other answered 409: the call
+/// decides again for the second only (the cache may still show the first
+/// failed), and the error names both.
+#[tokio::test(start_paused = true)]
+async fn a_claim_cleared_before_a_retry_is_not_cleared_again() {
+    let f = fixture(600, 10);
+    *f.writer.stale.lock() = Some("7".into());
+    let failed = |name: &str| {
+        claim(
+            name,
+            &[("gpu-0", &["Attached"], &["AttachFailed"])],
+            &[("gpu-0", &["AttachFailed"])],
+            &["p-uid"],
+        )
+    };
+    let mut gpu = failed("gpu");
+    gpu.metadata.resource_version = Some("6".into());
+    f.nodes.apply_claim(&gpu);
+    let nic = failed("nic");
+    f.nodes.apply_claim(&nic);
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    let mut newer = nic;
+    newer.metadata.resource_version = Some("8".into());
+    f.nodes.apply_claim(&newer);
+    let (r, _) = task.await.unwrap();
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("claim ns/gpu") && err.contains("claim ns/nic"),
+        "{err}"
+    );
+    let clears: Vec<(String, String)> = f
+        .clears()
+        .into_iter()
+        .map(|c| (c.name, c.resource_version))
+        .collect();
+    assert_eq!(
+        clears,
+        [
+            ("gpu".to_owned(), "6".to_owned()),
+            ("nic".to_owned(), "7".to_owned()),
+            ("nic".to_owned(), "8".to_owned())
+        ]
+    );
+    assert_eq!(f.writer.events.lock().len(), 2);
+    assert_eq!(f.gate.waiting(), 0);
 }

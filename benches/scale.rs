@@ -395,7 +395,7 @@ fn plan_affinity() {
     let path = std::env::temp_dir().join(format!("krs-scale-plan-aff-{}.json", std::process::id()));
     std::fs::write(
         &path,
-        json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
+        json!({"apiVersion": "v1", "kind": "List", "items": &items}).to_string(),
     )
     .unwrap();
     let server = Server::start(&[
@@ -447,7 +447,92 @@ fn plan_affinity() {
         us(percentile(&t, 0.5)),
         us(percentile(&t, 0.99))
     );
+    in_process_plan(items, &body);
+    // The server's own time for the same requests: its latency histogram
+    // around the route (body parsed, plan, answer rendered), read back
+    // from /metrics. Buckets are powers of 4 from 1 µs, so the p99 is
+    // given as the bucket bound it falls under.
+    let (code, metrics) = http(server.port, "GET", "/metrics", None).unwrap();
+    assert_eq!(code, 200, "{metrics}");
+    let buckets = plan_buckets(&metrics);
+    let total = buckets.last().map_or(0, |b| b.1);
+    let under = |q: f64| {
+        buckets
+            .iter()
+            .find(|(_, n)| *n as f64 >= q * total as f64)
+            .map_or("+Inf".to_owned(), |(le, _)| le.clone())
+    };
+    let cumulative: Vec<String> = buckets
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(le, n)| format!("<= {le}s: {n}"))
+        .collect();
+    println!(
+        "  server time (kruntimes_decision_duration_seconds{{operation=\"Plan\"}}, {total} requests): p50 under {}s, p99 under {}s; {}",
+        under(0.5),
+        under(0.99),
+        cumulative.join(", ")
+    );
     let _ = std::fs::remove_file(path);
+}
+
+/// The server's time per `POST /v1/runs/plan`, one request at a time: the
+/// same objects and request through the real router in this process (the
+/// body parsed, the plan, the answer rendered), without sockets.
+fn in_process_plan(objects: Vec<Value>, body: &str) {
+    use tower::ServiceExt;
+    const REQUESTS: usize = 2_000;
+    let config = kruntimes_scheduler::cache::CacheConfig {
+        heartbeat_stale_after: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let app = kruntimes_scheduler::serve::standalone(config, objects).unwrap();
+    let router = kruntimes_scheduler::http::router(app.state.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut t = Vec::with_capacity(REQUESTS);
+    for _ in 0..REQUESTS {
+        let req = axum::http::Request::post("/v1/runs/plan")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap();
+        let start = Instant::now();
+        let (status, len) = rt.block_on(async {
+            let resp = router.clone().oneshot(req).await.unwrap();
+            let status = resp.status();
+            let b = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (status, b.len())
+        });
+        t.push(start.elapsed());
+        assert_eq!(status, 200);
+        black_box(len);
+    }
+    t.sort();
+    println!(
+        "  /v1/runs/plan through the router in process (server time)  p50 {} p99 {} max {} ({REQUESTS} requests)",
+        us(percentile(&t, 0.5)),
+        us(percentile(&t, 0.99)),
+        us(t[t.len() - 1])
+    );
+}
+
+/// `(le, cumulative count)` of the Plan operation's latency buckets in a
+/// Prometheus text exposition, in bucket order.
+fn plan_buckets(metrics: &str) -> Vec<(String, u64)> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("kruntimes_decision_duration_seconds_bucket{"))
+        .filter(|l| l.contains("operation=\"Plan\""))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
+            let n = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, n))
+        })
+        .collect()
 }
 
 /// One `POST` on a kept-alive HTTP/1.1 connection: (status, body). Reads

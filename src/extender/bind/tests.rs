@@ -312,13 +312,19 @@ async fn a_member_awaiting_its_devices_does_not_count_toward_quorum() {
     assert!(f.writer.bound.lock().is_empty());
     // The driver reports the device attached: p0 passes the gate, completes
     // the quorum, and both bind.
-    let mut ready = gated_claim("gpu", "p0-uid");
-    ready.status.as_mut().expect("status").devices = Some(vec![
-        serde_json::from_value(json!({"driver": "drv", "pool": "pool", "device": "d0",
-            "conditions": [{"type": "Attached", "status": "True", "reason": "Driver",
-                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
-        .expect("device status"),
-    ]);
+    let ready: k8s_openapi::api::resource::v1::ResourceClaim = testkit::claim("gpu", "c")
+        .namespace("ns")
+        .uid("gpu-uid")
+        .set(&["metadata", "resourceVersion"], "1")
+        .allocated(&[("drv", "pool", "d0")])
+        .binding_conditions(0, &["Attached"], &[])
+        .reserved_for(&[("x", "p0-uid")])
+        .device_conditions(
+            ("drv", "pool", "d0"),
+            &[("Attached", "True")],
+            "2026-01-01T00:00:00Z",
+        )
+        .typed();
     f.binder.nodes.apply_claim(&ready);
     assert_eq!(p0.await.unwrap(), Ok(()));
     assert_eq!(p1.await.unwrap(), Ok(()));

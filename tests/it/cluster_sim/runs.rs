@@ -102,7 +102,7 @@ fn regression_seed_2_attempts() {
 }
 
 #[test]
-#[ignore = "soak: SIM_SOAK_SECS=<n> cargo test --release --test it cluster_sim::runs::soak -- --ignored --nocapture"]
+#[ignore = "soak: SIM_SOAK_SECS=<n> cargo test --profile bench --test it cluster_sim::runs::soak -- --ignored --nocapture"]
 fn soak() {
     if harness::soak("cluster_sim::runs::soak", STEPS, simulate).is_none() {
         eprintln!("set SIM_SOAK_SECS=<seconds> to soak");

@@ -2940,7 +2940,7 @@ fn replays_deterministically() {
 }
 
 #[test]
-#[ignore = "a soak: SIM_SOAK_SECS=60 cargo test --release --test it cluster_sim::scheduler::soak -- --ignored --nocapture"]
+#[ignore = "a soak: SIM_SOAK_SECS=60 cargo test --profile bench --test it cluster_sim::scheduler::soak -- --ignored --nocapture"]
 fn soak() {
     harness::soak("cluster_sim::scheduler::soak", STEPS, simulate);
 }

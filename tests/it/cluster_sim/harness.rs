@@ -294,8 +294,15 @@ pub fn run_one(test: &str, seed: u64, steps: u64, simulate: &impl Fn(&mut Sim, u
 /// The soak entry point: runs seeds from `SIM_SEED_START` (default 0) until
 /// `SIM_SOAK_SECS` of wall time have passed, `SIM_STEPS` steps each, and
 /// prints seeds, steps, events and events per second. Returns `None` when
-/// `SIM_SOAK_SECS` is not set.
-pub fn soak(test: &str, steps: u64, simulate: impl Fn(&mut Sim, u64)) -> Option<Outcome> {
+/// `SIM_SOAK_SECS` is not set. A failing seed's replay command names
+/// `replay`, the test that runs the same world for `SEED=<n>` (the soak
+/// itself is ignored and does not read `SEED`).
+pub fn soak(
+    test: &str,
+    replay: &str,
+    steps: u64,
+    simulate: impl Fn(&mut Sim, u64),
+) -> Option<Outcome> {
     let secs = env_u64("SIM_SOAK_SECS")?;
     let steps = env_u64("SIM_STEPS").unwrap_or(steps);
     let start = env_u64("SIM_SEED_START").unwrap_or(0);
@@ -303,7 +310,7 @@ pub fn soak(test: &str, steps: u64, simulate: impl Fn(&mut Sim, u64)) -> Option<
     let mut total = Outcome::default();
     let mut seed = start;
     while began.elapsed() < Duration::from_secs(secs) {
-        let outcome = run_one(test, seed, steps, &simulate);
+        let outcome = run_one(replay, seed, steps, &simulate);
         total.steps += outcome.steps;
         total.events += outcome.events;
         total.simulated += outcome.simulated;

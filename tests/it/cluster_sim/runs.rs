@@ -104,7 +104,14 @@ fn regression_seed_2_attempts() {
 #[test]
 #[ignore = "soak: SIM_SOAK_SECS=<n> cargo test --profile bench --test it cluster_sim::runs::soak -- --ignored --nocapture"]
 fn soak() {
-    if harness::soak("cluster_sim::runs::soak", STEPS, simulate).is_none() {
+    if harness::soak(
+        "cluster_sim::runs::soak",
+        "cluster_sim::runs::seeds",
+        STEPS,
+        simulate,
+    )
+    .is_none()
+    {
         eprintln!("set SIM_SOAK_SECS=<seconds> to soak");
     }
 }

@@ -1474,6 +1474,49 @@ impl World {
                 bound + assumed + want <= NODE_CPU
             });
         }
+        // NodeResourcesFit with the nominated pods, as kube-scheduler runs
+        // its filters (RunFilterPluginsWithNominatedPods): a pending pod
+        // that preemption nominated to a node, of at least this pod's
+        // priority, counts there, so a lower pod does not take the room its
+        // victims freed (a real kube-scheduler never offers that node to
+        // the extender).
+        {
+            let api = lock(&self.api);
+            let mine = priority_of(&pod);
+            let want = cpu_of(&pod);
+            let nominated: Vec<(String, u64)> = api
+                .pods
+                .iter()
+                .filter(|(n, p)| {
+                    n.as_str() != name
+                        && p["spec"]["nodeName"].as_str().is_none_or(str::is_empty)
+                        && priority_of(p) >= mine
+                })
+                .filter_map(|(_, p)| {
+                    let on = p["status"]["nominatedNodeName"].as_str()?;
+                    Some((on.to_owned(), cpu_of(p)))
+                })
+                .collect();
+            if !nominated.is_empty() {
+                nodes.retain(|n| {
+                    let held: u64 = nominated
+                        .iter()
+                        .filter(|(on, _)| on == n)
+                        .map(|(_, cpu)| cpu)
+                        .sum();
+                    if held == 0 {
+                        return true;
+                    }
+                    let bound: u64 = api
+                        .pods
+                        .values()
+                        .filter(|p| p["spec"]["nodeName"] == n.as_str())
+                        .map(cpu_of)
+                        .sum();
+                    bound + held + want <= NODE_CPU
+                });
+            }
+        }
         if nodes.is_empty() {
             if let Some(c) = &claim {
                 sim.event(format_args!("filter {name}: no node for claim {c}"));
@@ -2942,5 +2985,10 @@ fn replays_deterministically() {
 #[test]
 #[ignore = "a soak: SIM_SOAK_SECS=60 cargo test --profile bench --test it cluster_sim::scheduler::soak -- --ignored --nocapture"]
 fn soak() {
-    harness::soak("cluster_sim::scheduler::soak", STEPS, simulate);
+    harness::soak(
+        "cluster_sim::scheduler::soak",
+        "cluster_sim::scheduler::seeds",
+        STEPS,
+        simulate,
+    );
 }

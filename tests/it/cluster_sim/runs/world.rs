@@ -17,7 +17,7 @@ use kruntimes_scheduler::controller::{CycleOutcome, RunController};
 use kruntimes_scheduler::crd::{Run, RunStatus, phase};
 use kruntimes_scheduler::metrics::Metrics;
 use kruntimes_scheduler::model::refs::GroupRef;
-use kruntimes_scheduler::runs::queue::{RunKey, WorkQueue};
+use kruntimes_scheduler::runs::queue::WorkQueue;
 use kruntimes_scheduler::testkit::builders::{run, runtime_pod};
 use kube::runtime::watcher::Event;
 use parking_lot::Mutex;
@@ -532,6 +532,10 @@ pub struct World {
     next_replica: u64,
     pods: Vec<RuntimePod>,
     info: BTreeMap<String, RunInfo>,
+    /// The `app` label of every Run ever created, deleted ones included: a
+    /// cache may still see a deleted Run active (its deletion not yet
+    /// delivered), and affinity is checked against what the cache sees.
+    apps: BTreeMap<String, String>,
     next_run: u64,
     /// Watch delays are multiplied by this while the API server is slow.
     slow_until: Option<Duration>,
@@ -633,6 +637,7 @@ impl World {
             next_replica: 0,
             pods: Vec::new(),
             info: BTreeMap::new(),
+            apps: BTreeMap::new(),
             next_run: 0,
             slow_until: None,
             next_resync: RESYNC,
@@ -1045,6 +1050,7 @@ impl World {
         }
         let run: Run = obj.typed();
         let requests = requests_of(&run);
+        self.apps.insert(name.clone(), app.clone());
         self.info.insert(
             name.clone(),
             RunInfo {
@@ -1456,20 +1462,20 @@ impl World {
         let Some(cache) = self.leader.as_ref().map(|l| &l.r.cache) else {
             return Vec::new();
         };
-        let api = self.api.lock();
+        // The deciding cache's own Runs: a Run the API server has deleted
+        // may still be active there (the deletion not yet delivered), and
+        // the decision rightly counts it.
         let mut out = Vec::new();
-        for (name, r) in &api.runs {
-            let Some(info) = self.info.get(name) else {
+        for v in cache.runs(Some(NS)) {
+            let Some(app) = self.apps.get(&v.name) else {
                 continue;
             };
-            let uid = r.metadata.uid.as_deref().unwrap_or_default();
-            let key = RunKey::new(NS, name.as_str());
-            let active = cache
-                .run_status(&key)
-                .filter(|(_, s)| s.consumes(None))
-                .and_then(|(_, s)| s.assigned_pod);
-            if let Some(pod) = cache.assumed_pod(NS, uid).or(active) {
-                out.push((name.clone(), pod, info.app.clone()));
+            let active = v
+                .assigned_pod
+                .clone()
+                .filter(|p| !p.is_empty() && phase::is_active(v.phase.as_deref()));
+            if let Some(pod) = cache.assumed_pod(NS, &v.uid).or(active) {
+                out.push((v.name.clone(), pod, app.clone()));
             }
         }
         out

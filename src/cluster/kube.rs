@@ -122,7 +122,8 @@ impl ClusterWriter for KubeWriter {
             match res {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) => Err(bind_error(b, s.code, &s.message)),
-                Err(e) => Err(BindError::Other {
+                // The request may have reached the API server.
+                Err(e) => Err(BindError::Uncertain {
                     namespace: b.namespace.clone(),
                     name: b.name.clone(),
                     message: e.to_string(),
@@ -346,6 +347,13 @@ pub fn bind_error(b: &PodBinding, code: u16, message: &str) -> BindError {
                 .map(|(_, u)| u.trim().trim_end_matches('.').to_owned())
                 .unwrap_or_else(|| "another uid".into()),
         },
+        // A server error may come after the write (a 504 once the Binding
+        // was stored): whether the pod is bound is for the watch to show.
+        500..=599 => BindError::Uncertain {
+            namespace,
+            name,
+            message: format!("{code}: {message}"),
+        },
         _ => BindError::Other {
             namespace,
             name,
@@ -357,6 +365,28 @@ pub fn bind_error(b: &PodBinding, code: u16, message: &str) -> BindError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_error_on_a_binding_leaves_its_outcome_unknown() {
+        let b = PodBinding {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            node: "n".into(),
+        };
+        for code in [500, 503, 504] {
+            assert!(
+                matches!(bind_error(&b, code, "x"), BindError::Uncertain { .. }),
+                "{code}"
+            );
+        }
+        for code in [400, 403, 409, 422, 429] {
+            assert!(
+                matches!(bind_error(&b, code, "x"), BindError::Other { .. }),
+                "{code}"
+            );
+        }
+    }
 
     #[test]
     fn status_patch_clears_what_is_unset() {

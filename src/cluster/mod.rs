@@ -57,6 +57,15 @@ pub enum BindError {
         name: String,
         message: String,
     },
+    /// The call failed with the write's fate unknown: a 5xx (a 504 may
+    /// come after the Binding was stored) or the connection lost once the
+    /// request could have gone out. The Binding may exist.
+    #[error("binding pod {namespace}/{name}: {message} (the binding may have been created)")]
+    Uncertain {
+        namespace: String,
+        name: String,
+        message: String,
+    },
 }
 
 /// A pod binding: the pod (with the uid kube-scheduler decided for) and the node.

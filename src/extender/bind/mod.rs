@@ -11,6 +11,7 @@
 //!           leaves the server's in-flight and connection budgets meanwhile)
 //!        ▼
 //!   pods/binding (in an owning task) ── ok: stays assumed, group conditions written
+//!                                     ├─ outcome unknown: stays assumed ≤ 30 s
 //!                                     └─ failed: forgotten
 //! ```
 //!
@@ -34,7 +35,13 @@
 //! - the binding call runs in a task that owns the assumption from then
 //!   on: whatever happens to the caller, the task learns whether the
 //!   Binding was created, keeps the assumption if it was and forgets it if
-//!   it was not.
+//!   it was not. When the answer leaves that unknown (a 5xx, a 504 after
+//!   the write, a lost connection: [`BindError::Uncertain`]) the pod stays
+//!   assumed on its node for [`UNCERTAIN_BIND_KEEP`], so its room and its
+//!   gang's domain hold until the watch shows it bound (the cache takes it
+//!   over) or a retry assumes it again; forgetting it at once would let the
+//!   next member of its gang plan another domain while it is bound in this
+//!   one.
 
 pub mod device_gate;
 pub mod permit;
@@ -47,6 +54,13 @@ use crate::tls::park::Park;
 use device_gate::{BindingGate, DeviceFailure};
 use permit::{Gangs, Held, HoldFailure};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a pod whose binding call ended with its outcome unknown stays
+/// assumed on its node, unless the watch shows it first (bound, replaced,
+/// gone) or a retried bind assumes it again: longer than the watch takes
+/// to show a Binding, a relist after a dropped watch included.
+pub const UNCERTAIN_BIND_KEEP: Duration = Duration::from_secs(30);
 
 /// What a bind works with: the cache, the write side, the permit (quorum
 /// hold), the device gate and the metrics. Cheap to clone.
@@ -366,6 +380,19 @@ impl Binder {
                         )
                         .await;
                     Ok(())
+                }
+                Err(e @ BindError::Uncertain { .. }) => {
+                    // The Binding may exist: the pod keeps its room and
+                    // fixes its gang's domain until the watch tells.
+                    let token = assumption.token;
+                    assumption.keep();
+                    let nodes = Arc::clone(&me.nodes);
+                    let (ns, name) = (binding.namespace.clone(), binding.name.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(UNCERTAIN_BIND_KEEP).await;
+                        nodes.forget_for(&ns, &name, token);
+                    });
+                    Err(BindFailure::Binding(e))
                 }
                 Err(e) => {
                     assumption.release();

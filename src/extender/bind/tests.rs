@@ -505,6 +505,76 @@ async fn a_retried_bind_keeps_its_assumption_when_the_earlier_call_fails_late() 
     assert_eq!(f.placed(), 1);
 }
 
+/// Found by the cluster simulation (`cluster_sim::scheduler`, seed 135): a
+/// gang member's bind was answered 504 after its Binding was stored; the
+/// bind forgot the assumption, the group's plan had gone with its quorum,
+/// and the next member's filter planned another rack before the watch
+/// showed the first one bound. An answer that leaves the outcome unknown
+/// keeps the pod assumed until the watch shows it, or for a bounded time.
+#[tokio::test(start_paused = true)]
+async fn a_bind_whose_outcome_is_unknown_stays_assumed_until_the_watch_shows_it() {
+    let uncertain = || BindError::Uncertain {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        message: "504: Timeout".into(),
+    };
+    // The write landed: the watch shows the pod bound, and the cache takes
+    // over from the assumption; the late forget leaves the bound pod.
+    let f = fixture(1, 2, false);
+    *f.writer.answer.lock() = Err(uncertain());
+    let e = f.binder.bind(&req("p0")).await.unwrap_err();
+    assert_eq!(e, BindFailure::Binding(uncertain()));
+    assert!(f.assumed("p0"), "the Binding may exist: p0 stays assumed");
+    assert_eq!(f.placed(), 1, "p0 still fixes its gang's domain");
+    assert_eq!(f.cpu_used(), 1000);
+    assert_eq!(f.failures(BindFailureCause::Binding), 1);
+    f.binder.nodes.apply_pod(
+        &testkit::pod("p0")
+            .namespace("ns")
+            .group("g")
+            .on_node("n1")
+            .typed(),
+    );
+    assert!(!f.assumed("p0"));
+    tokio::time::sleep(UNCERTAIN_BIND_KEEP + Duration::from_secs(1)).await;
+    assert_eq!(f.placed(), 1);
+    assert_eq!(f.cpu_used(), 1000);
+
+    // The write did not land: nothing shows it, and the assumption goes
+    // after UNCERTAIN_BIND_KEEP.
+    let f = fixture(1, 2, false);
+    *f.writer.answer.lock() = Err(uncertain());
+    f.binder.bind(&req("p0")).await.unwrap_err();
+    tokio::time::sleep(UNCERTAIN_BIND_KEEP - Duration::from_secs(1)).await;
+    assert!(f.assumed("p0"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.assert_clean("p0");
+
+    // A retry assumes the pod again: the earlier bind's late forget leaves
+    // the retry's assumption alone.
+    let f = fixture(1, 2, false);
+    *f.writer.answer.lock() = Err(uncertain());
+    f.binder.bind(&req("p0")).await.unwrap_err();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    *f.writer.answer.lock() = Ok(());
+    f.binder.bind(&req("p0")).await.unwrap();
+    tokio::time::sleep(UNCERTAIN_BIND_KEEP).await;
+    assert!(f.assumed("p0"), "the retry's assumption was dropped");
+    assert_eq!(f.cpu_used(), 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_refused_before_the_write_is_forgotten_at_once() {
+    let f = fixture(1, 2, false);
+    *f.writer.answer.lock() = Err(BindError::Other {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        message: "429: too many requests".into(),
+    });
+    f.binder.bind(&req("p0")).await.unwrap_err();
+    f.assert_clean("p0");
+}
+
 // === fail closed ===
 
 #[tokio::test(start_paused = true)]

@@ -639,14 +639,14 @@ mod tests {
     use crate::cluster::kinds::Kind;
     use crate::cluster::standalone::{StandaloneStore, kube_time};
     use crate::cluster::{BindError, ClaimAllocationRef, PodBinding};
+    use crate::crd::Run;
     use crate::metrics::Metrics;
     use crate::model::refs::GroupRef;
     use crate::testkit::builders::{run, runtime_pod};
     use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use crate::crd::Run;
-    use k8s_openapi::api::core::v1::Pod;
 
     fn store() -> Arc<StandaloneStore> {
         let queue = Arc::new(WorkQueue::default());
@@ -871,7 +871,11 @@ mod tests {
         let controller = Arc::new(RunController::new(Arc::clone(&cache), api.clone()));
         let task = tokio::spawn(Arc::clone(&controller).run(1, Duration::from_secs(3600)));
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(status("r1"), RunStatus::default(), "decided before a fresh list");
+        assert_eq!(
+            status("r1"),
+            RunStatus::default(),
+            "decided before a fresh list"
+        );
         assert_eq!(cache.assumed_pod("ns", "uid-r1"), None);
 
         // The watcher lists again.

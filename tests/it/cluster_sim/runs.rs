@@ -111,7 +111,12 @@ fn regression_seed_2_attempts() {
 /// still hands the Lease four times to a standby whose watch is down.
 #[test]
 fn regression_seed_80() {
-    harness::run_one("cluster_sim::runs::regression_seed_80", 80, STEPS, &simulate);
+    harness::run_one(
+        "cluster_sim::runs::regression_seed_80",
+        80,
+        STEPS,
+        &simulate,
+    );
 }
 
 #[test]

@@ -482,13 +482,18 @@ impl RunController {
 
     /// What the loop does before its first cycle when it (re)starts (a new
     /// leader, a restarted process): waits until the cache's initial lists
-    /// are in, then queues every waiting Run. A cold replica that wins the
-    /// Lease before its lists complete would otherwise decide from a
-    /// half-listed cache (Runs listed, Runtime Pods not yet: every Run
-    /// written Pending for want of pods, with a Warning Event each).
+    /// are in, then for a list of Runs read after that
+    /// ([`RunCache::fresh_runs`]), then queues every waiting Run. A cold
+    /// replica that wins the Lease before its lists complete would
+    /// otherwise decide from a half-listed cache (Runs listed, Runtime Pods
+    /// not yet: every Run written Pending for want of pods, with a Warning
+    /// Event each); a warm standby whose watch lags or is down would decide
+    /// without the old leader's last placements, and place onto the
+    /// capacity they use.
     pub async fn ready(&self) {
         self.cache.queue().unpark();
         self.cache.synced().await;
+        self.cache.fresh_runs().await;
         // Everything waiting is worth a look when the loop (re)starts.
         self.cache.resync();
     }
@@ -634,10 +639,12 @@ mod tests {
     use crate::cluster::kinds::Kind;
     use crate::cluster::standalone::{StandaloneStore, kube_time};
     use crate::cluster::{BindError, ClaimAllocationRef, PodBinding};
+    use crate::crd::Run;
     use crate::metrics::Metrics;
     use crate::model::refs::GroupRef;
     use crate::testkit::builders::{run, runtime_pod};
     use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -809,6 +816,79 @@ mod tests {
                 .is_some_and(|(_, s)| s.phase.as_deref() == Some("Scheduled"))
         })
         .await;
+        cache.queue().shutdown();
+        task.await.unwrap();
+    }
+
+    /// A new leader whose watch missed the old leader's last placement (the
+    /// watch down or lagging when it was written) decides nothing until a
+    /// list of Runs asked for after it took the Lease is in: it does not
+    /// place a Run onto the capacity that placement uses.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leader_decides_nothing_before_a_fresh_list_of_runs() {
+        // The API server, and the old leader's cache.
+        let api = store();
+        let heartbeat = kube_time(Timestamp::now());
+        api.upsert(vec![
+            runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
+            run("r0", &[]).value(),
+        ])
+        .unwrap();
+        let listed = |kind| -> Vec<serde_json::Value> { api.list(kind, Some("ns"), None) };
+        let runs = |values: Vec<serde_json::Value>| -> Vec<Run> {
+            values
+                .into_iter()
+                .map(|v| serde_json::from_value(v).unwrap())
+                .collect()
+        };
+        let before = runs(listed(Kind::Run));
+        // The old leader places r0 on rp-1, its only room.
+        let old = RunController::new(Arc::clone(api.cache()), api.clone());
+        old.drain().await;
+        let status = |name: &str| api.cache().run_status(&RunKey::new("ns", name)).unwrap().1;
+        assert_eq!(status("r0").assigned_pod.as_deref(), Some("rp-1"));
+        api.upsert(vec![run("r1", &[]).value()]).unwrap();
+
+        // The standby's cache: the pod and r1, but r0 still waiting.
+        let cache = Arc::new(RunCache::new(
+            CacheConfig::default(),
+            Arc::new(WorkQueue::default()),
+            Arc::new(Metrics::default()),
+        ));
+        let pods: Vec<Pod> = listed(Kind::Pod)
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect();
+        cache.reset_pods(&pods, Timestamp::now());
+        let mut stale = before;
+        stale.extend(runs(api.list(Kind::Run, Some("ns"), Some("r1"))));
+        cache.reset_runs(&stale);
+        cache.set_synced(true);
+        // Its Run watcher, which follows requests for a fresh list.
+        let mut relists = cache.runs_relists();
+
+        // It takes the Lease.
+        let controller = Arc::new(RunController::new(Arc::clone(&cache), api.clone()));
+        let task = tokio::spawn(Arc::clone(&controller).run(1, Duration::from_secs(3600)));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            status("r1"),
+            RunStatus::default(),
+            "decided before a fresh list"
+        );
+        assert_eq!(cache.assumed_pod("ns", "uid-r1"), None);
+
+        // The watcher lists again.
+        assert!(relists.has_changed().unwrap());
+        let asked = *relists.borrow_and_update();
+        cache.reset_runs(&runs(listed(Kind::Run)));
+        cache.runs_listed(asked);
+        crate::testkit::wait_until("r1 written Pending", Duration::from_secs(60), || {
+            status("r1").phase.as_deref() == Some("Pending")
+        })
+        .await;
+        assert_eq!(status("r1").assigned_pod, None);
+        assert_eq!(status("r0").assigned_pod.as_deref(), Some("rp-1"));
         cache.queue().shutdown();
         task.await.unwrap();
     }

@@ -51,6 +51,19 @@ pub trait Index<K>: Send + Sync {
     fn retain(&self, keep: &HashSet<Key>) {
         let _ = keep;
     }
+
+    /// Requests for a fresh list (the Run cache's,
+    /// [`RunCache::fresh_runs`]): on a change the watcher drops its watch
+    /// and lists again at once. `None` (the default): never asked.
+    fn relists(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    /// A list that started when the latest request was `asked` is in (after
+    /// its [`Index::reset`] or [`Index::retain`]).
+    fn listed(&self, asked: u64) {
+        let _ = asked;
+    }
 }
 
 /// Every index a watched object can land in (the kind table picks one per
@@ -86,6 +99,12 @@ impl Index<Run> for RunCache {
     }
     fn reset(&self, objs: Vec<Run>) {
         self.reset_runs(&objs)
+    }
+    fn relists(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.runs_relists())
+    }
+    fn listed(&self, asked: u64) {
+        self.runs_listed(asked)
     }
 }
 

@@ -77,6 +77,11 @@ pub struct RunCache {
     metrics: Arc<Metrics>,
     /// Initial lists are in (the Run loop waits for it: [`RunCache::synced`]).
     synced: tokio::sync::watch::Sender<bool>,
+    /// Fresh lists of Runs asked for ([`RunCache::fresh_runs`]): the
+    /// latest request, which the Run watcher follows.
+    relists_asked: tokio::sync::watch::Sender<u64>,
+    /// The latest request a completed list of Runs answers.
+    relists_listed: tokio::sync::watch::Sender<u64>,
     /// Pods whose Runs plans with affinity terms checked, since start
     /// ([`RunCache::affinity_pods_examined`]).
     affinity_examined: AtomicU64,
@@ -376,6 +381,8 @@ impl RunCache {
             queue,
             metrics,
             synced: tokio::sync::watch::Sender::new(false),
+            relists_asked: tokio::sync::watch::Sender::new(0),
+            relists_listed: tokio::sync::watch::Sender::new(0),
             affinity_examined: AtomicU64::new(0),
         }
     }
@@ -414,6 +421,49 @@ impl RunCache {
         let mut rx = self.synced.subscribe();
         // The sender lives as long as `self`: `wait_for` cannot fail here.
         let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Completes once a list of Runs that started after this call is in:
+    /// what a new leader's loop waits for before its first decision. Its
+    /// watch may be lagging or down (failing, waiting out a backoff) and
+    /// have missed the old leader's last placements, which no reservation
+    /// of this replica's stands for; a list read after the Lease was taken
+    /// shows every status the old leader wrote before it stopped. At once
+    /// when nothing feeds the cache from a watch (the standalone store
+    /// applies every write as it lands). The Run watcher follows the
+    /// requests ([`RunCache::runs_relists`]) and reports each list
+    /// ([`RunCache::runs_listed`]).
+    pub async fn fresh_runs(&self) {
+        if self.relists_asked.receiver_count() == 0 {
+            return;
+        }
+        let mut asked = 0;
+        self.relists_asked.send_modify(|a| {
+            *a += 1;
+            asked = *a;
+        });
+        let mut rx = self.relists_listed.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail here.
+        let _ = rx.wait_for(|l| *l >= asked).await;
+    }
+
+    /// The requests for a fresh list of Runs, for the watcher that feeds
+    /// Runs: on a change it lists again at once (see
+    /// [`RunCache::fresh_runs`]). Held for as long as that watcher lives.
+    pub fn runs_relists(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.relists_asked.subscribe()
+    }
+
+    /// A list of Runs is in (reset) that started when the latest request
+    /// was `asked` (read with [`RunCache::runs_relists`] before listing).
+    pub fn runs_listed(&self, asked: u64) {
+        self.relists_listed.send_if_modified(|l| {
+            let newer = asked > *l;
+            if newer {
+                *l = asked;
+            }
+            newer
+        });
     }
 
     /// Applies a Pod add/update. Pods without the runtime label are not

@@ -257,6 +257,9 @@ struct KindWatch<K: Resource, I: ?Sized> {
     health: Arc<Health>,
     /// Kept across restarts of the task.
     quarantine: Arc<Quarantine>,
+    /// Requests for a fresh list ([`Index::relists`]), held from the start
+    /// so that a request is never made to nobody.
+    relists: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl<K: Resource + Clone, I: ?Sized> Clone for KindWatch<K, I> {
@@ -270,7 +273,46 @@ impl<K: Resource + Clone, I: ?Sized> Clone for KindWatch<K, I> {
             sync: Arc::clone(&self.sync),
             health: Arc::clone(&self.health),
             quarantine: Arc::clone(&self.quarantine),
+            relists: self.relists.clone(),
         }
+    }
+}
+
+/// An index seen through one list: each relist's end (`reset`, `retain`)
+/// also reports that a list started at request `asked` is in.
+struct Listed<'a, I: ?Sized> {
+    index: &'a I,
+    asked: u64,
+}
+
+impl<K, I: Index<K> + ?Sized> Index<K> for Listed<'_, I> {
+    fn apply(&self, obj: K) {
+        self.index.apply(obj)
+    }
+    fn delete(&self, namespace: &str, name: &str) {
+        self.index.delete(namespace, name)
+    }
+    fn reset(&self, objs: Vec<K>) {
+        self.index.reset(objs);
+        self.index.listed(self.asked);
+    }
+    const PAGED_RELIST: bool = I::PAGED_RELIST;
+    fn retain(&self, keep: &HashSet<Key>) {
+        self.index.retain(keep);
+        self.index.listed(self.asked);
+    }
+}
+
+/// Completes when a fresh list is asked for; never without requests.
+async fn relist_asked(relists: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    match relists {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                // The index is gone: nobody will ask again.
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -280,22 +322,30 @@ where
     I: Index<K> + ?Sized + 'static,
 {
     /// Lists and watches until an error, then lists again after a backoff;
-    /// never returns.
+    /// when the index asks for a fresh list ([`Index::relists`]), drops the
+    /// watch and lists again at once (a request made while it waits out a
+    /// backoff is answered by the list that follows). Never returns.
     async fn run(self) {
         let kind = self.kind;
         let mut backoff = DefaultBackoff::default();
+        let mut relists = self.relists.clone();
         loop {
+            // Every list this watch makes from here started after it.
+            let asked = relists.as_mut().map_or(0, |rx| *rx.borrow_and_update());
             let strip = self.strip;
             let stream = watcher::watcher(self.api.clone(), self.config.clone())
                 .map(move |ev| ev.map(|e| e.modify(strip)));
-            let ended = drive(
-                Box::pin(stream),
-                kind,
-                &*self.index,
-                &self.sync,
-                &self.quarantine,
-            )
-            .await;
+            let index = Listed {
+                index: &*self.index,
+                asked,
+            };
+            let ended = tokio::select! {
+                ended = drive(Box::pin(stream), kind, &index, &self.sync, &self.quarantine) => ended,
+                () = relist_asked(&mut relists) => {
+                    tracing::info!(kind, "a fresh list was asked for: listing again");
+                    continue;
+                }
+            };
             let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(30));
             match ended {
                 Err(e) => {
@@ -351,6 +401,7 @@ pub async fn watch<K, I>(
     KindWatch {
         api,
         config,
+        relists: index.relists(),
         index,
         kind,
         strip,

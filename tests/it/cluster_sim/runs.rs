@@ -101,6 +101,24 @@ fn regression_seed_2_attempts() {
     );
 }
 
+/// Seed 80 (a soak's): the warm standby's Run cache watch dropped as the
+/// leader placed r-173 on rp-4 (capacity 1) and was killed; the standby
+/// took the Lease while its watch was still down (relisting 4 s later),
+/// and its loop, its cache synced long before, placed r-194 on rp-4 from
+/// a cache that had never seen r-173 placed. Fixed: a new leader's loop
+/// waits for a list of Runs asked for after it took the Lease
+/// (`RunCache::fresh_runs`). With the fix the seed takes other turns, and
+/// still hands the Lease four times to a standby whose watch is down.
+#[test]
+fn regression_seed_80() {
+    harness::run_one(
+        "cluster_sim::runs::regression_seed_80",
+        80,
+        STEPS,
+        &simulate,
+    );
+}
+
 #[test]
 #[ignore = "soak: SIM_SOAK_SECS=<n> cargo test --profile bench --test it cluster_sim::runs::soak -- --ignored --nocapture"]
 fn soak() {

@@ -401,6 +401,11 @@ struct Replica {
     /// then (its watch starts after both, and the cache is synced).
     runs_list_at: Option<Duration>,
     pods_list_at: Option<Duration>,
+    /// Its Run watcher's requests for a fresh list (`RunCache::fresh_runs`,
+    /// a new leader's loop asks before its first cycle), and the latest
+    /// one it has taken: its next list answers it.
+    relists: tokio::sync::watch::Receiver<u64>,
+    asked: u64,
 }
 
 impl Replica {
@@ -415,6 +420,8 @@ impl Replica {
         controller.stand_by();
         Replica {
             name,
+            relists: cache.runs_relists(),
+            asked: 0,
             cache,
             controller,
             watch: Stream::default(),
@@ -441,10 +448,21 @@ impl Replica {
     /// Its lists, relists and due watch events; what happened, for the trace.
     fn feed(&mut self, now: Duration, api: &Mutex<Api>) -> Vec<String> {
         let mut out = Vec::new();
+        // A fresh list asked for: the watcher drops its watch and lists at
+        // once; one down (failing, in its backoff) lists when it comes
+        // back, and that list answers.
+        if self.relists.has_changed().unwrap_or(false) {
+            self.asked = *self.relists.borrow_and_update();
+            if self.watch.down_until.is_none() && !self.listing() {
+                self.watch.drop_until(now);
+            }
+            out.push(format!("{} cache asked for a fresh list", self.name));
+        }
         if self.runs_list_at.is_some_and(|t| t <= now) {
             self.runs_list_at = None;
             let runs: Vec<Run> = api.lock().runs.values().cloned().collect();
             self.cache.reset_runs(&runs);
+            self.cache.runs_listed(self.asked);
             out.push(format!("{} listed {} Runs", self.name, runs.len()));
         }
         if self.pods_list_at.is_some_and(|t| t <= now) {
@@ -462,6 +480,7 @@ impl Replica {
                 )
             };
             self.cache.reset_runs(&runs);
+            self.cache.runs_listed(self.asked);
             self.cache.reset_pods(&pods, ts(now));
             out.push(format!(
                 "{} cache relisted {} Runs {} pods",

@@ -490,10 +490,18 @@ impl RunController {
     /// Event each); a warm standby whose watch lags or is down would decide
     /// without the old leader's last placements, and place onto the
     /// capacity they use.
+    ///
+    /// The queue stays parked while it waits: nothing consumes it yet, and
+    /// the wait lasts as long as the Run watch stays down, while a relist
+    /// (the fresh list itself) hands it the key of every Run deleted
+    /// meanwhile. Taken out of it only then, it loses nothing: every add
+    /// is of a waiting Run, which the resync after it queues, or of a
+    /// deleted one, whose retry state [`stand_by`](Self::stand_by) already
+    /// dropped.
     pub async fn ready(&self) {
-        self.cache.queue().unpark();
         self.cache.synced().await;
         self.cache.fresh_runs().await;
+        self.cache.queue().unpark();
         // Everything waiting is worth a look when the loop (re)starts.
         self.cache.resync();
     }
@@ -507,7 +515,8 @@ impl RunController {
     /// Runs `workers` workers and the periodic fallback resync until `stop`
     /// completes (leadership lost, shutdown) or the queue shuts down. Cycles
     /// in progress finish first. Nothing is cycled before the cache is
-    /// synced ([`RunController::ready`], which also takes a queue parked by
+    /// synced and a fresh list of Runs is in ([`RunController::ready`],
+    /// which then takes a queue parked by
     /// [`stand_by`](RunController::stand_by) out of it).
     pub async fn run_until(
         self: Arc<Self>,
@@ -891,5 +900,53 @@ mod tests {
         assert_eq!(status("r0").assigned_pod.as_deref(), Some("rp-1"));
         cache.queue().shutdown();
         task.await.unwrap();
+    }
+
+    /// A new leader waiting for its fresh list (its Run watch down) is fed
+    /// by its watches all along, and the list itself hands it the key of
+    /// every Run deleted meanwhile: its queue, which nothing consumes yet,
+    /// takes none of them. The loop starts with the Runs that wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leader_waiting_for_a_fresh_list_queues_no_keys() {
+        let store = store();
+        let cache = Arc::clone(store.cache());
+        let runs: Vec<_> = (0..100)
+            .map(|i| run(&format!("r{i}"), &[]).value())
+            .collect();
+        store.upsert(runs).unwrap();
+        cache.set_synced(true);
+        let mut relists = cache.runs_relists();
+        let controller = Arc::new(RunController::new(Arc::clone(&cache), store.clone()));
+        controller.stand_by();
+        // It takes the Lease.
+        let ready = tokio::spawn({
+            let controller = Arc::clone(&controller);
+            async move { controller.ready().await }
+        });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!ready.is_finished());
+        // Runs deleted and created while it waits.
+        for i in 0..100 {
+            assert!(store.delete(Kind::Run, "ns", &format!("r{i}")));
+        }
+        let fresh: Vec<_> = (100..110)
+            .map(|i| run(&format!("r{i}"), &[]).value())
+            .collect();
+        store.upsert(fresh).unwrap();
+        assert_eq!(cache.queue().len(), 0, "keys queued before the loop");
+        // The fresh list.
+        assert!(relists.has_changed().unwrap());
+        let asked = *relists.borrow_and_update();
+        let listed: Vec<Run> = store
+            .list(Kind::Run, Some("ns"), None)
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect();
+        cache.reset_runs(&listed);
+        cache.runs_listed(asked);
+        ready.await.unwrap();
+        // The waiting Runs, and nothing else.
+        assert_eq!(cache.queue().len(), 10);
+        assert_eq!(cache.queue().delayed_len(), 0);
     }
 }

@@ -119,6 +119,24 @@ fn regression_seed_80() {
     );
 }
 
+/// Seed 185 (a soak's): a warm standby took the Lease with its Run cache
+/// watch down, and the watch was dropped again and again while its loop
+/// waited for the fresh list (54 s simulated). `RunController::ready` had
+/// taken the queue out of its parking as the wait began, so the relist
+/// that answered handed the queue the key of every Run deleted meanwhile:
+/// 70 keys for 31 Runs, before any cycle could drop them. Fixed: the queue
+/// stays parked until the fresh list is in, and the resync after it
+/// queues what waits.
+#[test]
+fn regression_seed_185() {
+    harness::run_one(
+        "cluster_sim::runs::regression_seed_185",
+        185,
+        STEPS,
+        &simulate,
+    );
+}
+
 #[test]
 #[ignore = "soak: SIM_SOAK_SECS=<n> cargo test --profile bench --test it cluster_sim::runs::soak -- --ignored --nocapture"]
 fn soak() {

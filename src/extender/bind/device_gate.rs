@@ -24,6 +24,12 @@
 //!   claim changed since the cache's version) is decided again within the
 //!   call once the cache shows the newer claim.
 //!
+//! A gated claim the cache does not show reserved for the pod is waited
+//! for like a condition (and never cleared on what the cache shows):
+//! kube-scheduler's PreBind reserves it before it calls bind, so the cache
+//! is behind that write, and may still hold an older allocation of the same
+//! device whose conditions were `True`.
+//!
 //! The first wait of each allocation without a timestamp is remembered
 //! until the allocation is ready, cleared here, or gone from the cache
 //! ([`BindingGate::sweep`], every second).
@@ -316,6 +322,22 @@ impl BindingGate {
                     // Settled in an earlier round (the watch may not show
                     // the clear yet).
                     if settled.iter().any(|(id, _)| *id == Self::id(b)) {
+                        continue;
+                    }
+                    // kube-scheduler's PreBind reserves the claim for the
+                    // pod before it calls bind: a cache without that
+                    // reservation is behind, and may hold an older
+                    // allocation of the same device with that allocation's
+                    // conditions True (deallocated and allocated again
+                    // while the watch was down). Nothing is decided on it.
+                    if !b.reserved_for.iter().any(|r| r == uid) {
+                        waiting.push((
+                            format!(
+                                "claim {}: not reserved for the pod in the cache yet",
+                                c.claim
+                            ),
+                            call_deadline,
+                        ));
                         continue;
                     }
                     let (reason, timed_out) = match claim_verdict(b) {

@@ -676,6 +676,60 @@ async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
     task.abort();
 }
 
+/// The cache missed a deallocation and the new allocation of the same
+/// device (its watch down): it still shows the old allocation, whose
+/// `Attached` the driver reported, unreserved since the pod's earlier bind
+/// was cancelled. kube-scheduler reserved the claim for the pod before
+/// this bind (seed 105): without that reservation in the cache, the
+/// conditions it shows may not be this allocation's, and the gate waits.
+#[tokio::test(start_paused = true)]
+async fn a_gated_claim_not_reserved_for_the_pod_in_the_cache_is_not_caught_up() {
+    let f = fixture(1, 0, false);
+    f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
+    let claim = |reserved: bool, attached: bool| {
+        let c = testkit::claim("gpu", "c")
+            .namespace("ns")
+            .uid("gpu-uid")
+            .set(&["metadata", "resourceVersion"], "1")
+            .allocated(&[("drv", "pool", "d0")])
+            .binding_conditions(0, &["Attached"], &[]);
+        let c = if reserved {
+            c.reserved_for(&[("x", "x-uid")])
+        } else {
+            c
+        };
+        if attached {
+            c.device_conditions(
+                ("drv", "pool", "d0"),
+                &[("Attached", "True")],
+                "2026-01-01T00:00:00Z",
+            )
+        } else {
+            c
+        }
+        .typed()
+    };
+    f.binder.nodes.apply_claim(&claim(false, true));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "waiting for device binding conditions: claim ns/gpu: not reserved for the pod in the cache yet; retry"
+    );
+    assert_eq!(f.failures(BindFailureCause::DevicesNotReady), 1);
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0, "no Binding on the old conditions");
+    // The cache catches up: the new allocation, reserved for the pod, not
+    // attached yet. The gate waits for it.
+    f.binder.nodes.apply_claim(&claim(true, false));
+    let task = f.spawn("x");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished(), "waits for Attached");
+    assert_eq!(f.writer.started(), 0);
+    f.binder.nodes.apply_claim(&claim(true, true));
+    assert_eq!(task.await.unwrap(), Ok(()));
+    assert_eq!(f.writer.bound.lock().len(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pod_the_cache_does_not_know_or_knows_with_another_uid_is_not_bound() {
     let f = fixture(1, 1, false);

@@ -3015,3 +3015,19 @@ fn soak() {
         simulate,
     );
 }
+
+/// Seed 105: a bind cancelled while it waited for `Attached`, the driver
+/// reporting it after, PostFilter deallocating the claim and the watch
+/// dropped before the extender saw that; the same device allocated again
+/// and reserved, and the next bind passed the gate on the old
+/// allocation's `Attached` still in the cache. The device gate now waits
+/// for a gated claim to show the pod in `reservedFor` (PreBind's write).
+#[test]
+fn regression_seed_105() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_105",
+        105,
+        1000,
+        &simulate,
+    );
+}

@@ -91,23 +91,6 @@ fn affinity(c: &mut Criterion) {
     .unwrap();
     let mut g = c.benchmark_group("affinity");
     g.throughput(Throughput::Elements(PODS as u64));
-    g.bench_function(BenchmarkId::new("plan", PODS), |b| {
-        b.iter(|| {
-            let p = cache
-                .plan_top_for(
-                    "bench",
-                    "py",
-                    &req,
-                    Some(&aff),
-                    &own,
-                    now,
-                    kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,
-                )
-                .unwrap();
-            assert!(p.selected().is_some());
-            black_box(p)
-        })
-    });
     // Without the required term nothing narrows the candidates: every
     // feasible pod is filtered by the anti-affinity and ranked, as upstream
     // ranks them.
@@ -116,23 +99,25 @@ fn affinity(c: &mut Criterion) {
         a.required_during_scheduling_ignored_during_execution
             .clear();
     }
-    g.bench_function(BenchmarkId::new("plan-unrequired", PODS), |b| {
-        b.iter(|| {
-            let p = cache
-                .plan_top_for(
-                    "bench",
-                    "py",
-                    &req,
-                    Some(&open),
-                    &own,
-                    now,
-                    kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,
-                )
-                .unwrap();
-            assert!(p.selected().is_some());
-            black_box(p)
-        })
-    });
+    for (name, terms) in [("plan", &aff), ("plan-unrequired", &open)] {
+        g.bench_function(BenchmarkId::new(name, PODS), |b| {
+            b.iter(|| {
+                let p = cache
+                    .plan_top_for(
+                        "bench",
+                        "py",
+                        &req,
+                        Some(terms),
+                        &own,
+                        now,
+                        kruntimes_scheduler::cache::DEFAULT_PLAN_LIMIT,
+                    )
+                    .unwrap();
+                assert!(p.selected().is_some());
+                black_box(p)
+            })
+        });
+    }
     let mut r = kruntimes_scheduler::testkit::run("r", &requests)
         .namespace("bench")
         .label("cohort", "c-7")

@@ -667,6 +667,20 @@ mod tests {
         Arc::new(StandaloneStore::new(cache))
     }
 
+    /// [`store`] holding a fresh Runtime Pod `rp-1` with one `runs` slot
+    /// and the Pending Run `r1` that fits it.
+    fn store_with_one_slot_and_r1() -> Arc<StandaloneStore> {
+        let store = store();
+        let heartbeat = kube_time(Timestamp::now());
+        store
+            .upsert(vec![
+                runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
+                run("r1", &[]).value(),
+            ])
+            .unwrap();
+        store
+    }
+
     #[tokio::test(start_paused = true)]
     async fn deleted_runs_leave_no_backoff_state_or_delayed_retry() {
         let store = store();
@@ -760,14 +774,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_panicking_cycle_restarts_its_worker_releases_its_reservation_and_retries() {
-        let store = store();
-        let heartbeat = kube_time(Timestamp::now());
-        store
-            .upsert(vec![
-                runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
-                run("r1", &[]).value(),
-            ])
-            .unwrap();
+        let store = store_with_one_slot_and_r1();
         let writer = Arc::new(Panicking {
             store: Arc::clone(&store),
             panics: AtomicUsize::new(2),
@@ -801,14 +808,7 @@ mod tests {
     /// decides nothing until they are: no placement, no status written.
     #[tokio::test(start_paused = true)]
     async fn the_loop_decides_nothing_before_the_cache_is_synced() {
-        let store = store();
-        let heartbeat = kube_time(Timestamp::now());
-        store
-            .upsert(vec![
-                runtime_pod("rp-1", &[("runs", "1")], &heartbeat).value(),
-                run("r1", &[]).value(),
-            ])
-            .unwrap();
+        let store = store_with_one_slot_and_r1();
         let cache = Arc::clone(store.cache());
         assert!(!cache.is_synced());
         let controller = Arc::new(RunController::new(Arc::clone(&cache), store.clone()));

@@ -222,14 +222,26 @@ impl NsState {
         let entry = self.runs.get(name);
         let active = entry.and_then(|e| {
             let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
-            phase::is_active(e.status.phase.as_deref()).then_some((pod, &e.labels))
+            if !phase::is_active(e.status.phase.as_deref()) {
+                return None;
+            }
+            // The pod's name as the cache already holds it, when it does.
+            let pod = match &e.counted {
+                Some((p, _)) if **p == *pod => Arc::clone(p),
+                _ => match self.pods.get_key_value(pod) {
+                    Some((p, _)) => Arc::clone(p),
+                    None => Arc::from(pod),
+                },
+            };
+            Some((pod, &e.labels))
         });
         let assumed = entry.and_then(|e| {
             let a = self.assumed.get(&e.uid).filter(|a| a.run == name)?;
-            Some((&*a.pod, &e.labels))
+            Some((&a.pod, &e.labels))
         });
-        self.targets.set((name.to_owned(), false), active);
-        self.targets.set((name.to_owned(), true), assumed);
+        self.targets
+            .set(name, false, active.as_ref().map(|(p, l)| (p, *l)));
+        self.targets.set(name, true, assumed);
     }
 
     /// Copies a pod's capacity and usage to its columns (after any change
@@ -336,8 +348,9 @@ struct RunEntry {
     cancel: bool,
     /// End of the retry backoff it is in, if any.
     retry_at: Option<Timestamp>,
-    /// `metadata.labels`: what affinity selectors match.
-    labels: BTreeMap<String, String>,
+    /// `metadata.labels`: what affinity selectors match (shared with the
+    /// affinity target index).
+    labels: crate::runs::targets::Labels,
     /// `spec.affinity`, when it has any term.
     affinity: Option<Box<crate::crd::RunAffinity>>,
 }

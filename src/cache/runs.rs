@@ -119,12 +119,12 @@ fn affinity_targets(nss: &NsState) -> Vec<(&str, &BTreeMap<String, String>)> {
         .filter(|e| phase::is_active(e.status.phase.as_deref()))
         .filter_map(|e| {
             let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
-            Some((pod, &e.labels))
+            Some((pod, &*e.labels))
         })
         .collect();
     for a in nss.assumed.values() {
         if let Some(e) = nss.runs.get(&a.run) {
-            out.push((&*a.pod, &e.labels));
+            out.push((&*a.pod, &*e.labels));
         }
     }
     out
@@ -310,7 +310,7 @@ impl RunCache {
             deleting: run.metadata.deletion_timestamp.is_some(),
             requests: effective_requests(run.requests()),
             cancel: run.spec.cancel_requested(),
-            labels: run.metadata.labels.clone().unwrap_or_default(),
+            labels: Arc::new(run.metadata.labels.clone().unwrap_or_default()),
             affinity: run
                 .spec
                 .affinity
@@ -819,7 +819,7 @@ impl RunCache {
             }
             let mut want: Vec<(&str, &BTreeMap<String, String>)> = affinity_targets(nss);
             let mut held: Vec<(&str, &BTreeMap<String, String>)> =
-                nss.targets.iter().map(|(_, p, l)| (p, l)).collect();
+                nss.targets.iter().map(|(_, _, p, l)| (p, l)).collect();
             want.sort();
             held.sort();
             if held != want {

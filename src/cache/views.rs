@@ -129,7 +129,7 @@ impl RunCache {
         let affinity = e
             .affinity
             .as_ref()
-            .map(|a| ((**a).clone(), e.labels.clone()));
+            .map(|a| ((**a).clone(), (*e.labels).clone()));
         Some((view, e.runtime.clone(), requests, e.retry_at, affinity))
     }
 }

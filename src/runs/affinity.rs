@@ -849,7 +849,8 @@ mod bound {
             let built = Affinity::build(&aff, &own, scan.iter().copied()).unwrap();
             let mut index = Targets::default();
             for (i, (p, l)) in scan.iter().enumerate() {
-                index.set((format!("r-{i}"), i % 2 == 0), Some((p, l)));
+                let (pod, labels) = (Arc::from(*p), Arc::new((*l).clone()));
+                index.set(&format!("r-{i}"), i % 2 == 0, Some((&pod, &labels)));
             }
             let terms = Terms::compile(&aff).unwrap();
             let bound = Bound::new(&terms, &own, &index);

@@ -11,28 +11,30 @@
 
 use super::affinity::{Requirement, Selector};
 use std::collections::{BTreeMap, HashMap};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 type Fast = foldhash::fast::RandomState;
 
-/// Labels of a target Run (shared by its entries in the index).
+/// Labels of a target Run (shared with its cache entry and by its
+/// entries in the index).
 pub type Labels = Arc<BTreeMap<String, String>>;
 
 /// Pods holding a target that carries one label value, with how many
 /// such targets each holds.
 type Posting = HashMap<Arc<str>, u32, Fast>;
 
-/// A target: a Run by name, active on a pod (`false`) or assumed there by
-/// this scheduler (`true`).
-pub type TargetKey = (String, bool);
+/// The targets on one pod: `(run, assumed, labels)`.
+type OnPod = SmallVec<[(Arc<str>, bool, Labels); 2]>;
 
 /// The index of one namespace's affinity targets.
 #[derive(Debug, Default, Clone)]
 pub struct Targets {
-    /// Every target: its pod and labels.
-    by_key: HashMap<TargetKey, (Arc<str>, Labels), Fast>,
-    /// Per pod, the labels of the targets on it.
-    on_pod: HashMap<Arc<str>, Vec<(TargetKey, Labels)>, Fast>,
+    /// Every target by Run name, with its pod and labels: Runs active on
+    /// a pod (`[0]`) and Runs this scheduler assumed on one (`[1]`).
+    by_run: [HashMap<Arc<str>, (Arc<str>, Labels), Fast>; 2],
+    /// Per pod, the targets on it.
+    on_pod: HashMap<Arc<str>, OnPod, Fast>,
     /// Per label key and value, the pods holding a target that carries
     /// it, with how many such targets each holds.
     postings: HashMap<String, HashMap<String, Posting, Fast>, Fast>,
@@ -41,31 +43,33 @@ pub struct Targets {
 impl Targets {
     /// How many targets are held.
     pub fn len(&self) -> usize {
-        self.by_key.len()
+        self.by_run[0].len() + self.by_run[1].len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
+        self.len() == 0
     }
 
-    /// Sets target `key` to `(pod, labels)`, or removes it (`None`).
-    /// Nothing changes when it already holds the same.
-    pub fn set(&mut self, key: TargetKey, target: Option<(&str, &BTreeMap<String, String>)>) {
-        if let Some((pod, labels)) = self.by_key.get(&key) {
+    /// Sets Run `run`'s target, active on a pod (`assumed: false`) or
+    /// assumed there by this scheduler (`true`), to `(pod, labels)`, or
+    /// removes it (`None`). Nothing changes (and nothing is allocated)
+    /// when it already holds the same.
+    pub fn set(&mut self, run: &str, assumed: bool, target: Option<(&Arc<str>, &Labels)>) {
+        let map = &self.by_run[usize::from(assumed)];
+        if let Some((pod, labels)) = map.get(run) {
             if let Some((p, l)) = target
-                && **pod == *p
-                && **labels == *l
+                && pod == p
+                && (Arc::ptr_eq(labels, l) || labels == l)
             {
                 return;
             }
-            self.remove(&key);
+            self.remove(run, assumed);
         }
         let Some((pod, labels)) = target else { return };
-        let pod: Arc<str> = match self.on_pod.get_key_value(pod) {
+        let run: Arc<str> = match self.by_run[usize::from(!assumed)].get_key_value(run) {
             Some((k, _)) => Arc::clone(k),
-            None => Arc::from(pod),
+            None => Arc::from(run),
         };
-        let labels: Labels = Arc::new(labels.clone());
         for (k, v) in labels.iter() {
             let values = match self.postings.get_mut(k) {
                 Some(m) => m,
@@ -75,21 +79,25 @@ impl Targets {
                 Some(m) => m,
                 None => values.entry(v.clone()).or_default(),
             };
-            *pods.entry(Arc::clone(&pod)).or_default() += 1;
+            *pods.entry(Arc::clone(pod)).or_default() += 1;
         }
-        self.on_pod
-            .entry(Arc::clone(&pod))
-            .or_default()
-            .push((key.clone(), Arc::clone(&labels)));
-        self.by_key.insert(key, (pod, labels));
+        self.on_pod.entry(Arc::clone(pod)).or_default().push((
+            Arc::clone(&run),
+            assumed,
+            Arc::clone(labels),
+        ));
+        self.by_run[usize::from(assumed)].insert(run, (Arc::clone(pod), Arc::clone(labels)));
     }
 
-    fn remove(&mut self, key: &TargetKey) {
-        let Some((pod, labels)) = self.by_key.remove(key) else {
+    fn remove(&mut self, run: &str, assumed: bool) {
+        let Some((pod, labels)) = self.by_run[usize::from(assumed)].remove(run) else {
             return;
         };
         if let Some(list) = self.on_pod.get_mut(&pod) {
-            if let Some(at) = list.iter().position(|(k, _)| k == key) {
+            if let Some(at) = list
+                .iter()
+                .position(|(r, a, _)| *a == assumed && **r == *run)
+            {
                 list.swap_remove(at);
             }
             if list.is_empty() {
@@ -123,7 +131,7 @@ impl Targets {
             .get(pod)
             .into_iter()
             .flatten()
-            .map(|(_, l)| &**l)
+            .map(|(_, _, l)| &**l)
     }
 
     /// Whether a target on `pod` matches `sel`.
@@ -131,9 +139,13 @@ impl Targets {
         self.on(pod).any(|l| sel.matches(l))
     }
 
-    /// Every target as `(key, pod, labels)` (for checks against a recount).
-    pub fn iter(&self) -> impl Iterator<Item = (&TargetKey, &str, &BTreeMap<String, String>)> {
-        self.by_key.iter().map(|(k, (p, l))| (k, &**p, &**l))
+    /// Every target as `(run, assumed, pod, labels)` (for checks against
+    /// a recount).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, bool, &str, &BTreeMap<String, String>)> {
+        self.by_run.iter().enumerate().flat_map(|(i, m)| {
+            m.iter()
+                .map(move |(r, (p, l))| (&**r, i == 1, &**p, &**l))
+        })
     }
 
     /// Pods of the posting lists a requirement reads (a superset of the
@@ -271,21 +283,27 @@ mod tests {
             sels in proptest::collection::vec(selector(), 1..6),
         ) {
             let mut t = Targets::default();
-            let mut model: BTreeMap<TargetKey, (String, BTreeMap<String, String>)> = BTreeMap::new();
+            let mut model: BTreeMap<(String, bool), (String, BTreeMap<String, String>)> =
+                BTreeMap::new();
             for (run, assumed, target) in ops as Vec<Op> {
                 let key = (format!("r-{run}"), assumed);
                 match target {
                     Some((pod, l)) => {
                         let pod = format!("p-{pod}");
-                        t.set(key.clone(), Some((&pod, &l)));
+                        t.set(&key.0, assumed, Some((&Arc::from(pod.as_str()), &Arc::new(l.clone()))));
                         model.insert(key, (pod, l));
                     }
                     None => {
-                        t.set(key.clone(), None);
+                        t.set(&key.0, assumed, None);
                         model.remove(&key);
                     }
                 }
             }
+            let held: BTreeMap<(String, bool), (String, BTreeMap<String, String>)> = t
+                .iter()
+                .map(|(r, a, p, l)| ((r.to_owned(), a), (p.to_owned(), l.clone())))
+                .collect();
+            prop_assert_eq!(&held, &model);
             prop_assert_eq!(t.len(), model.len());
             for s in &sels {
                 let sel = parse_selector(s).unwrap();

@@ -96,6 +96,11 @@ pub struct ClusterState {
     members: HashMap<Key, BTreeMap<String, PodEntry>, Fast>,
     /// CompositePodGroups.
     composites: HashMap<Key, CompositePodGroup, Fast>,
+    /// PodGroups deleted while member pods remained, with the parent
+    /// they last named: those members still fix their parents' topology
+    /// domains (see [`ClusterState::departed_groups`]). An entry lives
+    /// until the group is created again or its last member is gone.
+    departed: HashMap<Key, String, Fast>,
     /// PriorityClasses by name.
     classes: Classes,
     /// Allocated ResourceClaims by `namespace/name`.
@@ -139,6 +144,7 @@ impl Default for ClusterState {
             groups: HashMap::default(),
             members: HashMap::default(),
             composites: HashMap::default(),
+            departed: HashMap::default(),
             classes: Classes::new(),
             claims: HashMap::new(),
             claim_users: HashMap::new(),

@@ -308,6 +308,45 @@ impl ClusterState {
 // === impl ClusterState: the groups held ===
 
 impl ClusterState {
+    /// Remembers a deleted PodGroup's parent while member pods remain.
+    fn depart(&mut self, key: Key, old: &PodGroup) {
+        let parent = old
+            .spec
+            .parent_composite_pod_group_name
+            .as_deref()
+            .filter(|p| !p.is_empty());
+        match parent {
+            Some(p) if self.members.contains_key(&key) => {
+                self.departed.insert(key, p.to_owned());
+            }
+            _ => {
+                self.departed.remove(&key);
+            }
+        }
+    }
+
+    /// Whether any PodGroup was deleted while member pods remained.
+    pub fn any_departed(&self) -> bool {
+        !self.departed.is_empty()
+    }
+
+    /// PodGroups in `namespace` deleted while member pods remained whose
+    /// parent was `parent`, sorted. Their members stay where they are
+    /// (bound pods outlive their group), so they still fix the parent's
+    /// topology domain: without them a composite whose child group was
+    /// deleted and is coming back would plan its other children in
+    /// another domain, and span two once the group returns.
+    pub fn departed_groups(&self, namespace: &str, parent: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .departed
+            .iter()
+            .filter(|((ns, _), p)| ns == namespace && p.as_str() == parent)
+            .map(|((_, n), _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
     /// A PodGroup.
     pub fn group(&self, namespace: &str, name: &str) -> Option<&PodGroup> {
         self.groups.get(&(namespace.to_owned(), name.to_owned()))
@@ -343,18 +382,35 @@ impl ClusterState {
 impl ClusterIndex {
     // PodGroups
     pub fn apply_pod_group(&self, g: &PodGroup) {
-        self.write().groups.insert(key_of(&g.metadata), g.clone());
+        let key = key_of(&g.metadata);
+        let mut s = self.write();
+        s.departed.remove(&key);
+        s.groups.insert(key, g.clone());
     }
     pub fn delete_pod_group(&self, namespace: &str, name: &str) {
-        self.write()
-            .groups
-            .remove(&(namespace.to_owned(), name.to_owned()));
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut s = self.write();
+        if let Some(old) = s.groups.remove(&key) {
+            s.depart(key, &old);
+        }
     }
     pub fn reset_pod_groups(&self, gs: &[PodGroup]) {
-        self.write().groups = gs
-            .iter()
-            .map(|g| (key_of(&g.metadata), g.clone()))
-            .collect();
+        let mut s = self.write();
+        let mut old = std::mem::replace(
+            &mut s.groups,
+            gs.iter()
+                .map(|g| (key_of(&g.metadata), g.clone()))
+                .collect(),
+        );
+        // Deletions the relist reveals depart like watched ones.
+        old.retain(|k, _| !s.groups.contains_key(k));
+        let ClusterState {
+            groups, departed, ..
+        } = &mut *s;
+        departed.retain(|k, _| !groups.contains_key(k));
+        for (key, g) in old {
+            s.depart(key, &g);
+        }
     }
 
     // CompositePodGroups

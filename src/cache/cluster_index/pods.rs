@@ -272,6 +272,7 @@ impl ClusterState {
                 m.remove(&k.1);
                 if m.is_empty() {
                     self.members.remove(&gk);
+                    self.departed.remove(&gk);
                 }
             }
         }

@@ -236,6 +236,20 @@ pub(super) fn leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut 
     }
 }
 
+/// PodGroups deleted under a composite (or a composite beneath it) while
+/// their members remained ([`ClusterState::departed_groups`]).
+fn departed_leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    for g in snap.departed_groups(&r.namespace, &r.name) {
+        out.push(GroupRef::group(&r.namespace, &g));
+    }
+    for c in snap.child_composites(&r.namespace, &r.name) {
+        departed_leaves(snap, &GroupRef::composite(&r.namespace, &c), depth + 1, out);
+    }
+}
+
 pub(super) fn children(snap: &ClusterState, r: &GroupRef) -> Vec<GroupRef> {
     let mut v: Vec<GroupRef> = snap
         .child_groups(&r.namespace, &r.name)
@@ -442,6 +456,11 @@ pub(super) fn fixed_domain(
 pub(super) fn placed_nodes<'s>(snap: &'s ClusterState, r: &GroupRef) -> Vec<&'s str> {
     let mut ls = Vec::new();
     leaves(snap, r, 0, &mut ls);
+    // Members of a child group deleted under a composite stay bound where
+    // they are: they still fix the composite's domain.
+    if r.composite && snap.any_departed() {
+        departed_leaves(snap, r, 0, &mut ls);
+    }
     ls.iter()
         .flat_map(|l| members(snap, &l.namespace, &l.name, None).placed)
         .collect()

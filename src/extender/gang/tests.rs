@@ -343,3 +343,64 @@ fn preemption_domains_are_chains_of_every_keyed_level() {
         [vec!["node5-z2-g1-r1", "node6-z2-g1-r1"]]
     );
 }
+
+/// A composite over zones with children `a` and `b` (basic, 1 cpu pods):
+/// `a`'s pod `a-0` is bound in zone-2 when `a` is deleted (to be created
+/// again). Bound pods outlive their group, so `a-0` still fixes the
+/// composite's zone: `b`'s pod is offered zone-2 alone, and once `a` comes
+/// back the composite is in one zone. The memory goes with the last member.
+#[test]
+fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
+    let c = ClusterIndex::new();
+    // zone-1 is the tighter fit: a plan of its own would choose it.
+    for (n, z, cpu) in [("z1-n", "zone-1", "8"), ("z2-n", "zone-2", "64")] {
+        c.apply_node(
+            &testkit::node(n)
+                .label("zone", z)
+                .allocatable(cpu, "64Gi")
+                .typed(),
+        );
+    }
+    c.apply_composite(
+        &testkit::composite("root")
+            .namespace("ns")
+            .topology("zone")
+            .typed(),
+    );
+    let a = group("a", false, 1, Some("root"));
+    c.apply_pod_group(&a);
+    c.apply_pod_group(&group("b", false, 1, Some("root")));
+    c.apply_pod(&pod("a-0", "a", Some("z2-n")));
+    c.apply_pod(&pod("b-0", "b", None));
+    c.delete_pod_group("ns", "a");
+    assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
+
+    let filter = |c: &ClusterIndex| {
+        let p = pod("b-0", "b", None);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        let snap = c.read();
+        let v = filter_gate(
+            &snap,
+            &GangPlanner::new(),
+            &p,
+            &req,
+            &["z1-n", "z2-n"],
+            tokio::time::Instant::now(),
+        );
+        assert!(v.wide.is_none(), "{:?}", v.wide);
+        v.domain()
+    };
+    let d = filter(&c);
+    assert_eq!(d, [("zone".to_owned(), "zone-2".to_owned())]);
+
+    // A relist that no longer holds the group remembers it the same way.
+    c.apply_pod_group(&a);
+    assert!(!c.read().any_departed());
+    c.reset_pod_groups(&[group("b", false, 1, Some("root"))]);
+    assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
+
+    // The last member gone, nothing is remembered and b may go anywhere.
+    c.delete_pod("ns", "a-0");
+    assert!(!c.read().any_departed());
+    assert_ne!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+}

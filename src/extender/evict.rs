@@ -203,6 +203,18 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
     })
 }
 
+/// Whether an intent's preemptor can no longer choose its node: it is
+/// gone, finished or terminating, or it (the same pod) is bound on another
+/// node. (A pod under its name with another uid is left to expire.)
+fn moved_on(snap: &ClusterState, i: &Intent) -> bool {
+    let p = &i.preemptor;
+    match snap.pod(&p.namespace, &p.name) {
+        None => true,
+        Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
+        Some(e) => e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != i.node),
+    }
+}
+
 /// Whether a victim has been deleted as far as the watch shows: gone,
 /// replaced (another uid), finished or terminating.
 fn deleted(snap: &ClusterState, p: &PodId) -> bool {
@@ -346,7 +358,10 @@ impl Evictions {
     fn fire(&self, nodes: &ClusterIndex, jobs: &mut Vec<Job>, now: Instant) -> Vec<usize> {
         let snap = nodes.read();
         let mut t = self.table.lock();
-        t.pending.retain(|p| p.expires > now);
+        // Expired, or never to fire: the preemptor is gone, finished or
+        // terminating, or bound on another node.
+        t.pending
+            .retain(|p| p.expires > now && !moved_on(&snap, &p.intent));
         let (fired, rest): (Vec<Pending>, Vec<Pending>) =
             std::mem::take(&mut t.pending).into_iter().partition(|p| {
                 chosen(&snap, &p.intent) && p.intent.victims.iter().all(|v| deleted(&snap, v))

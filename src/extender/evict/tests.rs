@@ -408,6 +408,40 @@ async fn victims_deleted_for_another_reason_fire_nothing() {
     task.abort();
 }
 
+/// An intent whose preemptor was bound on another node, or is gone,
+/// can never fire: it goes at once instead of living out its TTL
+/// (simulation seed 162 ended with one still pending).
+#[tokio::test(start_paused = true)]
+async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
+    let nodes = cluster();
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![
+        intent("n1", &["sp0"], &["sp1", "sp2"]),
+        intent("n2", &["sp1"], &["sp0", "sp2"]),
+    ]);
+    // Bound on n3, where it preempted nothing: neither candidate fires.
+    let mut bound = preemptor(None);
+    bound.spec.as_mut().unwrap().node_name = Some("n3".into());
+    nodes.apply_pod(&bound);
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
+    // sp0 and sp1 going later fire nothing.
+    nodes.delete_pod("ns", "sp0");
+    nodes.delete_pod("ns", "sp1");
+    settle(Duration::from_secs(5)).await;
+    assert!(writer.attempts.lock().is_empty());
+    // A preemptor deleted takes its intents with it.
+    nodes.apply_pod(&preemptor(None));
+    ev.expect(vec![intent("n3", &["sp2"], &[])]);
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 1);
+    nodes.delete_pod("ns", "big");
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
+    task.abort();
+}
+
 #[test]
 fn the_pending_table_is_bounded() {
     let ev = Evictions::new(EvictConfig {

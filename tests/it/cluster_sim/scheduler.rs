@@ -3092,6 +3092,20 @@ fn regression_seed_140() {
     );
 }
 
+/// Soak seed 162: a pending `All`-disruption intent outlived every live
+/// object (its preemptor was bound on another node) until its 5-minute
+/// TTL. The evictor now drops an intent whose preemptor is gone or bound
+/// elsewhere.
+#[test]
+fn regression_seed_162() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_162",
+        162,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 63: a child PodGroup of a zone-constrained composite was
 /// deleted mid-gang (to come back) while its members stayed bound in one
 /// zone; nothing linked them to the composite any more, so its other child

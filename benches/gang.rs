@@ -81,7 +81,7 @@ fn place(cache: &ClusterIndex, pods: &[Pod], names: &[String]) -> usize {
         let passed: Vec<String> = {
             let snap = cache.read();
             let candidates = Candidates::of(&snap, &args).expect("nodes");
-            let out = decide_filter(&snap, &PLANNER, &args, &candidates);
+            let out = decide_filter(&snap, &PLANNER, &args, &candidates, false);
             let mut encoded = Vec::new();
             out.write_json(&mut encoded);
             black_box(&encoded);

@@ -186,7 +186,7 @@ pub fn explain(
     let scratch = planner.scratch();
     // PreFilter once for the verdict's domain; filter itself then follows
     // the plan this made in the copy, as a real member's filter would.
-    let state = FilterState::new(snap, &scratch, pod, &names);
+    let state = FilterState::new(snap, &scratch, pod, &names, false);
     let chosen_pairs = state
         .as_ref()
         .map(|st| st.verdict.domain())
@@ -197,7 +197,7 @@ pub fn explain(
         node_names: None,
     };
     let candidates = Candidates::Cached(Arc::clone(&refs));
-    let out = decide_filter(snap, &scratch, &args, &candidates);
+    let out = decide_filter(snap, &scratch, &args, &candidates, false);
     let feasible: Vec<&str> = out.node_names.clone().unwrap_or_default();
     // Reasons, grouped by message and resolvability.
     // The same message may be resolvable on one node and not on another

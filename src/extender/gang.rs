@@ -40,7 +40,7 @@ mod preemption;
 mod prefer;
 mod simulation;
 
-pub use gate::{GroupVerdict, drop_plans, filter_gate};
+pub use gate::{GroupVerdict, drop_plans, filter_gate, filter_gate_for};
 pub use hierarchy::{
     AllowedNodes, Level, Policy, Quorum, Spec, bounded, chain, chain_from, group_of, placed,
     quorum, spec_of, tree_of,

@@ -222,6 +222,7 @@ fn node_facts(json: &str) -> (Cow<'_, str>, Amounts) {
 struct Reasons(Vec<(u64, usize, Arc<str>)>);
 
 impl Reasons {
+    #[inline]
     fn short(&mut self, req: &fit::Resolved, short: u64) -> Arc<str> {
         let id = std::ptr::from_ref(req) as usize;
         if let Some((_, _, m)) = self.0.iter().find(|(k, r, _)| *k == short && *r == id) {
@@ -243,6 +244,55 @@ enum FilterNode<'n> {
     Full(&'n Amounts),
 }
 
+/// One filter call's per-node verdict, with the reasons it shares among
+/// the nodes it rejects.
+struct NodeVerdicts<'s> {
+    snap: &'s ClusterState,
+    state: &'s FilterState,
+    /// Every node fails with this (decided once for the pod).
+    wide: Option<(Arc<str>, bool)>,
+    outside: plugins::gang::OutsideReasons,
+    reasons: Reasons,
+    not_found: Arc<str>,
+}
+
+impl NodeVerdicts<'_> {
+    /// One node's verdict: the pod-wide rejection, else the gang domain,
+    /// else the pod's requests on that node, else the fit. Inlined into
+    /// each loop of [`decide_filter`], where the kind of node is known.
+    #[inline(always)]
+    fn verdict(&mut self, name: &str, node: FilterNode<'_>) -> Result<(), (Arc<str>, bool)> {
+        if let Some(w) = &self.wide {
+            return Err((Arc::clone(&w.0), w.1));
+        }
+        if let Some(level) = plugins::gang::filter(&self.state.verdict, name) {
+            return Err((self.outside.get(&self.state.verdict, level), true));
+        }
+        let slot = match node {
+            FilterNode::Cached(slot) => Some(slot),
+            FilterNode::Full(_) => self.snap.find(name),
+        };
+        let resolved = self
+            .state
+            .requests
+            .on(slot)
+            .map_err(|r| (r.message.as_str().into(), r.unresolvable))?;
+        match node {
+            FilterNode::Cached(slot) => match fit::filter(self.snap, slot, resolved) {
+                Fit::Fits => Ok(()),
+                Fit::Short {
+                    short,
+                    unresolvable,
+                } => Err((self.reasons.short(resolved, short), unresolvable)),
+                Fit::NotFound => Err((Arc::clone(&self.not_found), true)),
+                Fit::Other(r) => Err((r.message.into(), r.unresolvable)),
+            },
+            FilterNode::Full(alloc) => fit::check(self.snap, name, resolved, Some(alloc))
+                .map_err(|r| (r.message.into(), r.unresolvable)),
+        }
+    }
+}
+
 /// The filter decision, pure over a snapshot (plans aside): PreFilter
 /// builds the pod's [`FilterState`]; then, per node, a pod-wide rejection,
 /// the gang plugin's domain and the fit plugin (on the DRA-adjusted
@@ -252,6 +302,7 @@ pub fn decide_filter<'a>(
     planner: &GangPlanner,
     args: &ExtenderArgs<'_>,
     candidates: &'a Candidates<'_>,
+    returning: bool,
 ) -> ExtenderFilterResult<'a> {
     let cache_capable = candidates.cache_capable();
     let mut out = ExtenderFilterResult {
@@ -267,7 +318,7 @@ pub fn decide_filter<'a>(
         out.error = "the request has no Pod".into();
         return out;
     };
-    let state = match FilterState::new(snap, planner, pod, &candidates.names()) {
+    let state = match FilterState::new(snap, planner, pod, &candidates.names(), returning) {
         Ok(state) => state,
         Err(e) => {
             out.error = e;
@@ -288,9 +339,14 @@ pub fn decide_filter<'a>(
         }
         (w, _) => w,
     };
-    let mut outside = plugins::gang::OutsideReasons::default();
-    let mut reasons = Reasons::default();
-    let not_found: Arc<str> = fit::NOT_FOUND.into();
+    let mut nodes = NodeVerdicts {
+        snap,
+        state: &state,
+        wide,
+        outside: plugins::gang::OutsideReasons::default(),
+        reasons: Reasons::default(),
+        not_found: fit::NOT_FOUND.into(),
+    };
     let reject = |out: &mut ExtenderFilterResult<'a>,
                   name: &'a str,
                   (why, unresolvable): (Arc<str>, bool)| {
@@ -301,41 +357,10 @@ pub fn decide_filter<'a>(
         };
         list.0.push((Cow::Borrowed(name), why));
     };
-    // One node's verdict: the pod-wide rejection, else the gang domain,
-    // else the pod's requests on that node, else the fit.
-    let mut verdict = |name: &str, node: FilterNode<'_>| -> Result<(), (Arc<str>, bool)> {
-        if let Some(w) = &wide {
-            return Err((Arc::clone(&w.0), w.1));
-        }
-        if let Some(level) = plugins::gang::filter(&state.verdict, name) {
-            return Err((outside.get(&state.verdict, level), true));
-        }
-        let slot = match node {
-            FilterNode::Cached(slot) => Some(slot),
-            FilterNode::Full(_) => snap.find(name),
-        };
-        let resolved = state
-            .requests
-            .on(slot)
-            .map_err(|r| (r.message.as_str().into(), r.unresolvable))?;
-        match node {
-            FilterNode::Cached(slot) => match fit::filter(snap, slot, resolved) {
-                Fit::Fits => Ok(()),
-                Fit::Short {
-                    short,
-                    unresolvable,
-                } => Err((reasons.short(resolved, short), unresolvable)),
-                Fit::NotFound => Err((Arc::clone(&not_found), true)),
-                Fit::Other(r) => Err((r.message.into(), r.unresolvable)),
-            },
-            FilterNode::Full(alloc) => fit::check(snap, name, resolved, Some(alloc))
-                .map_err(|r| (r.message.into(), r.unresolvable)),
-        }
-    };
     match candidates {
         Candidates::Cached(refs) => {
             for (name, slot) in refs.iter() {
-                match verdict(name, FilterNode::Cached(slot)) {
+                match nodes.verdict(name, FilterNode::Cached(slot)) {
                     Ok(()) => {
                         if let Some(names) = &mut out.node_names {
                             names.push(name);
@@ -347,7 +372,7 @@ pub fn decide_filter<'a>(
         }
         Candidates::Full(list) => {
             for (i, (name, alloc)) in list.iter().enumerate() {
-                match verdict(name, FilterNode::Full(alloc)) {
+                match nodes.verdict(name, FilterNode::Full(alloc)) {
                     Ok(()) => {
                         if let (Some(list), Some(src)) = (&mut out.nodes, &args.nodes)
                             && let Some(item) = src.items.get(i)
@@ -452,9 +477,10 @@ fn filter_answer(
             p.metadata.name.as_deref().unwrap_or_default(),
         )
     });
-    if let (Some((g, _)), Some((ns, name))) = (gangs, pod_key) {
-        g.returning(nodes, ns, name);
-    }
+    let returning = match (gangs, pod_key) {
+        (Some((g, _)), Some((ns, name))) => g.returning(nodes, ns, name),
+        _ => false,
+    };
     let snap = nodes.read();
     let candidates = Candidates::of(&snap, &args)?;
     let refused = match (gangs, pod_key) {
@@ -465,7 +491,7 @@ fn filter_answer(
     };
     let out = match refused {
         Some(why) => refuse_all(&candidates, &why),
-        None => decide_filter(&snap, planner, &args, &candidates),
+        None => decide_filter(&snap, planner, &args, &candidates, returning),
     };
     drop(snap);
     let mut bytes = Vec::with_capacity(body.len() + 1024);

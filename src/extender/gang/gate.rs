@@ -34,6 +34,7 @@ impl GroupVerdict {
     }
 
     /// The first domain level (outermost first) a node is outside of.
+    #[inline]
     pub fn outside(&self, node: &str) -> Option<usize> {
         self.domain
             .iter()
@@ -75,6 +76,25 @@ pub fn filter_gate(
     pod: &Pod,
     requests: &Amounts,
     candidates: &[&str],
+    now: Instant,
+) -> GroupVerdict {
+    filter_gate_for(snap, planner, pod, requests, candidates, false, now)
+}
+
+/// [`filter_gate`] for a pod that may be `returning`: a gang member whose
+/// reservation was kept when its unit reached quorum, filtered again by
+/// kube-scheduler's retry (its reservation was just dropped, see
+/// [`crate::extender::bind::permit::Gangs::returning`]). Its unit's quorum
+/// counted it, and members were bound on the strength of it, so the room
+/// it held is its own: other groups' plans do not take it
+/// ([`remaining_fit`]).
+pub fn filter_gate_for(
+    snap: &ClusterState,
+    planner: &GangPlanner,
+    pod: &Pod,
+    requests: &Amounts,
+    candidates: &[&str],
+    returning: bool,
     now: Instant,
 ) -> GroupVerdict {
     let Some((namespace, group)) = group_of(pod) else {
@@ -151,7 +171,7 @@ pub fn filter_gate(
             }
             Ok(DomainWalk::Resolved { domain, from_plan }) => (domain, from_plan),
         };
-        match remaining_fit(snap, planner, &levels, &domain, this, now) {
+        match remaining_fit(snap, planner, &levels, &domain, this, returning, now) {
             RemainingFit::Fits => return GroupVerdict { wide: None, domain },
             // kube-scheduler sent a sample of the nodes (its
             // percentageOfNodesToScore) that misses the group's domain:
@@ -162,7 +182,7 @@ pub fn filter_gate(
             RemainingFit::Short { .. }
                 if offered.is_some()
                     && matches!(
-                        remaining_fit(snap, planner, &levels, &domain, anywhere, now),
+                        remaining_fit(snap, planner, &levels, &domain, anywhere, returning, now),
                         RemainingFit::Fits
                     ) =>
             {
@@ -334,6 +354,7 @@ pub(super) fn remaining_fit(
     levels: &[Level],
     domain: &DomainChain,
     this: FilteredPod<'_, '_>,
+    returning: bool,
     now: Instant,
 ) -> RemainingFit {
     let (reqs, required) = leaf_need(snap, &levels[0].group, this);
@@ -363,9 +384,13 @@ pub(super) fn remaining_fit(
     };
     let mut free = FreeRooms::new(snap, &axes, false);
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
-    planner.with_plans(|plans| {
-        reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
-    });
+    // Other groups' plans hold their room, except against a returning
+    // member (see [`filter_gate_for`]).
+    if !returning {
+        planner.with_plans(|plans| {
+            reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
+        });
+    }
     let (placed, _) = free.fill(nodes.iter().copied(), &demand);
     if placed >= required {
         return RemainingFit::Fits;

@@ -15,19 +15,29 @@ use tokio::time::Instant;
 /// The group verdict for the pod, at the time of the request (plans are
 /// consulted, made and lapse by it). `candidates`: the node names of the
 /// request (the domain of a group without topology, and the nodes the pod
-/// itself may use).
+/// itself may use). `returning`: see [`gang::filter_gate_for`].
 pub fn prefilter(
     snap: &ClusterState,
     planner: &GangPlanner,
     pod: &Pod,
     requests: &Amounts,
     candidates: &[&str],
+    returning: bool,
 ) -> GroupVerdict {
-    gang::filter_gate(snap, planner, pod, requests, candidates, Instant::now())
+    gang::filter_gate_for(
+        snap,
+        planner,
+        pod,
+        requests,
+        candidates,
+        returning,
+        Instant::now(),
+    )
 }
 
 /// Why a node is rejected by the verdict: the first domain level it is
 /// outside of (messages are shared per level, see [`OutsideReasons`]).
+#[inline]
 pub fn filter(verdict: &GroupVerdict, node: &str) -> Option<usize> {
     verdict.outside(node)
 }
@@ -37,6 +47,7 @@ pub fn filter(verdict: &GroupVerdict, node: &str) -> Option<usize> {
 pub struct OutsideReasons(Vec<Option<Arc<str>>>);
 
 impl OutsideReasons {
+    #[inline]
     pub fn get(&mut self, verdict: &GroupVerdict, level: usize) -> Arc<str> {
         if self.0.len() <= level {
             self.0.resize(level + 1, None);
@@ -77,7 +88,7 @@ mod tests {
     fn verdict(cache: &ClusterIndex, planner: &GangPlanner, p: &Pod) -> GroupVerdict {
         let names = cache.read().node_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        prefilter(&cache.read(), planner, p, &requests(p), &names)
+        prefilter(&cache.read(), planner, p, &requests(p), &names, false)
     }
 
     fn rack_of(v: &GroupVerdict) -> String {

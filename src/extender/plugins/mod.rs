@@ -41,6 +41,7 @@ impl FilterState {
         planner: &GangPlanner,
         pod: &Pod,
         candidates: &[&str],
+        returning: bool,
     ) -> Result<FilterState, String> {
         let demand = |s| pod_fit::pod_demand_of(s, pod.status.as_ref());
         let (requests, level) = match pod.spec.as_ref().map(demand).transpose() {
@@ -50,7 +51,7 @@ impl FilterState {
         let wide = priority::prefilter(snap, pod);
         let verdict = match wide {
             Some(_) => GroupVerdict::default(),
-            None => gang::prefilter(snap, planner, pod, &requests, candidates),
+            None => gang::prefilter(snap, planner, pod, &requests, candidates, returning),
         };
         let claims = dra::claims_of(snap, pod);
         let wide = wide

@@ -1929,18 +1929,30 @@ impl World {
                 .as_str()
                 .map(str::to_owned)
         };
-        // Whether a schedulable node in the domain fixed by `bound` has
-        // room for a pod of `cpu` (with a device when `dra`).
-        let room_in = |key: &str, bound: &[&str], cpu: u64, dra: bool| -> bool {
+        // Whether the schedulable nodes in the domain fixed by `bound` have
+        // room for `count` pods of `cpu` (each with a device when `dra`).
+        let room_in = |key: &str, bound: &[&str], cpu: u64, dra: bool, count: usize| -> bool {
             let Some(value) = bound.first().and_then(|n| label(n, key)) else {
                 return true;
             };
-            api.nodes.iter().any(|(n, v)| {
-                v["spec"]["unschedulable"] != true
-                    && label(n, key).as_deref() == Some(value.as_str())
-                    && used.get(n.as_str()).copied().unwrap_or(0) + cpu <= NODE_CPU
-                    && (!dra || !api.free_devices(n, &taken).is_empty())
-            })
+            let room: usize = api
+                .nodes
+                .iter()
+                .filter(|(n, v)| {
+                    v["spec"]["unschedulable"] != true
+                        && label(n, key).as_deref() == Some(value.as_str())
+                })
+                .map(|(n, _)| {
+                    let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
+                    let by_cpu = usize::try_from(free / cpu.max(1)).unwrap_or(usize::MAX);
+                    if dra {
+                        by_cpu.min(api.free_devices(n, &taken).len())
+                    } else {
+                        by_cpu
+                    }
+                })
+                .sum();
+            room >= count
         };
         let mut out = Vec::new();
         for w in self.workloads.values() {
@@ -1954,11 +1966,15 @@ impl World {
                 .map(|g| {
                     let bound: Vec<&str> =
                         g.pods.iter().filter_map(|p| api.node_of(p)).collect();
-                    g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra))
+                    // A gang short of its minCount needs room for all of
+                    // its missing members in its domain (it binds none
+                    // until they fit together); otherwise for one.
+                    let missing = g.min.saturating_sub(bound.len()).max(1);
+                    g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra, missing))
                         && w.composite
                             .as_ref()
                             .and_then(|(_, _, k)| *k)
-                            .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra))
+                            .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra, 1))
                 })
                 .collect();
             // A composite gang binds no child until `minGroupCount`
@@ -3087,6 +3103,22 @@ fn regression_seed_140() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_140",
         140,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 167: a composite gang's quorum counted two members kept
+/// (reserved) while it gathered; the others were bound, and when
+/// kube-scheduler retried the kept two, filter dropped their reservations
+/// and gave their room to another gang's plan, so their PodGroup stayed
+/// bound at 2 of its 4 with no fault. A returning kept member now keeps
+/// its room against other groups' plans.
+#[test]
+fn regression_seed_167() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_167",
+        167,
         1000,
         &simulate,
     );

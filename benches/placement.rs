@@ -11,13 +11,16 @@
 //!   `NotIn`, `Exists`, `DoesNotExist`, `matchLabels`) over 10,000 Runtime
 //!   Pods holding 20,000 active Runs of 200 cohorts; plan at the default
 //!   limit, as `POST /v1/runs/plan` answers.
+//! - `plan_http/N`: `POST /v1/runs/plan` through the real router (JSON in,
+//!   the answer rendered); `plan_http/affinity/10000` with the affinity
+//!   benches' Run and active Runs.
 //! - `affinity/plan-unrequired/10000`: the same Run without its required
 //!   affinity term (preferred terms and required anti-affinity only), so
 //!   nothing narrows the candidates to a cohort.
 
 mod common;
 
-use common::{affinity_cache, bench_affinity, run, runtime_pod, runtime_pods};
+use common::{add_affinity_runs, affinity_cache, bench_affinity, run, runtime_pod, runtime_pods};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
@@ -180,7 +183,6 @@ fn scheduling_loop(c: &mut Criterion) {
 /// `POST /v1/runs/plan` through the real router: JSON in, every feasible pod
 /// rendered with its exact utilizations, JSON out.
 fn plan_http(c: &mut Criterion) {
-    use tower::ServiceExt;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -206,22 +208,52 @@ fn plan_http(c: &mut Criterion) {
         let router = kruntimes_scheduler::http::router(app.state.clone());
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| {
-                let req = axum::http::Request::post("/v1/runs/plan")
-                    .header("content-type", "application/json")
-                    .body(axum::body::Body::from(body.clone()))
-                    .unwrap();
-                let resp = rt.block_on(async {
-                    let resp = router.clone().oneshot(req).await.unwrap();
-                    axum::body::to_bytes(resp.into_body(), usize::MAX)
-                        .await
-                        .unwrap()
-                });
-                black_box(resp.len())
-            })
+            b.iter(|| black_box(post_plan(&rt, &router, &body)))
         });
     }
+    // With affinity terms, over the affinity benches' 20,000 active Runs.
+    const PODS: usize = 10_000;
+    let now = Timestamp::now();
+    let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
+    for i in 0..PODS {
+        app.state.runs.cache.apply_pod(&runtime_pod(i, now), now);
+        if i % 2 == 0 {
+            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
+            app.state.runs.cache.apply_run(&run(
+                &format!("busy-{i}"),
+                &busy,
+                Some(&format!("rp-{i:05}")),
+            ));
+        }
+    }
+    add_affinity_runs(&app.state.runs.cache, PODS, 20_000);
+    let body = json!({"metadata": {"name": "r", "namespace": "bench", "labels": {"cohort": "c-7"}},
+        "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}},
+            "affinity": bench_affinity()}})
+    .to_string();
+    let router = kruntimes_scheduler::http::router(app.state.clone());
+    g.throughput(Throughput::Elements(PODS as u64));
+    g.bench_function(BenchmarkId::new("affinity", PODS), |b| {
+        b.iter(|| black_box(post_plan(&rt, &router, &body)))
+    });
     g.finish();
+}
+
+/// One `POST /v1/runs/plan` through the router; the answer's length.
+fn post_plan(rt: &tokio::runtime::Runtime, router: &axum::Router, body: &str) -> usize {
+    use tower::ServiceExt;
+    let req = axum::http::Request::post("/v1/runs/plan")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_owned()))
+        .unwrap();
+    rt.block_on(async {
+        let resp = router.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .len()
+    })
 }
 
 criterion_group!(benches, plan, affinity, plan_http, scheduling_loop);

@@ -523,7 +523,7 @@ fn app_state(
     let extender = ExtenderState::new(Arc::clone(&nodes), writer, Arc::clone(&metrics), synced);
     AppState {
         admission: AdmissionState::new(nodes.clone()).with_metrics(Arc::clone(&metrics)),
-        runs: RunApiState {
+        runs: RunApiState::new(crate::http::RunApi {
             cache,
             store,
             health,
@@ -531,7 +531,7 @@ fn app_state(
             access: None,
             nodes,
             gangs: Arc::clone(&extender.gangs),
-        },
+        }),
         extender,
         api,
     }

@@ -157,6 +157,13 @@ pub fn bench_affinity() -> serde_json::Value {
 /// [`affinity_labels`], each Running on [`affinity_pod`] with one `runs`.
 pub fn affinity_cache(pods: usize, runs: usize, now: Timestamp) -> RunCache {
     let cache = runtime_pods(pods, now);
+    add_affinity_runs(&cache, pods, runs);
+    cache
+}
+
+/// The active Runs of [`affinity_cache`], added to `cache` (whose
+/// Runtime Pods are [`runtime_pod`]`(0..pods)`).
+pub fn add_affinity_runs(cache: &RunCache, pods: usize, runs: usize) {
     for j in 0..runs {
         let pod = format!("rp-{:05}", affinity_pod(j, pods));
         let mut r = testkit::run(&format!("a-{j}"), &[("runs", "1")])
@@ -170,5 +177,4 @@ pub fn affinity_cache(pods: usize, runs: usize, now: Timestamp) -> RunCache {
     while let Some(k) = cache.queue().try_next() {
         cache.queue().done(&k);
     }
-    cache
 }

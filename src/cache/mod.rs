@@ -209,8 +209,11 @@ struct NsState {
     /// a decision scans. A copy of the slots' numbers, kept in step.
     columns: HashMap<u32, Columns>,
     /// The affinity targets (active and assumed Runs) by pod and label,
-    /// kept in step with `runs` and `assumed` by [`sync_targets`](Self::sync_targets).
-    targets: Targets,
+    /// kept in step with `runs` and `assumed` by
+    /// [`sync_targets`](Self::sync_targets) once the first decision with
+    /// affinity terms needs them ([`ensure_targets`](Self::ensure_targets));
+    /// until then `None`, and Runs without affinity pay nothing for them.
+    targets: Option<Targets>,
 }
 
 impl NsState {
@@ -219,6 +222,9 @@ impl NsState {
     /// Running or Ready (upstream's `isActiveAffinityTarget`), assumed on
     /// the pod of its reservation.
     fn sync_targets(&mut self, name: &str) {
+        let Some(targets) = &mut self.targets else {
+            return;
+        };
         let entry = self.runs.get(name);
         let active = entry.and_then(|e| {
             let pod = e.status.assigned_pod.as_deref().filter(|p| !p.is_empty())?;
@@ -239,9 +245,27 @@ impl NsState {
             let a = self.assumed.get(&e.uid).filter(|a| a.run == name)?;
             Some((&a.pod, &e.labels))
         });
-        self.targets
-            .set(name, false, active.as_ref().map(|(p, l)| (p, *l)));
-        self.targets.set(name, true, assumed);
+        targets.set(name, false, active.as_ref().map(|(p, l)| (p, *l)));
+        targets.set(name, true, assumed);
+    }
+
+    /// Builds the affinity targets from every Run entry and reservation,
+    /// if they are not kept yet; from then on they are kept in step.
+    fn ensure_targets(&mut self) {
+        if self.targets.is_some() {
+            return;
+        }
+        self.targets = Some(Targets::default());
+        let names: Vec<String> = self.runs.keys().cloned().collect();
+        for name in names {
+            self.sync_targets(&name);
+        }
+    }
+
+    /// The affinity targets (empty while they are not kept).
+    fn targets(&self) -> &Targets {
+        static NONE: std::sync::LazyLock<Targets> = std::sync::LazyLock::new(Targets::default);
+        self.targets.as_ref().unwrap_or(&NONE)
     }
 
     /// Copies a pod's capacity and usage to its columns (after any change

@@ -349,7 +349,11 @@ impl RunCache {
                 .or_default()
                 .insert(name.to_owned());
         }
+        let affinity = entry.affinity.is_some();
         nss.runs.insert(name.to_owned(), entry);
+        if affinity {
+            nss.ensure_targets();
+        }
         nss.sync_targets(name);
         if unscheduled {
             self.queue.add(RunKey::new(ns, name));
@@ -469,7 +473,7 @@ impl RunCache {
             columns: runtime_values
                 .lookup(&entry.runtime)
                 .and_then(|id| nss.columns.get(&id)),
-            targets: &nss.targets,
+            targets: nss.targets(),
             stale_after: self.config.heartbeat_stale_after,
         };
         let choice = decide(&run, &pods, now);
@@ -577,6 +581,22 @@ impl RunCache {
         true
     }
 
+    /// Keeps the affinity targets of `namespace` from now on (built once,
+    /// under the write lock, by the first plan with affinity terms).
+    fn ensure_targets(&self, namespace: &str) {
+        let kept = |st: &State| {
+            st.namespaces
+                .get(namespace)
+                .is_none_or(|nss| nss.targets.is_some())
+        };
+        if kept(&self.state.read()) {
+            return;
+        }
+        if let Some(nss) = self.state.write().namespaces.get_mut(namespace) {
+            nss.ensure_targets();
+        }
+    }
+
     /// Dry-run placement of a request against the current snapshot, with
     /// owned results and every pod listed.
     pub fn plan(
@@ -636,6 +656,7 @@ impl RunCache {
             return Ok(self.plan_top(namespace, runtime, requests, now, limit));
         };
         let terms = Terms::compile(aff).map_err(selection_failed)?;
+        self.ensure_targets(namespace);
         let st = self.state.read();
         let (request, unknown) = requests.resolve(&st.names);
         let Some((nss, cols)) = st.namespaces.get(namespace).and_then(|nss| {
@@ -651,7 +672,7 @@ impl RunCache {
         };
         let has_unknown = !unknown.is_empty();
         let window = Freshness::new(now, self.config.heartbeat_stale_after);
-        let bound = Bound::new(&terms, own, &nss.targets);
+        let bound = Bound::new(&terms, own, nss.targets());
         let placed = affinity::place(&bound, cols, &request, has_unknown, &window);
         self.affinity_examined
             .fetch_add(placed.examined as u64, std::sync::atomic::Ordering::Relaxed);
@@ -817,9 +838,13 @@ impl RunCache {
                     ));
                 }
             }
-            let mut want: Vec<(&str, &BTreeMap<String, String>)> = affinity_targets(nss);
+            // Checked once kept (until then there is nothing to hold).
+            let mut want: Vec<(&str, &BTreeMap<String, String>)> = match &nss.targets {
+                Some(_) => affinity_targets(nss),
+                None => Vec::new(),
+            };
             let mut held: Vec<(&str, &BTreeMap<String, String>)> =
-                nss.targets.iter().map(|(_, _, p, l)| (p, l)).collect();
+                nss.targets().iter().map(|(_, _, p, l)| (p, l)).collect();
             want.sort();
             held.sort();
             if held != want {

@@ -53,9 +53,35 @@ impl AppState {
     }
 }
 
-/// What the Run API, the standalone objects API, health and metrics share.
+/// What the Run API, the standalone objects API, health and metrics share:
+/// a handle on [`RunApi`] (one reference count per request; fields read
+/// through `Deref`, set up through `DerefMut`, which copies the fields when
+/// the handle is shared).
 #[derive(Clone)]
-pub struct RunApiState {
+pub struct RunApiState(Arc<RunApi>);
+
+impl RunApiState {
+    pub fn new(api: RunApi) -> Self {
+        RunApiState(Arc::new(api))
+    }
+}
+
+impl std::ops::Deref for RunApiState {
+    type Target = RunApi;
+    fn deref(&self) -> &RunApi {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for RunApiState {
+    fn deref_mut(&mut self) -> &mut RunApi {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+/// The fields of [`RunApiState`].
+#[derive(Clone)]
+pub struct RunApi {
     /// The Run cache: Runs, Runtimes, Runtime Pods, reservations.
     pub cache: Arc<RunCache>,
     /// The in-memory cluster; `None` in cluster mode.

@@ -126,6 +126,7 @@ impl Targets {
     }
 
     /// The labels of the targets on `pod`.
+    #[inline]
     pub fn on(&self, pod: &str) -> impl Iterator<Item = &BTreeMap<String, String>> {
         self.on_pod
             .get(pod)
@@ -135,6 +136,7 @@ impl Targets {
     }
 
     /// Whether a target on `pod` matches `sel`.
+    #[inline]
     pub fn pod_matches(&self, pod: &str, sel: &Selector) -> bool {
         self.on(pod).any(|l| sel.matches(l))
     }

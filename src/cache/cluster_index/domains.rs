@@ -28,6 +28,7 @@ pub struct DomainIndex {
 
 impl DomainIndex {
     /// The label value of an existing node (`None`: outside every domain).
+    #[inline]
     pub fn value_of(&self, node: &str) -> Option<&str> {
         self.of_node.get(node).map(String::as_str)
     }

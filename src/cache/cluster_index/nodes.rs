@@ -111,10 +111,12 @@ pub(super) const ALLOC: usize = 0;
 pub(super) const USED: usize = 1;
 
 impl NodeTable {
+    #[inline]
     pub(super) fn find(&self, name: &str) -> Option<u32> {
         self.index.get(name).copied()
     }
 
+    #[inline]
     pub(super) fn get(&self, name: &str) -> Option<&NodeSlot> {
         self.find(name).map(|i| &self.slots[i as usize])
     }
@@ -255,6 +257,7 @@ impl ClusterState {
     }
 
     /// The slot index of a node name under the current layout.
+    #[inline]
     pub fn find(&self, node: &str) -> Option<u32> {
         self.nodes.find(node)
     }

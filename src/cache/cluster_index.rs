@@ -113,6 +113,11 @@ pub struct ClusterState {
     devices: HashMap<DeviceKey, DeviceInfo>,
     /// Binding state of allocated claims with gated devices, by `namespace/name`.
     claim_bindings: HashMap<String, ClaimBinding>,
+    /// Per pending pod (its uid): the resourceVersion of each gated claim
+    /// the device gate last let a bind of it pass on
+    /// ([`ClusterIndex::record_passed`]); dropped once the watch shows the
+    /// pod bound, replaced or gone.
+    passed: HashMap<Key, (String, Vec<(String, String)>), Fast>,
     /// DeviceClasses: which extended resources DRA satisfies.
     device_classes: DeviceClasses,
     /// Recently resolved `NodeNames` arrays, most recent first.
@@ -151,6 +156,7 @@ impl Default for ClusterState {
             slices: HashMap::new(),
             devices: HashMap::new(),
             claim_bindings: HashMap::new(),
+            passed: HashMap::default(),
             device_classes: DeviceClasses::new(),
             refs: Default::default(),
             domains: domains::Domains::default(),

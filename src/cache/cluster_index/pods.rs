@@ -127,6 +127,25 @@ impl ClusterState {
         self.assumed.get(&k).or_else(|| self.pods.get(&k))
     }
 
+    /// The resourceVersion of gated claim `claim` (`namespace/name`) the
+    /// device gate last let a bind of pod `uid` pass on, while the pod is
+    /// pending (see [`ClusterIndex::record_passed`]).
+    pub fn passed_version(&self, namespace: &str, pod: &str, uid: &str, claim: &str) -> Option<&str> {
+        let (u, claims) = self.passed.get(&(namespace.to_owned(), pod.to_owned()))?;
+        if u != uid {
+            return None;
+        }
+        claims
+            .iter()
+            .find(|(c, _)| c == claim)
+            .map(|(_, rv)| rv.as_str())
+    }
+
+    /// Pods with passed claim versions remembered.
+    pub fn passed_pods(&self) -> usize {
+        self.passed.len()
+    }
+
     /// Whether a pod is assumed (bound here, not yet seen bound).
     pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
         self.assumed
@@ -292,6 +311,12 @@ impl ClusterState {
     }
 
     fn put_pod(&mut self, k: Key, entry: PodEntry) {
+        if entry.node.is_some()
+            || entry.terminal
+            || self.passed.get(&k).is_some_and(|(uid, _)| *uid != entry.uid)
+        {
+            self.passed.remove(&k);
+        }
         let before = self.counted_load(&k);
         if let Some(old) = self.pods.remove(&k) {
             self.index_pod(&k, &old, false);
@@ -310,6 +335,7 @@ impl ClusterState {
     }
 
     fn remove_pod(&mut self, k: &Key) {
+        self.passed.remove(k);
         let before = self.counted_load(k);
         if let Some(old) = self.pods.remove(k) {
             self.index_pod(k, &old, false);
@@ -373,6 +399,25 @@ impl ClusterIndex {
         }
         drop(s);
         self.pod_changes.notify_waiters();
+    }
+
+    /// Remembers the versions of pod `uid`'s gated claims a bind of it
+    /// passed the device gate on, while the pod is cached, pending, under
+    /// that uid. A later bind of the pod decides nothing on those
+    /// versions: kube-scheduler's Unreserve and PreBind write each claim
+    /// before it binds the pod again.
+    pub fn record_passed(&self, namespace: &str, pod: &str, uid: &str, claims: Vec<(String, String)>) {
+        let k = (namespace.to_owned(), pod.to_owned());
+        let mut s = self.write();
+        if claims.is_empty()
+            || !s
+                .pods
+                .get(&k)
+                .is_some_and(|p| p.uid == uid && p.node.is_none() && !p.terminal)
+        {
+            return;
+        }
+        s.passed.insert(k, (uid.to_owned(), claims));
     }
 
     /// Counts a pod on `node` until the watch shows it bound (or gone).

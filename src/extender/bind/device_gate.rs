@@ -298,6 +298,9 @@ impl BindingGate {
         // allocations, and the description of each.
         let mut settled: Vec<((String, String), String)> = Vec::new();
         loop {
+            // The versions of the pod's gated claims this round decides on.
+            let mut versions: Vec<(String, String)> = Vec::new();
+            let mut pod_uid_seen = String::new();
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
             tokio::pin!(changed);
@@ -340,6 +343,27 @@ impl BindingGate {
                         ));
                         continue;
                     }
+                    // The same holds for a pod bound again: an earlier bind
+                    // passed on this version of the claim and did not bind
+                    // it, and kube-scheduler's Unreserve and PreBind have
+                    // written the claim since. A cache still at that
+                    // version is behind (it may miss a deallocation and a
+                    // new allocation of the same device, reserved for the
+                    // pod again, while its watch was down).
+                    if snap.passed_version(namespace, pod_name, uid, &c.claim)
+                        == Some(b.resource_version.as_str())
+                    {
+                        waiting.push((
+                            format!(
+                                "claim {}: the cache shows the version an earlier bind of the pod passed on",
+                                c.claim
+                            ),
+                            call_deadline,
+                        ));
+                        continue;
+                    }
+                    pod_uid_seen = uid.to_owned();
+                    versions.push((c.claim.clone(), b.resource_version.clone()));
                     let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
@@ -402,6 +426,7 @@ impl BindingGate {
                 return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
+                nodes.record_passed(namespace, pod_name, &pod_uid_seen, versions);
                 return Ok(());
             };
             if now >= call_deadline {

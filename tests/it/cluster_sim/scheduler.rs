@@ -2117,6 +2117,12 @@ impl World {
                 },
             ),
             ("device waits", s.binding.waiting(), pods_most),
+            // Per pending pod the cache holds (deletions on their way too).
+            (
+                "passed claim versions",
+                s.nodes.read().passed_pods(),
+                pods_most + if end { 0 } else { slack("Pod") },
+            ),
             ("pending evictions", s.evictions.pending(), pods_most),
             // Swept of groups gone whenever it doubles, from 1,024 entries
             // (`permit::WrittenTable`).
@@ -3103,6 +3109,22 @@ fn regression_seed_140() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_140",
         140,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 173: a pod's bind passed the device gate on `Attached=True`,
+/// then answered 503; while the extender's watch was down kube-scheduler's
+/// Unreserve, PostFilter and a new allocation of the same device reserved
+/// for the pod again went unseen, and the next bind passed on the stale
+/// conditions. A pod bound again now waits for a newer claim version than
+/// the one its last bind passed on.
+#[test]
+fn regression_seed_173() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_173",
+        173,
         1000,
         &simulate,
     );

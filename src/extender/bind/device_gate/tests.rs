@@ -650,3 +650,48 @@ async fn a_claim_cleared_before_a_retry_is_not_cleared_again() {
     assert_eq!(f.writer.events.lock().len(), 2);
     assert_eq!(f.gate.waiting(), 0);
 }
+
+/// A pod bound again (its earlier bind passed the gate and did not bind
+/// it) is not passed on the claim version the earlier bind passed on:
+/// kube-scheduler's Unreserve and PreBind write the claim before the next
+/// bind, so a cache still at that version is behind (its watch may have
+/// missed a deallocation and a new allocation of the same device, reserved
+/// for the pod again, whose conditions are not True yet). Simulation seed
+/// 173 bound a pod that way. A newer version is decided on; the memory
+/// goes once the watch shows the pod bound.
+#[tokio::test(start_paused = true)]
+async fn a_pod_bound_again_waits_for_a_newer_claim_than_the_last_bind_passed_on() {
+    let f = fixture(600, 10);
+    let ready = |rv: &str| {
+        let mut c = claim(
+            "gpu",
+            &[GPU],
+            &[("gpu-0", &["Attached", "Healthy"])],
+            &["p-uid"],
+        );
+        c.metadata.resource_version = Some(rv.into());
+        c
+    };
+    f.nodes.apply_claim(&ready("7"));
+    assert_eq!(f.gate().await, (Ok(()), Duration::ZERO));
+    // The bind did not bind the pod; the cache still shows version 7.
+    let (r, waited) = f.gate().await;
+    assert_eq!(
+        r,
+        Err("waiting for device binding conditions: claim ns/gpu: the cache shows the version an earlier bind of the pod passed on; retry".into())
+    );
+    assert_eq!(waited, Duration::from_secs(10), "--binding-wait");
+    // The cache catches up with kube-scheduler's later writes.
+    let task = f.gate_task();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    f.nodes.apply_claim(&ready("9"));
+    assert_eq!(task.await.unwrap().0, Ok(()));
+    assert!(f.clears().is_empty());
+    assert_eq!(f.nodes.read().passed_pods(), 1);
+    // Bound: nothing is remembered for it.
+    let mut bound = pod(&["gpu", "nic"]);
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    f.nodes.apply_pod(&bound);
+    assert_eq!(f.nodes.read().passed_pods(), 0);
+}

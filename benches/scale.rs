@@ -21,6 +21,13 @@
 mod apiserver;
 mod common;
 
+/// The in-process figures use the allocator the service binary is built
+/// with (mimalloc, the default feature; the system allocator with
+/// `--no-default-features`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use common::{run, runtime_pods};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;

@@ -3,7 +3,7 @@
 //! the growth of resident memory per object at each step, split into the
 //! Run cache and the cluster index. Linux only (reads /proc/self/statm).
 //!
-//! cargo run --release --example cache_memory [--features mimalloc] [-- PODS NODES]
+//! cargo run --release --example cache_memory [--no-default-features] [-- PODS NODES]
 //!
 //! Defaults: 100,000 Runtime Pods on 10,000 Nodes, 100,000 Runs. Objects
 //! are built, applied and dropped one at a time, so the growth is what the
@@ -21,7 +21,8 @@ use kruntimes_scheduler::runs::queue::WorkQueue;
 use serde_json::json;
 use std::sync::Arc;
 
-/// `--features mimalloc`: the same figures with the binary's other allocator.
+/// The binary's allocator (mimalloc, the default feature); the system
+/// allocator with `--no-default-features`.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -343,8 +343,10 @@ const FOREIGN_FLAGS: &[&str] = &[
     // criterion's, passed through `cargo bench ... --`.
     "--warm-up-time",
     "--measurement-time",
-    // cargo's (`--features mimalloc`) and `cargo fmt --check`.
+    // cargo's (`--features`, `--no-default-features` for the system
+    // allocator) and `cargo fmt --check`.
     "--features",
+    "--no-default-features",
     "--check",
 ];
 

@@ -57,6 +57,17 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// Whether an assumed pod's node is cordoned (`spec.unschedulable`) or
+/// gone from the cache.
+fn stranded_on(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
+    let Some(node) = snap.pod(namespace, pod).and_then(|p| p.node.as_deref()) else {
+        return false;
+    };
+    snap.slot(node)
+        .and_then(|s| s.node.as_ref())
+        .is_none_or(|n| n.unschedulable)
+}
+
 /// Default `--gang-wait`: the longest one bind is held, and how long a
 /// gathering unit waits for a member it has not seen yet.
 pub const DEFAULT_GANG_WAIT: Duration = Duration::from_secs(20);
@@ -461,11 +472,35 @@ impl Gangs {
         let now = Instant::now();
         let due: Vec<(GroupRef, u64)> = {
             let mut t = self.table.lock();
-            let before = t.reserved.len();
-            if before > 0 {
+            let kept = t.reserved.len() + t.units.values().map(|u| u.kept.len()).sum::<usize>();
+            if kept > 0 {
                 let snap = nodes.read();
                 t.reserved.retain(|(ns, name), _| snap.is_assumed(ns, name));
-                if t.reserved.len() != before {
+                // A kept member whose node was cordoned or deleted cannot
+                // be bound there when kube-scheduler retries it (its
+                // filter rejects the node): it no longer counts toward
+                // its unit's quorum, and its room is free.
+                let mut stranded: Vec<Member> = t
+                    .reserved
+                    .keys()
+                    .chain(t.units.values().flat_map(|u| u.kept.iter()))
+                    .filter(|(ns, name)| stranded_on(&snap, ns, name))
+                    .cloned()
+                    .collect();
+                stranded.sort();
+                stranded.dedup();
+                drop(snap);
+                for m in &stranded {
+                    t.reserved.remove(m);
+                    for u in t.units.values_mut() {
+                        u.kept.remove(m);
+                    }
+                    nodes.forget(&m.0, &m.1);
+                }
+                t.units.retain(|_, u| u.members() > 0);
+                let now_kept =
+                    t.reserved.len() + t.units.values().map(|u| u.kept.len()).sum::<usize>();
+                if now_kept != kept {
                     t.recount();
                 }
             }

@@ -876,6 +876,50 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
     assert_eq!(f.waits(GangWait::Expired), 0);
 }
 
+/// A kept member whose node is cordoned (or deleted) cannot be bound
+/// there on kube-scheduler's retry: the sweep drops it, so it no longer
+/// counts toward its unit's quorum and its room is free. (Simulation seed
+/// 179: a drained node's kept members completed a composite's quorum and
+/// a child gang was bound short of its minCount.)
+#[tokio::test(start_paused = true)]
+async fn a_kept_member_on_a_cordoned_node_stops_counting() {
+    let f = fixture_with(
+        3,
+        3,
+        false,
+        GangConfig {
+            wait: Duration::from_secs(2),
+            wait_max: Duration::from_secs(60),
+            max_held: 100,
+        },
+    );
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let p1 = f.spawn("p1");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))), "{e0}");
+    assert!(f.binder.permit.is_kept("ns", "p0"));
+    // Nothing changed on the node: the sweep keeps it.
+    f.binder.permit.sweep(&f.binder.nodes);
+    assert!(f.binder.permit.is_kept("ns", "p0") && f.assumed("p0"));
+    // n1 cordoned: p0 is dropped and no longer counted.
+    f.binder.nodes.apply_node(
+        &testkit::node("n1")
+            .allocatable("8", "16Gi")
+            .set(&["spec", "unschedulable"], true)
+            .typed(),
+    );
+    f.binder.permit.sweep(&f.binder.nodes);
+    assert!(!f.binder.permit.is_kept("ns", "p0"));
+    assert!(!f.assumed("p0"));
+    // p2 arriving does not complete the quorum with the stranded p0.
+    let p2 = f.spawn("p2");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!p2.is_finished(), "held: 2 of 3 placed");
+    assert!(f.writer.bound.lock().is_empty());
+    drop((p1, p2));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_unit_ends_at_the_overall_bound_however_steady_its_progress() {
     let f = fixture_with(

@@ -3114,6 +3114,21 @@ fn regression_seed_140() {
     );
 }
 
+/// Soak seed 179: members kept (reserved) while their composite gathered
+/// sat on a node that was then drained; kube-scheduler's retry could not
+/// place them there, yet they completed the composite's quorum and a child
+/// gang was bound short of its minCount. A kept member on a cordoned or
+/// deleted node no longer counts.
+#[test]
+fn regression_seed_179() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_179",
+        179,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 173: a pod's bind passed the device gate on `Attached=True`,
 /// then answered 503; while the extender's watch was down kube-scheduler's
 /// Unreserve, PostFilter and a new allocation of the same device reserved

@@ -461,7 +461,18 @@ fn lock(api: &Api) -> std::sync::MutexGuard<'_, ApiServer> {
 }
 
 /// The extender's writes, against the simulated API server.
-struct SimWriter(Api);
+/// The extender's writes to the API server. `alive` is the extender
+/// process: once its pod is killed, a write whose request the API server
+/// had not processed yet (still in its simulated latency) is lost with the
+/// connection; it never lands after the process is gone.
+struct SimWriter(Api, Arc<AtomicBool>);
+
+impl SimWriter {
+    /// After a write's latency: whether the process that sent it is alive.
+    fn sent(&self) -> bool {
+        self.1.load(Ordering::SeqCst)
+    }
+}
 
 impl ClusterWriter for SimWriter {
     fn record_event<'a>(
@@ -490,6 +501,13 @@ impl ClusterWriter for SimWriter {
         Box::pin(async move {
             let (delay, fail, lost) = lock(&self.0).draw_write(&format!("bind {}", b.name));
             tokio::time::sleep(delay).await;
+            if !self.sent() {
+                return Err(kruntimes_scheduler::cluster::kube::bind_error(
+                    b,
+                    503,
+                    "the extender's process is gone",
+                ));
+            }
             let mut api = lock(&self.0);
             // The answer as the extender's client maps the status code:
             // a 5xx leaves the write's fate unknown to the caller.
@@ -574,6 +592,9 @@ impl ClusterWriter for SimWriter {
         Box::pin(async move {
             let (delay, fail, _) = lock(&self.0).draw_write(&format!("clear {}", claim.name));
             tokio::time::sleep(delay).await;
+            if !self.sent() {
+                return Err(WriteError::Other("the extender's process is gone".into()));
+            }
             let mut api = lock(&self.0);
             if let Some(code) = fail {
                 api.count(if code == "409" {
@@ -618,6 +639,9 @@ impl ClusterWriter for SimWriter {
         Box::pin(async move {
             let (delay, fail, _) = lock(&self.0).draw_write(&format!("condition {}", group.name));
             tokio::time::sleep(delay).await;
+            if !self.sent() {
+                return Err(WriteError::Other("the extender's process is gone".into()));
+            }
             let mut api = lock(&self.0);
             if fail == Some("409") {
                 api.count("condition 409");
@@ -693,6 +717,8 @@ struct Extender {
     evictor: Option<tokio::task::JoinHandle<()>>,
     /// When a cold cache finishes its initial list.
     warm_at: Option<Duration>,
+    /// The process (see [`SimWriter`]).
+    alive: Arc<AtomicBool>,
 }
 
 impl Extender {
@@ -702,7 +728,9 @@ impl Extender {
         nodes.set_priority_classes_synced(true);
         let synced = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&synced);
-        let writer: Arc<dyn ClusterWriter> = Arc::new(SimWriter(Arc::clone(api)));
+        let alive = Arc::new(AtomicBool::new(true));
+        let writer: Arc<dyn ClusterWriter> =
+            Arc::new(SimWriter(Arc::clone(api), Arc::clone(&alive)));
         let state = ExtenderState {
             nodes,
             writer,
@@ -751,6 +779,7 @@ impl Extender {
             sweeper,
             evictor,
             warm_at: Some(warm_at),
+            alive,
         }
     }
 
@@ -786,6 +815,7 @@ impl Extender {
 
 impl Drop for Extender {
     fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
         self.sweeper.abort();
         if let Some(e) = &self.evictor {
             e.abort();
@@ -3109,6 +3139,20 @@ fn regression_seed_140() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_140",
         140,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 190, a gap in the world: a binding the killed leader's
+/// extender had sent landed after its death, once the new kube-scheduler's
+/// PostFilter had deallocated the pod's claim. A killed process's writes
+/// still in their latency are now lost with it.
+#[test]
+fn regression_seed_190() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_190",
+        190,
         1000,
         &simulate,
     );

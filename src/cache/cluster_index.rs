@@ -117,7 +117,7 @@ pub struct ClusterState {
     /// the device gate last let a bind of it pass on
     /// ([`ClusterIndex::record_passed`]); dropped once the watch shows the
     /// pod bound, replaced or gone.
-    passed: HashMap<Key, (String, Vec<(String, String)>), Fast>,
+    passed: HashMap<Key, PassedClaims, Fast>,
     /// DeviceClasses: which extended resources DRA satisfies.
     device_classes: DeviceClasses,
     /// Recently resolved `NodeNames` arrays, most recent first.
@@ -165,6 +165,10 @@ impl Default for ClusterState {
         }
     }
 }
+
+/// A pod's uid and `(claim, resourceVersion)` of each gated claim its last
+/// bind passed the device gate on.
+type PassedClaims = (String, Vec<(String, String)>);
 
 /// The `(namespace, name)` of an object (`default` when it has no namespace).
 pub(super) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {

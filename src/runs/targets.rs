@@ -10,8 +10,8 @@
 //! to a recount.
 
 use super::affinity::{Requirement, Selector};
-use std::collections::{BTreeMap, HashMap};
 use smallvec::SmallVec;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 type Fast = foldhash::fast::RandomState;
@@ -24,6 +24,9 @@ pub type Labels = Arc<BTreeMap<String, String>>;
 /// such targets each holds.
 type Posting = HashMap<Arc<str>, u32, Fast>;
 
+/// Targets by Run name: the pod and labels of each.
+type ByRun = HashMap<Arc<str>, (Arc<str>, Labels), Fast>;
+
 /// The targets on one pod: `(run, assumed, labels)`.
 type OnPod = SmallVec<[(Arc<str>, bool, Labels); 2]>;
 
@@ -32,7 +35,7 @@ type OnPod = SmallVec<[(Arc<str>, bool, Labels); 2]>;
 pub struct Targets {
     /// Every target by Run name, with its pod and labels: Runs active on
     /// a pod (`[0]`) and Runs this scheduler assumed on one (`[1]`).
-    by_run: [HashMap<Arc<str>, (Arc<str>, Labels), Fast>; 2],
+    by_run: [ByRun; 2],
     /// Per pod, the targets on it.
     on_pod: HashMap<Arc<str>, OnPod, Fast>,
     /// Per label key and value, the pods holding a target that carries
@@ -144,10 +147,10 @@ impl Targets {
     /// Every target as `(run, assumed, pod, labels)` (for checks against
     /// a recount).
     pub fn iter(&self) -> impl Iterator<Item = (&str, bool, &str, &BTreeMap<String, String>)> {
-        self.by_run.iter().enumerate().flat_map(|(i, m)| {
-            m.iter()
-                .map(move |(r, (p, l))| (&**r, i == 1, &**p, &**l))
-        })
+        self.by_run
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| m.iter().map(move |(r, (p, l))| (&**r, i == 1, &**p, &**l)))
     }
 
     /// Pods of the posting lists a requirement reads (a superset of the

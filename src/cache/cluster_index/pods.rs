@@ -130,7 +130,13 @@ impl ClusterState {
     /// The resourceVersion of gated claim `claim` (`namespace/name`) the
     /// device gate last let a bind of pod `uid` pass on, while the pod is
     /// pending (see [`ClusterIndex::record_passed`]).
-    pub fn passed_version(&self, namespace: &str, pod: &str, uid: &str, claim: &str) -> Option<&str> {
+    pub fn passed_version(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        claim: &str,
+    ) -> Option<&str> {
         let (u, claims) = self.passed.get(&(namespace.to_owned(), pod.to_owned()))?;
         if u != uid {
             return None;
@@ -313,7 +319,10 @@ impl ClusterState {
     fn put_pod(&mut self, k: Key, entry: PodEntry) {
         if entry.node.is_some()
             || entry.terminal
-            || self.passed.get(&k).is_some_and(|(uid, _)| *uid != entry.uid)
+            || self
+                .passed
+                .get(&k)
+                .is_some_and(|(uid, _)| *uid != entry.uid)
         {
             self.passed.remove(&k);
         }
@@ -406,7 +415,13 @@ impl ClusterIndex {
     /// that uid. A later bind of the pod decides nothing on those
     /// versions: kube-scheduler's Unreserve and PreBind write each claim
     /// before it binds the pod again.
-    pub fn record_passed(&self, namespace: &str, pod: &str, uid: &str, claims: Vec<(String, String)>) {
+    pub fn record_passed(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        claims: Vec<(String, String)>,
+    ) {
         let k = (namespace.to_owned(), pod.to_owned());
         let mut s = self.write();
         if claims.is_empty()

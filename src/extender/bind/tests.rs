@@ -897,7 +897,10 @@ async fn a_kept_member_on_a_cordoned_node_stops_counting() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let p1 = f.spawn("p1");
     let e0 = p0.await.unwrap().unwrap_err();
-    assert!(matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))), "{e0}");
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
     assert!(f.binder.permit.is_kept("ns", "p0"));
     // Nothing changed on the node: the sweep keeps it.
     f.binder.permit.sweep(&f.binder.nodes);

@@ -1994,13 +1994,13 @@ impl World {
                 .groups
                 .iter()
                 .map(|g| {
-                    let bound: Vec<&str> =
-                        g.pods.iter().filter_map(|p| api.node_of(p)).collect();
+                    let bound: Vec<&str> = g.pods.iter().filter_map(|p| api.node_of(p)).collect();
                     // A gang short of its minCount needs room for all of
                     // its missing members in its domain (it binds none
                     // until they fit together); otherwise for one.
                     let missing = g.min.saturating_sub(bound.len()).max(1);
-                    g.topology.is_none_or(|k| room_in(k, &bound, g.cpu, w.dra, missing))
+                    g.topology
+                        .is_none_or(|k| room_in(k, &bound, g.cpu, w.dra, missing))
                         && w.composite
                             .as_ref()
                             .and_then(|(_, _, k)| *k)
@@ -2017,7 +2017,8 @@ impl World {
                     .iter()
                     .zip(&owed)
                     .filter(|(g, owed)| {
-                        **owed || g.pods.iter().filter(|p| api.node_of(p).is_some()).count() >= g.min
+                        **owed
+                            || g.pods.iter().filter(|p| api.node_of(p).is_some()).count() >= g.min
                     })
                     .count();
                 if able < *min {
@@ -2081,7 +2082,10 @@ impl World {
             ("Pod", pods + slack("Pod")),
             // An assumption lasts until the watch shows the pod bound or
             // gone: a pod deleted right after its bind is still assumed.
-            ("AssumedPod", if end { unplaced } else { pods + slack("Pod") }),
+            (
+                "AssumedPod",
+                if end { unplaced } else { pods + slack("Pod") },
+            ),
             ("PodGroup", api.groups.len() + slack("PodGroup")),
             (
                 "CompositePodGroup",
@@ -2382,7 +2386,8 @@ impl World {
                     let event_since = |at: Duration| {
                         api.reports.get(&g.name).is_some_and(|r| {
                             r.iter().any(|r| {
-                                r.at >= at && r.what.starts_with(&format!("Event {BELOW_MIN_EVENT}"))
+                                r.at >= at
+                                    && r.what.starts_with(&format!("Event {BELOW_MIN_EVENT}"))
                             })
                         })
                     };

@@ -203,12 +203,14 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
     })
 }
 
-/// Whether an intent's preemptor can no longer choose its node: it is
-/// gone, finished or terminating, or it (the same pod) is bound on another
-/// node. (A pod under its name with another uid is left to expire.)
+/// Whether an intent's preemptor can no longer choose its node: the watch
+/// shows it gone, finished or terminating, or (the same pod) bound on
+/// another node. (A pod under its name with another uid is left to expire.)
 fn moved_on(snap: &ClusterState, i: &Intent) -> bool {
     let p = &i.preemptor;
-    match snap.pod(&p.namespace, &p.name) {
+    // As the watch shows it: an assumption (a bind in flight, or one whose
+    // outcome is unknown) is not a pod bound elsewhere.
+    match snap.watched_pod(&p.namespace, &p.name) {
         None => true,
         Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
         Some(e) => e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != i.node),

@@ -152,6 +152,11 @@ impl ClusterState {
         self.passed.len()
     }
 
+    /// A pod as the watch shows it (not its assumed version).
+    pub fn watched_pod(&self, namespace: &str, name: &str) -> Option<&PodEntry> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
     /// Whether a pod is assumed (bound here, not yet seen bound).
     pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
         self.assumed

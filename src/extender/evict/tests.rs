@@ -420,6 +420,13 @@ async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
         intent("n1", &["sp0"], &["sp1", "sp2"]),
         intent("n2", &["sp1"], &["sp0", "sp2"]),
     ]);
+    // Assumed on n3 by a bind whose outcome is not known yet: the watch
+    // does not show it bound there, so both candidates stay.
+    assert!(nodes.assume("ns", "big", "big-uid", "n3"));
+    nodes.apply_pod(&preemptor(None));
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 2);
+    nodes.forget("ns", "big");
     // Bound on n3, where it preempted nothing: neither candidate fires.
     let mut bound = preemptor(None);
     bound.spec.as_mut().unwrap().node_name = Some("n3".into());

@@ -3149,6 +3149,21 @@ fn regression_seed_140() {
     );
 }
 
+/// Soak seed 80 (after seed 162's fix): the evictor dropped an `All`
+/// intent because the preemptor was assumed on another node by a bind
+/// whose outcome was unknown (a 503); the watch never showed it bound
+/// there, and it was bound on the preempted node. An intent goes only on
+/// what the watch shows.
+#[test]
+fn regression_seed_80() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_80",
+        80,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 190, a gap in the world: a binding the killed leader's
 /// extender had sent landed after its death, once the new kube-scheduler's
 /// PostFilter had deallocated the pod's claim. A killed process's writes

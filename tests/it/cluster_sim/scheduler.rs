@@ -1059,6 +1059,10 @@ struct World {
     /// When the leader was last killed (the evictor's pending work is in
     /// memory and goes with it).
     last_kill: Option<Duration>,
+    /// Pods whose bind kube-scheduler cancelled (until it binds them
+    /// again): the extender's binding write may still land after
+    /// kube-scheduler's Unreserve and PostFilter let the claim go.
+    abandoned: BTreeSet<String>,
 }
 
 impl World {
@@ -1147,6 +1151,7 @@ impl World {
             group_deletions: Vec::new(),
             all_disruptions: Vec::new(),
             last_kill: None,
+            abandoned: BTreeSet::new(),
         }
     }
 
@@ -1663,6 +1668,7 @@ impl World {
                 error,
             });
         });
+        self.abandoned.remove(&name);
         self.ks.binding.insert(name, task);
     }
 
@@ -2190,6 +2196,40 @@ impl World {
         let now = sim.now();
         let shared = Arc::clone(&self.api);
         let mut api = lock(&shared);
+        // DRA admission: a pod bound by a binding kube-scheduler had
+        // abandoned (cancelled; the write landed afterwards) whose claim
+        // kube-scheduler let go meanwhile (Unreserve, PostFilter's
+        // deallocation) has no device on its node: the kubelet fails it
+        // and its controller creates it again. Only there: any other pod
+        // bound without its device is left for the invariant.
+        let abandoned: Vec<String> = self.abandoned.iter().cloned().collect();
+        for p in abandoned {
+            let Some(pod) = api.pods.get(&p) else {
+                self.abandoned.remove(&p);
+                continue;
+            };
+            let (Some(node), Some(c)) = (
+                pod["spec"]["nodeName"].as_str().map(str::to_owned),
+                claim_of(pod),
+            ) else {
+                continue;
+            };
+            self.abandoned.remove(&p);
+            let ready = api.allocated(&c).is_some_and(|(n, _)| n == node) && api.device_ready(&c);
+            if ready {
+                continue;
+            }
+            api.put(Change::Pod(p.clone(), None));
+            self.strike(&p, now);
+            self.recreate(&mut api, &p);
+            *self
+                .fault_counts
+                .entry("kubelet rejected (claim let go after a cancelled bind)")
+                .or_default() += 1;
+            sim.event(format_args!(
+                "kubelet on {node} rejects {p}: claim {c} has no device here (its bind was cancelled)"
+            ));
+        }
         api.lost_replies.retain(|(at, _)| *at + BIND_TIMEOUT >= now);
         if api.lost_replies.is_empty() {
             return;
@@ -2651,6 +2691,7 @@ impl World {
                     t.abort();
                 }
                 self.ks.inflight.remove(&pod);
+                self.abandoned.insert(pod.clone());
                 // A member released by its quorum finishes its binding
                 // call without the caller: the gang may be short of it
                 // for a moment.
@@ -3159,6 +3200,21 @@ fn regression_seed_80() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_80",
         80,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 187, a gap in the world: kube-scheduler cancelled a bind
+/// whose binding write the extender had already sent; its Unreserve and
+/// PostFilter let the claim go, and the write landed: the pod was bound
+/// with no device. A real kubelet fails such a pod at admission and its
+/// controller creates it again; the world's kubelet now does.
+#[test]
+fn regression_seed_187() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_187",
+        187,
         1000,
         &simulate,
     );

@@ -136,6 +136,9 @@ impl Default for EvictConfig {
 struct Pending {
     intent: Intent,
     expires: Instant,
+    /// The watch has shown the preemptor (under its uid) since: only then
+    /// does its absence mean it was deleted rather than not seen yet.
+    seen: bool,
 }
 
 /// The intents preempt recorded and the evictor has not fired yet.
@@ -204,17 +207,25 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
 }
 
 /// Whether an intent's preemptor can no longer choose its node: the watch
-/// shows it gone, finished or terminating, or (the same pod) bound on
-/// another node. (A pod under its name with another uid is left to expire.)
-fn moved_on(snap: &ClusterState, i: &Intent) -> bool {
+/// shows it gone (having shown it before: `seen`), finished or
+/// terminating, or (the same pod) bound on another node. (A pod under its name with another uid is left to expire.)
+fn moved_on(snap: &ClusterState, i: &Intent, seen: bool) -> bool {
     let p = &i.preemptor;
     // As the watch shows it: an assumption (a bind in flight, or one whose
     // outcome is unknown) is not a pod bound elsewhere.
     match snap.watched_pod(&p.namespace, &p.name) {
-        None => true,
+        // Gone, if the watch has shown it since (else not seen yet).
+        None => seen,
         Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
         Some(e) => e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != i.node),
     }
+}
+
+/// Whether the watch shows an intent's preemptor (under its uid).
+fn seen(snap: &ClusterState, i: &Intent) -> bool {
+    let p = &i.preemptor;
+    snap.watched_pod(&p.namespace, &p.name)
+        .is_some_and(|e| p.uid.is_empty() || e.uid == p.uid)
 }
 
 /// Whether a victim has been deleted as far as the watch shows: gone,
@@ -263,7 +274,11 @@ impl Evictions {
             let mut t = self.table.lock();
             for intent in intents {
                 t.pending.retain(|p| p.intent.key() != intent.key());
-                t.pending.push(Pending { intent, expires });
+                t.pending.push(Pending {
+                    intent,
+                    expires,
+                    seen: false,
+                });
             }
             let over = t.pending.len().saturating_sub(self.config.max_intents);
             if over > 0 {
@@ -362,8 +377,11 @@ impl Evictions {
         let mut t = self.table.lock();
         // Expired, or never to fire: the preemptor is gone, finished or
         // terminating, or bound on another node.
+        for p in t.pending.iter_mut() {
+            p.seen |= seen(&snap, &p.intent);
+        }
         t.pending
-            .retain(|p| p.expires > now && !moved_on(&snap, &p.intent));
+            .retain(|p| p.expires > now && !moved_on(&snap, &p.intent, p.seen));
         let (fired, rest): (Vec<Pending>, Vec<Pending>) =
             std::mem::take(&mut t.pending).into_iter().partition(|p| {
                 chosen(&snap, &p.intent) && p.intent.victims.iter().all(|v| deleted(&snap, v))

@@ -446,6 +446,11 @@ async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
     nodes.delete_pod("ns", "big");
     settle(Duration::from_millis(10)).await;
     assert_eq!(ev.pending(), 0);
+    // A preemptor the watch has not shown yet is not gone: its intent
+    // waits for it.
+    ev.expect(vec![intent("n3", &["sp2"], &[])]);
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(ev.pending(), 1);
     task.abort();
 }
 

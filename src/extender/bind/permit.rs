@@ -566,9 +566,13 @@ impl Gangs {
         waiting: impl FnOnce(),
     ) -> Result<Held, HoldFailure> {
         let mut waiting = Some(waiting);
+        // The member's own wait spans the whole bind call, however many
+        // rounds it takes: a round per release its own gang was not ready
+        // for must not hold the call past kube-scheduler's `httpTimeout`.
+        let mine = Instant::now() + self.config.wait;
         loop {
             match self
-                .hold_round(nodes, writer, namespace, pod, &mut waiting)
+                .hold_round(nodes, writer, namespace, pod, &mut waiting, mine)
                 .await
             {
                 Ok(held) => return Ok(held),
@@ -579,7 +583,8 @@ impl Gangs {
         }
     }
 
-    /// One hold: until the unit's outcome or this member's deadline.
+    /// One hold: until the unit's outcome or this member's deadline
+    /// (`mine`).
     async fn hold_round<W: FnOnce()>(
         &self,
         nodes: &ClusterIndex,
@@ -587,6 +592,7 @@ impl Gangs {
         namespace: &str,
         pod: &str,
         waiting: &mut Option<W>,
+        mine: Instant,
     ) -> Result<Held, Round> {
         let ended = self.sweep(nodes);
         self.record(nodes, writer, ended).await;
@@ -685,9 +691,9 @@ impl Gangs {
             w();
         }
         // From here every return leaves the table through the unit's
-        // outcome (quorum, expiry) or the member's own deadline; only a
-        // drop mid-wait goes through the waiter.
-        let mine = Instant::now() + self.config.wait;
+        // outcome (quorum, expiry) or the member's own deadline (`mine`,
+        // from the start of the bind call); only a drop mid-wait goes
+        // through the waiter.
         let unit = waiter.unit.clone();
         let ended = || {
             Round::Failed(HoldFailure::Ended(format!(

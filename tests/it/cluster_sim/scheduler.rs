@@ -3220,6 +3220,22 @@ fn regression_seed_187() {
     );
 }
 
+/// Soak seed 333: two members of a child gang, released by their
+/// composite's quorum while their own gang was short, were held again
+/// round after round, each with a fresh `--gang-wait`, until their calls
+/// hit kube-scheduler's 30 s bind timeout at the instant the quorum they
+/// counted in released the others: the child gang was bound at 3 of its 5.
+/// A member's own wait now spans its whole bind call.
+#[test]
+fn regression_seed_333() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_333",
+        333,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 190, a gap in the world: a binding the killed leader's
 /// extender had sent landed after its death, once the new kube-scheduler's
 /// PostFilter had deallocated the pod's claim. A killed process's writes

@@ -193,18 +193,7 @@ fn plan_http(c: &mut Criterion) {
     let mut g = c.benchmark_group("plan_http");
     for n in [100usize, 1_000, 10_000] {
         let now = Timestamp::now();
-        let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
-        for i in 0..n {
-            app.state.runs.cache.apply_pod(&runtime_pod(i, now), now);
-            if i % 2 == 0 {
-                let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-                app.state.runs.cache.apply_run(&run(
-                    &format!("busy-{i}"),
-                    &busy,
-                    Some(&format!("rp-{i:05}")),
-                ));
-            }
-        }
+        let app = standalone_pods(n, now);
         let router = kruntimes_scheduler::http::router(app.state.clone());
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
@@ -214,18 +203,7 @@ fn plan_http(c: &mut Criterion) {
     // With affinity terms, over the affinity benches' 20,000 active Runs.
     const PODS: usize = 10_000;
     let now = Timestamp::now();
-    let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
-    for i in 0..PODS {
-        app.state.runs.cache.apply_pod(&runtime_pod(i, now), now);
-        if i % 2 == 0 {
-            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
-            app.state.runs.cache.apply_run(&run(
-                &format!("busy-{i}"),
-                &busy,
-                Some(&format!("rp-{i:05}")),
-            ));
-        }
-    }
+    let app = standalone_pods(PODS, now);
     add_affinity_runs(&app.state.runs.cache, PODS, 20_000);
     let body = json!({"metadata": {"name": "r", "namespace": "bench", "labels": {"cohort": "c-7"}},
         "spec": {"runtime": "py", "resources": {"requests": {"runs": "1", "gpu": "1", "mem": "4Gi"}},
@@ -237,6 +215,24 @@ fn plan_http(c: &mut Criterion) {
         b.iter(|| black_box(post_plan(&rt, &router, &body)))
     });
     g.finish();
+}
+
+/// A standalone service whose Run cache holds [`runtime_pod`]`(0..n)`,
+/// every other one busy, as [`runtime_pods`] builds a bare cache.
+fn standalone_pods(n: usize, now: Timestamp) -> kruntimes_scheduler::serve::Standalone {
+    let app = standalone(CacheConfig::default(), Vec::new()).unwrap();
+    for i in 0..n {
+        app.state.runs.cache.apply_pod(&runtime_pod(i, now), now);
+        if i % 2 == 0 {
+            let busy = [("runs", "3"), ("gpu", "2"), ("mem", "16Gi"), ("slots", "5")];
+            app.state.runs.cache.apply_run(&run(
+                &format!("busy-{i}"),
+                &busy,
+                Some(&format!("rp-{i:05}")),
+            ));
+        }
+    }
+    app
 }
 
 /// One `POST /v1/runs/plan` through the router; the answer's length.

@@ -2219,16 +2219,15 @@ impl World {
             if ready {
                 continue;
             }
-            api.put(Change::Pod(p.clone(), None));
-            self.strike(&p, now);
-            self.recreate(&mut api, &p);
-            *self
-                .fault_counts
-                .entry("kubelet rejected (claim let go after a cancelled bind)")
-                .or_default() += 1;
-            sim.event(format_args!(
-                "kubelet on {node} rejects {p}: claim {c} has no device here (its bind was cancelled)"
-            ));
+            self.kubelet_reject(
+                sim,
+                &mut api,
+                &p,
+                "kubelet rejected (claim let go after a cancelled bind)",
+                format_args!(
+                    "kubelet on {node} rejects {p}: claim {c} has no device here (its bind was cancelled)"
+                ),
+            );
         }
         api.lost_replies.retain(|(at, _)| *at + BIND_TIMEOUT >= now);
         if api.lost_replies.is_empty() {
@@ -2264,17 +2263,31 @@ impl World {
             else {
                 continue;
             };
-            api.put(Change::Pod(last.clone(), None));
-            self.strike(&last, now);
-            self.recreate(&mut api, &last);
-            *self
-                .fault_counts
-                .entry("kubelet rejected (OutOfcpu)")
-                .or_default() += 1;
-            sim.event(format_args!(
-                "kubelet on {node} rejects {last}: OutOfcpu ({cpu}m bound)"
-            ));
+            self.kubelet_reject(
+                sim,
+                &mut api,
+                &last,
+                "kubelet rejected (OutOfcpu)",
+                format_args!("kubelet on {node} rejects {last}: OutOfcpu ({cpu}m bound)"),
+            );
         }
+    }
+
+    /// The kubelet fails a bound pod at admission: deleted, struck, and
+    /// created again by its controller.
+    fn kubelet_reject(
+        &mut self,
+        sim: &mut Sim,
+        api: &mut ApiServer,
+        pod: &str,
+        fault: &'static str,
+        event: std::fmt::Arguments<'_>,
+    ) {
+        api.put(Change::Pod(pod.to_owned(), None));
+        self.strike(pod, sim.now());
+        self.recreate(api, pod);
+        *self.fault_counts.entry(fault).or_default() += 1;
+        sim.event(event);
     }
 
     fn check(&mut self, sim: &Sim) {

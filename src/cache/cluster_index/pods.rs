@@ -322,12 +322,14 @@ impl ClusterState {
     }
 
     fn put_pod(&mut self, k: Key, entry: PodEntry) {
-        if entry.node.is_some()
-            || entry.terminal
-            || self
-                .passed
-                .get(&k)
-                .is_some_and(|(uid, _)| *uid != entry.uid)
+        // Skipped while nothing is remembered: this runs for every pod event.
+        if !self.passed.is_empty()
+            && (entry.node.is_some()
+                || entry.terminal
+                || self
+                    .passed
+                    .get(&k)
+                    .is_some_and(|(uid, _)| *uid != entry.uid))
         {
             self.passed.remove(&k);
         }
@@ -349,7 +351,9 @@ impl ClusterState {
     }
 
     fn remove_pod(&mut self, k: &Key) {
-        self.passed.remove(k);
+        if !self.passed.is_empty() {
+            self.passed.remove(k);
+        }
         let before = self.counted_load(k);
         if let Some(old) = self.pods.remove(k) {
             self.index_pod(k, &old, false);

@@ -219,8 +219,17 @@ pub(super) fn members<'s>(
     m
 }
 
-/// Leaf PodGroups under a group (itself when it is one).
-pub(super) fn leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
+/// Leaf PodGroups under a group (itself when it is one). With `departed`,
+/// also the PodGroups deleted under each composite while their members
+/// remained ([`ClusterState::departed_groups`]): their members are still
+/// where they were placed.
+pub(super) fn leaves(
+    snap: &ClusterState,
+    r: &GroupRef,
+    depth: usize,
+    departed: bool,
+    out: &mut Vec<GroupRef>,
+) {
     if !r.composite {
         out.push(r.clone());
         return;
@@ -231,22 +240,19 @@ pub(super) fn leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut 
     for g in snap.child_groups(&r.namespace, &r.name) {
         out.push(GroupRef::group(&r.namespace, &g));
     }
-    for c in snap.child_composites(&r.namespace, &r.name) {
-        leaves(snap, &GroupRef::composite(&r.namespace, &c), depth + 1, out);
-    }
-}
-
-/// PodGroups deleted under a composite (or a composite beneath it) while
-/// their members remained ([`ClusterState::departed_groups`]).
-fn departed_leaves(snap: &ClusterState, r: &GroupRef, depth: usize, out: &mut Vec<GroupRef>) {
-    if depth >= MAX_DEPTH {
-        return;
-    }
-    for g in snap.departed_groups(&r.namespace, &r.name) {
-        out.push(GroupRef::group(&r.namespace, &g));
+    if departed {
+        for g in snap.departed_groups(&r.namespace, &r.name) {
+            out.push(GroupRef::group(&r.namespace, &g));
+        }
     }
     for c in snap.child_composites(&r.namespace, &r.name) {
-        departed_leaves(snap, &GroupRef::composite(&r.namespace, &c), depth + 1, out);
+        leaves(
+            snap,
+            &GroupRef::composite(&r.namespace, &c),
+            depth + 1,
+            departed,
+            out,
+        );
     }
 }
 
@@ -455,12 +461,9 @@ pub(super) fn fixed_domain(
 /// Nodes of every pod placed under a group.
 pub(super) fn placed_nodes<'s>(snap: &'s ClusterState, r: &GroupRef) -> Vec<&'s str> {
     let mut ls = Vec::new();
-    leaves(snap, r, 0, &mut ls);
     // Members of a child group deleted under a composite stay bound where
     // they are: they still fix the composite's domain.
-    if r.composite && snap.any_departed() {
-        departed_leaves(snap, r, 0, &mut ls);
-    }
+    leaves(snap, r, 0, snap.any_departed(), &mut ls);
     ls.iter()
         .flat_map(|l| members(snap, &l.namespace, &l.name, None).placed)
         .collect()

@@ -646,7 +646,7 @@ pub(super) fn subtree_requests<'s>(
     this: FilteredPod<'_, 's>,
 ) -> Vec<&'s Amounts> {
     let mut ls = Vec::new();
-    leaves(snap, r, 0, &mut ls);
+    leaves(snap, r, 0, false, &mut ls);
     ls.iter()
         .flat_map(|l| members(snap, &l.namespace, &l.name, this).unplaced)
         .map(|(r, _)| r)

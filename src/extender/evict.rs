@@ -141,6 +141,27 @@ struct Pending {
     seen: bool,
 }
 
+impl Pending {
+    /// Whether the preemptor can no longer choose the intent's node, as
+    /// the watch shows it (an assumption, a bind in flight or one whose
+    /// outcome is unknown, is not a pod bound elsewhere): gone (once the
+    /// watch has shown it, else it may not be seen yet), finished or
+    /// terminating, or (the same pod) bound on another node. Notes when
+    /// the watch shows it.
+    fn moved_on(&mut self, snap: &ClusterState) -> bool {
+        let p = &self.intent.preemptor;
+        match snap.watched_pod(&p.namespace, &p.name) {
+            None => self.seen,
+            // Another pod under its name is left to expire.
+            Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
+            Some(e) => {
+                self.seen = true;
+                e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != self.intent.node)
+            }
+        }
+    }
+}
+
 /// The intents preempt recorded and the evictor has not fired yet.
 #[derive(Debug, Default)]
 struct Table {
@@ -204,28 +225,6 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
             && (e.nominated.as_deref() == Some(i.node.as_str())
                 || e.node.as_deref() == Some(i.node.as_str()))
     })
-}
-
-/// Whether an intent's preemptor can no longer choose its node: the watch
-/// shows it gone (having shown it before: `seen`), finished or
-/// terminating, or (the same pod) bound on another node. (A pod under its name with another uid is left to expire.)
-fn moved_on(snap: &ClusterState, i: &Intent, seen: bool) -> bool {
-    let p = &i.preemptor;
-    // As the watch shows it: an assumption (a bind in flight, or one whose
-    // outcome is unknown) is not a pod bound elsewhere.
-    match snap.watched_pod(&p.namespace, &p.name) {
-        // Gone, if the watch has shown it since (else not seen yet).
-        None => seen,
-        Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
-        Some(e) => e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != i.node),
-    }
-}
-
-/// Whether the watch shows an intent's preemptor (under its uid).
-fn seen(snap: &ClusterState, i: &Intent) -> bool {
-    let p = &i.preemptor;
-    snap.watched_pod(&p.namespace, &p.name)
-        .is_some_and(|e| p.uid.is_empty() || e.uid == p.uid)
 }
 
 /// Whether a victim has been deleted as far as the watch shows: gone,
@@ -377,11 +376,8 @@ impl Evictions {
         let mut t = self.table.lock();
         // Expired, or never to fire: the preemptor is gone, finished or
         // terminating, or bound on another node.
-        for p in t.pending.iter_mut() {
-            p.seen |= seen(&snap, &p.intent);
-        }
         t.pending
-            .retain(|p| p.expires > now && !moved_on(&snap, &p.intent, p.seen));
+            .retain_mut(|p| p.expires > now && !p.moved_on(&snap));
         let (fired, rest): (Vec<Pending>, Vec<Pending>) =
             std::mem::take(&mut t.pending).into_iter().partition(|p| {
                 chosen(&snap, &p.intent) && p.intent.victims.iter().all(|v| deleted(&snap, v))

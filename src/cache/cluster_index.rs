@@ -166,9 +166,10 @@ impl Default for ClusterState {
     }
 }
 
-/// A pod's uid and `(claim, resourceVersion)` of each gated claim its last
-/// bind passed the device gate on.
-type PassedClaims = (String, Vec<(String, String)>);
+/// A pod's uid, until when the memory holds, and `(claim,
+/// resourceVersion)` of each gated claim its last bind passed the device
+/// gate on.
+type PassedClaims = (String, tokio::time::Instant, Vec<(String, String)>);
 
 /// The `(namespace, name)` of an object (`default` when it has no namespace).
 pub(super) fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {

@@ -128,23 +128,23 @@ impl ClusterState {
     }
 
     /// The resourceVersion of gated claim `claim` (`namespace/name`) the
-    /// device gate last let a bind of pod `uid` pass on, while the pod is
-    /// pending (see [`ClusterIndex::record_passed`]).
+    /// device gate last let a bind of pod `uid` pass on, and until when that
+    /// counts, while the pod is pending (see [`ClusterIndex::record_passed`]).
     pub fn passed_version(
         &self,
         namespace: &str,
         pod: &str,
         uid: &str,
         claim: &str,
-    ) -> Option<&str> {
-        let (u, claims) = self.passed.get(&(namespace.to_owned(), pod.to_owned()))?;
+    ) -> Option<(&str, tokio::time::Instant)> {
+        let (u, until, claims) = self.passed.get(&(namespace.to_owned(), pod.to_owned()))?;
         if u != uid {
             return None;
         }
         claims
             .iter()
             .find(|(c, _)| c == claim)
-            .map(|(_, rv)| rv.as_str())
+            .map(|(_, rv)| (rv.as_str(), *until))
     }
 
     /// Pods with passed claim versions remembered.
@@ -329,7 +329,7 @@ impl ClusterState {
                 || self
                     .passed
                     .get(&k)
-                    .is_some_and(|(uid, _)| *uid != entry.uid))
+                    .is_some_and(|(uid, _, _)| *uid != entry.uid))
         {
             self.passed.remove(&k);
         }
@@ -421,14 +421,15 @@ impl ClusterIndex {
 
     /// Remembers the versions of pod `uid`'s gated claims a bind of it
     /// passed the device gate on, while the pod is cached, pending, under
-    /// that uid. A later bind of the pod decides nothing on those
-    /// versions: kube-scheduler's Unreserve and PreBind write each claim
-    /// before it binds the pod again.
+    /// that uid, until `until`. A later bind of the pod decides nothing on
+    /// those versions meanwhile: kube-scheduler's Unreserve and PreBind
+    /// write each claim before it binds the pod again.
     pub fn record_passed(
         &self,
         namespace: &str,
         pod: &str,
         uid: &str,
+        until: tokio::time::Instant,
         claims: Vec<(String, String)>,
     ) {
         let k = (namespace.to_owned(), pod.to_owned());
@@ -441,7 +442,7 @@ impl ClusterIndex {
         {
             return;
         }
-        s.passed.insert(k, (uid.to_owned(), claims));
+        s.passed.insert(k, (uid.to_owned(), until, claims));
     }
 
     /// Counts a pod on `node` until the watch shows it bound (or gone).

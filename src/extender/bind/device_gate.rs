@@ -350,8 +350,14 @@ impl BindingGate {
                     // version is behind (it may miss a deallocation and a
                     // new allocation of the same device, reserved for the
                     // pod again, while its watch was down).
-                    if snap.passed_version(namespace, pod_name, uid, &c.claim)
-                        == Some(b.resource_version.as_str())
+                    // Not for ever: when kube-scheduler's Unreserve write
+                    // fails (upstream logs it and goes on), the pod stays
+                    // reserved and PreBind writes nothing, so the claim may
+                    // never change; after two calls' waits the cache had
+                    // time to catch up, and what it shows is decided on.
+                    if snap
+                        .passed_version(namespace, pod_name, uid, &c.claim)
+                        .is_some_and(|(rv, until)| rv == b.resource_version && now < until)
                     {
                         waiting.push((
                             format!(
@@ -426,7 +432,13 @@ impl BindingGate {
                 return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
-                nodes.record_passed(namespace, pod_name, &pod_uid_seen, versions);
+                nodes.record_passed(
+                    namespace,
+                    pod_name,
+                    &pod_uid_seen,
+                    now + 2 * self.config.wait,
+                    versions,
+                );
                 return Ok(());
             };
             if now >= call_deadline {

@@ -695,3 +695,24 @@ async fn a_pod_bound_again_waits_for_a_newer_claim_than_the_last_bind_passed_on(
     f.nodes.apply_pod(&bound);
     assert_eq!(f.nodes.read().passed_pods(), 0);
 }
+
+/// The memory of a passed version holds for two `--binding-wait` calls,
+/// not for ever: when kube-scheduler's Unreserve write fails (upstream
+/// logs it and goes on), the pod stays reserved and PreBind writes
+/// nothing, so the claim may never change; then what the cache shows is
+/// decided on.
+#[tokio::test(start_paused = true)]
+async fn a_passed_version_is_remembered_for_two_waits_only() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    ));
+    assert_eq!(f.gate().await.0, Ok(()));
+    // The same version: held back through the first call...
+    assert!(f.gate().await.0.is_err());
+    // ...and decided on once two waits have passed.
+    assert_eq!(f.gate().await, (Ok(()), Duration::from_secs(10)));
+}

@@ -118,6 +118,10 @@ pub struct ClusterState {
     /// ([`ClusterIndex::record_passed`]); dropped once the watch shows the
     /// pod bound, replaced or gone.
     passed: HashMap<Key, PassedClaims, Fast>,
+    /// Pending pods with `status.nominatedNodeName`, as the watch shows
+    /// them (see [`ClusterState::nominated_pods`]); ordered, so what reads
+    /// them does so in the same order every time.
+    nominated: BTreeSet<Key>,
     /// DeviceClasses: which extended resources DRA satisfies.
     device_classes: DeviceClasses,
     /// Recently resolved `NodeNames` arrays, most recent first.
@@ -157,6 +161,7 @@ impl Default for ClusterState {
             devices: HashMap::new(),
             claim_bindings: HashMap::new(),
             passed: HashMap::default(),
+            nominated: BTreeSet::new(),
             device_classes: DeviceClasses::new(),
             refs: Default::default(),
             domains: domains::Domains::default(),

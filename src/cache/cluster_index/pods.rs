@@ -47,6 +47,9 @@ pub struct PodEntry {
     /// placed for its gang's quorum, so no other member is released on the
     /// strength of a member whose devices may never be ready.
     pub awaiting_devices: bool,
+    /// This is the version a bind here assumed (on `node`), not what the
+    /// watch shows: the pod is not bound yet.
+    pub assumed: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -97,6 +100,7 @@ impl PodEntry {
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
             awaiting_devices: false,
+            assumed: false,
         }
     }
 
@@ -145,6 +149,24 @@ impl ClusterState {
             .iter()
             .find(|(c, _)| c == claim)
             .map(|(_, rv)| (rv.as_str(), *until))
+    }
+
+    /// Pending pods kube-scheduler nominated to a node
+    /// (`status.nominatedNodeName`: its preemption made room there for
+    /// them), with that node, in key order. kube-scheduler counts them on
+    /// that node when it filters any pod of no higher priority
+    /// (`RunFilterPluginsWithNominatedPods`), so room they hold is not
+    /// offered to such pods. A pod a bind here assumed is counted on its
+    /// node instead, and left out (kube-scheduler drops a nomination when
+    /// it assumes the pod).
+    pub fn nominated_pods(&self) -> impl Iterator<Item = (&Key, &PodEntry, &str)> {
+        self.nominated.iter().filter_map(|k| {
+            if self.assumed.contains_key(k) {
+                return None;
+            }
+            let p = self.pods.get(k)?;
+            Some((k, p, p.nominated.as_deref()?))
+        })
     }
 
     /// Pods with passed claim versions remembered.
@@ -346,6 +368,11 @@ impl ClusterState {
             self.assume_tokens.remove(&k);
         }
         self.index_pod(&k, &entry, true);
+        if entry.nominated.is_some() && entry.node.is_none() && !entry.terminal && !entry.deleting {
+            self.nominated.insert(k.clone());
+        } else if !self.nominated.is_empty() {
+            self.nominated.remove(&k);
+        }
         self.pods.insert(k.clone(), entry);
         self.reindex(&k, before);
     }
@@ -358,6 +385,7 @@ impl ClusterState {
         if let Some(old) = self.pods.remove(k) {
             self.index_pod(k, &old, false);
         }
+        self.nominated.remove(k);
         self.assumed.remove(k);
         self.assume_tokens.remove(k);
         self.reindex(k, before);
@@ -478,6 +506,7 @@ impl ClusterIndex {
         let before = s.counted_load(&k);
         e.node = Some(node.to_owned());
         e.awaiting_devices = awaiting && !e.claims.is_empty();
+        e.assumed = true;
         s.assumed.insert(k.clone(), e);
         let token = s.next_token;
         s.next_token += 1;

@@ -247,6 +247,12 @@ proptest! {
                         pod.spec.as_mut().unwrap().scheduling_group =
                             Some(serde_json::from_value(json!({"podGroupName": "g"})).unwrap());
                     }
+                    // Some pending pods carry a nomination (kept by the
+                    // index until they are bound, finish or go).
+                    if cpu % 3 == 0 {
+                        pod.status.get_or_insert_default().nominated_node_name =
+                            Some(format!("n{}", p % 4));
+                    }
                     c.apply_pod(&pod)
                 }
                 Op::DeletePod(p) => c.delete_pod("ns", &format!("p{p}")),
@@ -390,6 +396,15 @@ impl ClusterState {
                 assert_eq!(view.group.as_deref(), Some(g.as_str()));
             }
         }
+        let nominated: BTreeSet<Key> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| {
+                p.nominated.is_some() && p.node.is_none() && !p.terminal && !p.deleting
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(self.nominated, nominated, "nominated pods");
         let t = &self.nodes;
         for (name, &i) in &t.index {
             assert_eq!(&*t.slots[i as usize].name, &**name);

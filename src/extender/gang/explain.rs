@@ -195,6 +195,7 @@ fn domains(
     let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let demand = Demand::new(&axes, &reqs, required);
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
+    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, &levels[0].group.namespace, name));
     let now = Instant::now();
     let mut out: Vec<DomainFit> = index
         .domains()
@@ -216,6 +217,11 @@ fn domains(
                 let mut free = FreeRooms::new(snap, &axes, false);
                 planner.with_plans(|plans| {
                     reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
+                    hold_nominated(snap, &axes, &mut free, floor, |k, p| {
+                        this.is_some_and(|(_, name, _, _)| {
+                            k.0 == levels[0].group.namespace && k.1 == name
+                        }) || planned_member(plans, &own, k, p, now)
+                    });
                 });
                 free.fill(nodes.iter().copied(), &demand).0
             };
@@ -229,7 +235,7 @@ fn domains(
                 }
                 _ if holds => None,
                 _ if fit_unreserved >= required => Some(format!(
-                    "other groups' plans reserve the room: {fit} of the {required} pods it still needs fit after them"
+                    "other groups' plans or pods kube-scheduler nominated there reserve the room: {fit} of the {required} pods it still needs fit after them"
                 )),
                 _ => Some(format!(
                     "{fit} of the {required} pods it still needs fit"

@@ -384,11 +384,24 @@ pub(super) fn remaining_fit(
     };
     let mut free = FreeRooms::new(snap, &axes, false);
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
+    let namespace = levels[0].group.namespace.as_str();
+    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
+    let itself = |k: &crate::cache::cluster_index::Key| {
+        this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
+    };
     // Other groups' plans hold their room, except against a returning
-    // member (see [`filter_gate_for`]).
-    if !returning {
+    // member (see [`filter_gate_for`]); kube-scheduler's nominated pods
+    // hold theirs against every member.
+    if returning {
+        hold_nominated(snap, &axes, &mut free, floor, |k, p| {
+            itself(k) || planned_member(&HashMap::new(), &own, k, p, now)
+        });
+    } else {
         planner.with_plans(|plans| {
             reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
+            hold_nominated(snap, &axes, &mut free, floor, |k, p| {
+                itself(k) || planned_member(plans, &own, k, p, now)
+            });
         });
     }
     let (placed, _) = free.fill(nodes.iter().copied(), &demand);
@@ -447,9 +460,15 @@ pub(super) fn make_plan(
     let own: BTreeSet<GroupRef> = tree_of(snap, root).into_iter().collect();
     // Lapsed plans and plans of groups that are gone reserve nothing.
     let live = |g: &GroupRef| spec_of(snap, g).is_some();
+    let namespace = levels[0].group.namespace.as_str();
+    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
     let planned = planner.plan(now, live, |plans| {
         let mut free = FreeRooms::new(snap, &axes, false);
         reserve_others(snap, plans, &own, &axes, &mut free, None, now);
+        hold_nominated(snap, &axes, &mut free, floor, |k, p| {
+            this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
+                || planned_member(plans, &own, k, p, now)
+        });
         let mut record = Vec::new();
         match tree.place(&bounds, &mut free, &mut record, sample.as_ref()) {
             Some(trial) if trial.satisfied => Some(

@@ -2,7 +2,8 @@
 //! journal ([`FreeRooms`]), what a group still needs as resource shapes
 //! ([`Demand`] over [`ResourceAxes`]), a group's subtree prepared for
 //! placement ([`GroupTree`]), the trial of one domain ([`TrialResult`]),
-//! and the room other groups' plans reserve ([`reserve_others`]).
+//! the room other groups' plans reserve ([`reserve_others`]), and the room
+//! kube-scheduler's nominated pods hold ([`hold_nominated`]).
 
 use super::*;
 
@@ -696,6 +697,68 @@ pub(super) fn reserve_others(
         let need = Demand::new(dims, &reqs, required);
         free.fill(nodes.iter().copied(), &need);
     }
+}
+
+/// The priority kube-scheduler compares nominated pods with when it
+/// filters pod `name` of `namespace` (`None`: the cache does not know it,
+/// and every nominated pod holds its room).
+pub(super) fn floor_of(snap: &ClusterState, namespace: &str, name: &str) -> Option<i32> {
+    snap.pod(namespace, name)
+        .map(|p| crate::pods::priority::resolve(p.declared(), snap.classes()).priority)
+}
+
+/// Takes from `free` the room of the pending pods kube-scheduler nominated
+/// to a node ([`ClusterState::nominated_pods`]) whose priority is at least
+/// `floor`, as kube-scheduler's own filter counts them for a pod of that
+/// priority (`RunFilterPluginsWithNominatedPods`, which adds the nominated
+/// pods of equal or higher priority to the node): the room its preemption
+/// freed is the preemptor's, and kube-scheduler offers it to no lower pod,
+/// so a group plan that counted it would hold a domain kube-scheduler
+/// never lets the group into. `skip`: pods whose room is counted already
+/// (the pod being filtered, the group's own members, which are its demand,
+/// and members of groups whose plans [`reserve_others`] reserved).
+pub(super) fn hold_nominated(
+    snap: &ClusterState,
+    dims: &ResourceAxes,
+    free: &mut FreeRooms<'_>,
+    floor: Option<i32>,
+    skip: impl Fn(&crate::cache::cluster_index::Key, &crate::cache::cluster_index::PodEntry) -> bool,
+) {
+    for (k, p, node) in snap.nominated_pods() {
+        if skip(k, p) {
+            continue;
+        }
+        if let Some(floor) = floor
+            && crate::pods::priority::resolve(p.declared(), snap.classes()).priority < floor
+        {
+            continue;
+        }
+        let Some(mut room) = free.get(node) else {
+            continue;
+        };
+        let shape = dims.shape(p.requests.as_ref().unwrap_or(&NO_REQUESTS));
+        for (r, v) in room.iter_mut().zip(shape) {
+            *r = r.saturating_sub(v);
+        }
+        free.set(node, room);
+    }
+}
+
+/// Whether pod `p` (`k`) is a member of a group whose live plan
+/// [`reserve_others`] reserves room for (so [`hold_nominated`] does not
+/// count it twice).
+pub(super) fn planned_member(
+    plans: &HashMap<GroupRef, Plan>,
+    own: &BTreeSet<GroupRef>,
+    k: &crate::cache::cluster_index::Key,
+    p: &crate::cache::cluster_index::PodEntry,
+    now: Instant,
+) -> bool {
+    let Some(g) = p.group.as_deref() else {
+        return false;
+    };
+    let r = GroupRef::group(&k.0, g);
+    own.contains(&r) || plans.get(&r).is_some_and(|plan| plan.expires > now)
 }
 
 /// The nodes of the domain a group's plan names. A label value names a

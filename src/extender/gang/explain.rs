@@ -195,7 +195,8 @@ fn domains(
     let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
     let demand = Demand::new(&axes, &reqs, required);
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
-    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, &levels[0].group.namespace, name));
+    let floor =
+        || this.and_then(|(_, name, _, _)| floor_of(snap, &levels[0].group.namespace, name));
     let now = Instant::now();
     let mut out: Vec<DomainFit> = index
         .domains()

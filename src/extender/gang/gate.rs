@@ -385,7 +385,7 @@ pub(super) fn remaining_fit(
     let mut free = FreeRooms::new(snap, &axes, false);
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
     let namespace = levels[0].group.namespace.as_str();
-    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
+    let floor = || this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
     let itself = |k: &crate::cache::cluster_index::Key| {
         this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
     };
@@ -461,7 +461,7 @@ pub(super) fn make_plan(
     // Lapsed plans and plans of groups that are gone reserve nothing.
     let live = |g: &GroupRef| spec_of(snap, g).is_some();
     let namespace = levels[0].group.namespace.as_str();
-    let floor = this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
+    let floor = || this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
     let planned = planner.plan(now, live, |plans| {
         let mut free = FreeRooms::new(snap, &axes, false);
         reserve_others(snap, plans, &own, &axes, &mut free, None, now);

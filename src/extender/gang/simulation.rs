@@ -709,7 +709,7 @@ pub(super) fn floor_of(snap: &ClusterState, namespace: &str, name: &str) -> Opti
 
 /// Takes from `free` the room of the pending pods kube-scheduler nominated
 /// to a node ([`ClusterState::nominated_pods`]) whose priority is at least
-/// `floor`, as kube-scheduler's own filter counts them for a pod of that
+/// `floor()` (called only when a pod is nominated), as kube-scheduler's own filter counts them for a pod of that
 /// priority (`RunFilterPluginsWithNominatedPods`, which adds the nominated
 /// pods of equal or higher priority to the node): the room its preemption
 /// freed is the preemptor's, and kube-scheduler offers it to no lower pod,
@@ -721,10 +721,16 @@ pub(super) fn hold_nominated(
     snap: &ClusterState,
     dims: &ResourceAxes,
     free: &mut FreeRooms<'_>,
-    floor: Option<i32>,
+    floor: impl FnOnce() -> Option<i32>,
     skip: impl Fn(&crate::cache::cluster_index::Key, &crate::cache::cluster_index::PodEntry) -> bool,
 ) {
-    for (k, p, node) in snap.nominated_pods() {
+    let mut nominated = snap.nominated_pods().peekable();
+    // Nothing nominated (the usual case): nothing to look up.
+    if nominated.peek().is_none() {
+        return;
+    }
+    let floor = floor();
+    for (k, p, node) in nominated {
         if skip(k, p) {
             continue;
         }

@@ -228,10 +228,14 @@ pub enum GangWait {
     /// Refused without a wait: `--max-held-binds` members were held or
     /// reserved already.
     Full,
+    /// Refused (or, its own wait over, not kept): the member's PodGroup has
+    /// its minCount without it while its CompositePodGroup still gathers,
+    /// so it holds no room the other groups need.
+    Surplus,
 }
 
 impl GangWait {
-    pub const ALL: [GangWait; 7] = [
+    pub const ALL: [GangWait; 8] = [
         GangWait::Quorum,
         GangWait::Released,
         GangWait::Expired,
@@ -239,6 +243,7 @@ impl GangWait {
         GangWait::Cancelled,
         GangWait::Kept,
         GangWait::Full,
+        GangWait::Surplus,
     ];
 }
 
@@ -276,10 +281,13 @@ pub enum BindFailureCause {
     GangKept,
     /// `--max-held-binds` members were held or reserved already.
     GangFull,
+    /// The member's PodGroup has its minCount without it while its
+    /// CompositePodGroup gathers: it holds no room (retried later).
+    GangSurplus,
 }
 
 impl BindFailureCause {
-    pub const ALL: [BindFailureCause; 12] = [
+    pub const ALL: [BindFailureCause; 13] = [
         BindFailureCause::Invalid,
         BindFailureCause::NodeGone,
         BindFailureCause::NotCached,
@@ -292,6 +300,7 @@ impl BindFailureCause {
         BindFailureCause::Cancelled,
         BindFailureCause::GangKept,
         BindFailureCause::GangFull,
+        BindFailureCause::GangSurplus,
     ];
 }
 

@@ -159,6 +159,7 @@ impl BindFailure {
             }
             BindFailure::Hold(HoldFailure::Kept(_)) => BindFailureCause::GangKept,
             BindFailure::Hold(HoldFailure::Full(_)) => BindFailureCause::GangFull,
+            BindFailure::Hold(HoldFailure::Surplus(_)) => BindFailureCause::GangSurplus,
             BindFailure::Binding(_) => BindFailureCause::Binding,
         }
     }
@@ -444,6 +445,7 @@ impl Binder {
             Ok(Held::Waited) => Some(GangWait::Released),
             Err(HoldFailure::Hierarchy(_)) => Some(GangWait::Refused),
             Err(HoldFailure::Full(_)) => Some(GangWait::Full),
+            Err(HoldFailure::Surplus(_)) => Some(GangWait::Surplus),
             Err(HoldFailure::Kept(_)) => Some(GangWait::Kept),
             Err(HoldFailure::Expired(_) | HoldFailure::Ended(_)) => Some(GangWait::Expired),
         };

@@ -185,6 +185,13 @@ pub enum HoldFailure {
     /// member is refused, never held.
     #[error("{0}")]
     Full(String),
+    /// The member's own PodGroup is at its minCount without it while its
+    /// unit (a CompositePodGroup) still gathers for other groups: it is
+    /// not held or kept (its assumption is dropped), so it takes no room
+    /// those groups need; kube-scheduler's retry binds it once the unit
+    /// is at quorum.
+    #[error("{0}")]
+    Surplus(String),
 }
 
 /// How one round of a hold ended other than with the bind let through.
@@ -604,6 +611,20 @@ impl Gangs {
                 }
                 return Ok(Held::Free);
             };
+            if !q.reached && q.unit.composite && gang::surplus(&nodes.read(), namespace, pod) {
+                t.reserved.remove(&member);
+                if let Some(u) = t.units.get_mut(&q.unit) {
+                    u.held.remove(&member);
+                    u.kept.remove(&member);
+                    if u.members() == 0 {
+                        t.units.remove(&q.unit);
+                    }
+                }
+                t.recount();
+                return Err(Round::Failed(HoldFailure::Surplus(surplus_message(
+                    &q.unit, q.have, q.need, namespace, pod, nodes,
+                ))));
+            }
             if q.reached {
                 let now = Instant::now();
                 t.reserved.remove(&member);
@@ -727,6 +748,10 @@ impl Gangs {
                             waiter.done = true;
                             break Err(Round::Failed(HoldFailure::Kept(m)));
                         }
+                        Deadline::Surplus(m) => {
+                            waiter.done = true;
+                            break Err(Round::Failed(HoldFailure::Surplus(m)));
+                        }
                         Deadline::Expired(m) => {
                             // Under the table's lock the unit is gone (with
                             // every member forgotten) before the writes below.
@@ -772,6 +797,19 @@ impl Gangs {
                     return Deadline::Extended;
                 }
                 u.held.remove(member);
+                // A member its own group no longer needs (another member
+                // took its place meanwhile) keeps no room.
+                if gang::surplus(&nodes.read(), &member.0, &member.1) {
+                    if u.members() == 0 {
+                        t.units.remove(unit);
+                    }
+                    t.recount();
+                    drop(t);
+                    let (have, need) = placed(nodes, member);
+                    return Deadline::Surplus(surplus_message(
+                        unit, have, need, &member.0, &member.1, nodes,
+                    ));
+                }
                 u.kept.insert(member.clone());
                 let (kept, held) = (u.kept.len(), u.held.len());
                 drop(t);
@@ -1177,10 +1215,35 @@ enum Deadline {
     Extended,
     /// This member's own wait ran out; it is kept (reserved).
     Kept(String),
+    /// This member's own wait ran out and its group no longer needs it:
+    /// it left the unit, not kept.
+    Surplus(String),
     /// The unit ended now.
     Expired(String),
     /// The unit ended already (quorum or expiry): its outcome says how.
     Gone,
+}
+
+/// Why a member whose own group is at its minCount without it is not held
+/// while its unit gathers.
+fn surplus_message(
+    unit: &GroupRef,
+    have: usize,
+    need: usize,
+    namespace: &str,
+    pod: &str,
+    nodes: &ClusterIndex,
+) -> String {
+    let group = nodes
+        .read()
+        .pod(namespace, pod)
+        .and_then(|p| p.group.clone())
+        .unwrap_or_default();
+    bounded(format!(
+        "{unit}: quorum not reached yet ({have} of {need} placed); pod group {namespace}/{group} \
+         has its minCount without this pod, so it holds no room the other groups need: retry it \
+         once the unit is placed"
+    ))
 }
 
 /// `(have, need)` of a member's unit.

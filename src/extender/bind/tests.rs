@@ -1159,3 +1159,46 @@ async fn a_scheduled_gang_short_of_its_min_count_is_reported_once_and_cleared_wh
     assert_eq!(writer.conditions.lock().len(), 3);
     assert_eq!(writer.events.lock().len(), 1);
 }
+
+/// A member whose own PodGroup has its minCount without it is not held
+/// while its CompositePodGroup gathers: it would only take room the other
+/// groups need (simulation seed 201: two such members of one child gang
+/// kept the room its sibling needed, round after round, and the composite
+/// never reached quorum). It binds once the composite is at quorum.
+#[tokio::test(start_paused = true)]
+async fn a_member_its_group_does_not_need_holds_no_room_while_the_unit_gathers() {
+    let f = fixture(1, 0, false);
+    let nodes = &f.binder.nodes;
+    nodes.apply_composite(&composite("root", 2, None));
+    for g in ["a", "b"] {
+        nodes.apply_pod_group(&gang(g, 1, Some("root")));
+    }
+    for (p, g) in [("a0", "a"), ("a1", "a"), ("b0", "b")] {
+        nodes.apply_pod(&pod(p, Some(g), &[]));
+    }
+    let a0 = f.spawn("a0");
+    settle().await;
+    assert!(f.binder.permit.is_held("ns", "a0"), "a0 is what a needs");
+    // a1: a has its one member placed without it.
+    let e = f.spawn("a1").await.unwrap().unwrap_err();
+    assert!(
+        matches!(e, BindFailure::Hold(HoldFailure::Surplus(_))),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("pod group ns/a has its minCount without this pod"),
+        "{e}"
+    );
+    assert!(!f.assumed("a1") && !f.binder.permit.is_held("ns", "a1"));
+    assert_eq!(f.failures(BindFailureCause::GangSurplus), 1);
+    assert_eq!(f.waits(GangWait::Surplus), 1);
+    // b0 completes the composite; a0 binds, and a1 binds when retried.
+    f.spawn("b0")
+        .await
+        .unwrap()
+        .expect("b0 completes the quorum");
+    a0.await.unwrap().expect("a0 released");
+    f.spawn("a1").await.unwrap().expect("a1 after the quorum");
+    assert_eq!(f.writer.bound.lock().len(), 3);
+}

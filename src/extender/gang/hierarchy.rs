@@ -332,6 +332,31 @@ pub(super) fn tally(
     (have, need)
 }
 
+/// Whether pod `namespace/pod`'s own PodGroup is at its quorum (its
+/// `minCount`; one for a basic group) without it: placed or not, the pod
+/// changes nothing its unit waits for.
+pub fn surplus(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
+    let Some(p) = snap.pod(namespace, pod) else {
+        return false;
+    };
+    let Some(group) = p.group.as_deref() else {
+        return false;
+    };
+    let Some(spec) = spec_of(snap, &GroupRef::group(namespace, group)) else {
+        return false;
+    };
+    let need = match spec.policy {
+        Policy::Gang(n) => n,
+        Policy::Basic => 1,
+    };
+    let m = members(snap, namespace, group, None);
+    let counted = p
+        .node
+        .as_deref()
+        .is_some_and(|n| !(p.terminal || p.awaiting_devices || (p.assumed && stranded(snap, n))));
+    m.placed.len() - m.awaiting - usize::from(counted) >= need
+}
+
 /// The unit whose quorum a member waits for: the outermost gang on the
 /// walk from the group to the root, whatever the policies between (a
 /// `basic` level in the middle does not cut a `gang` root off, as in

@@ -3276,6 +3276,22 @@ fn regression_seed_333() {
     );
 }
 
+/// Soak seed 201: a CompositePodGroup never reached quorum once faults
+/// stopped. One child gang (2 of 3) had both of its missing members kept on
+/// a node while it needed only one, and that room was what its sibling
+/// (3 of 5) needed: after every expiry the two came back first and took it
+/// again. A member whose own group has its minCount without it is no
+/// longer held or kept while its composite gathers.
+#[test]
+fn regression_seed_201() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_201",
+        201,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 196: a scheduled gang's member, recreated after a preemption
 /// took it, stayed pending beyond the repair bound and was never reported:
 /// the extender's gang gate found room for it in its rack, which

@@ -386,6 +386,11 @@ pub(super) fn remaining_fit(
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
     let namespace = levels[0].group.namespace.as_str();
     let floor = || this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
+    // A group with no member placed (its domain is a plan) yields to the
+    // siblings in its unit whose placed members fix theirs.
+    let unit = unit_of(levels)
+        .map(|u| &levels[u].group)
+        .filter(|_| placed_nodes(snap, &levels[0].group).is_empty());
     let itself = |k: &crate::cache::cluster_index::Key| {
         this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
     };
@@ -399,6 +404,9 @@ pub(super) fn remaining_fit(
     } else {
         planner.with_plans(|plans| {
             reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
+            if let Some(unit) = unit {
+                reserve_fixed_siblings(snap, plans, unit, &own, &axes, &mut free, now);
+            }
             hold_nominated(snap, &axes, &mut free, floor, |k, p| {
                 itself(k) || planned_member(plans, &own, k, p, now)
             });
@@ -465,6 +473,9 @@ pub(super) fn make_plan(
     let planned = planner.plan(now, live, |plans| {
         let mut free = FreeRooms::new(snap, &axes, false);
         reserve_others(snap, plans, &own, &axes, &mut free, None, now);
+        if let Some(u) = unit_of(levels) {
+            reserve_fixed_siblings(snap, plans, &levels[u].group, &own, &axes, &mut free, now);
+        }
         hold_nominated(snap, &axes, &mut free, floor, |k, p| {
             this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
                 || planned_member(plans, &own, k, p, now)

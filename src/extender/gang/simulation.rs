@@ -767,6 +767,59 @@ pub(super) fn planned_member(
     own.contains(&r) || plans.get(&r).is_some_and(|plan| plan.expires > now)
 }
 
+/// Reserves in `free` what the other gangs of `unit`'s tree (outside
+/// `own`, without a live plan) still need in the domains their placed
+/// members fix, for each one that can still complete there: a group whose
+/// members are placed cannot move, so a sibling with no member placed
+/// yields it the room rather than keep the unit from its quorum
+/// (simulation seed 344: a child's plan, made while its sibling was whole,
+/// kept it in the room the sibling needed once faults took members from
+/// it, and the unit gathered and expired round after round). A sibling
+/// that cannot complete there anyway reserves nothing. Planned siblings
+/// reserve through [`reserve_others`].
+pub(super) fn reserve_fixed_siblings(
+    snap: &ClusterState,
+    plans: &HashMap<GroupRef, Plan>,
+    unit: &GroupRef,
+    own: &BTreeSet<GroupRef>,
+    dims: &ResourceAxes,
+    free: &mut FreeRooms<'_>,
+    now: Instant,
+) {
+    if !unit.composite {
+        return;
+    }
+    for g in tree_of(snap, unit) {
+        if g.composite || own.contains(&g) || plans.get(&g).is_some_and(|p| p.expires > now) {
+            continue;
+        }
+        let Some(key) = spec_of(snap, &g).and_then(|s| s.topology) else {
+            continue;
+        };
+        let ix = snap.domain_index(&key);
+        let Ok(Some(value)) = fixed_domain(snap, &g, &key, &ix) else {
+            continue;
+        };
+        let (reqs, required) = leaf_need(snap, &g, None);
+        if required == 0 {
+            continue;
+        }
+        let bounds = ancestor_bounds(snap, plans, &g);
+        let nodes: Vec<&str> = ix
+            .nodes(&value)
+            .iter()
+            .map(String::as_str)
+            .filter(|n| bounds.admits(n))
+            .collect();
+        let reqs: Vec<(&Amounts, AllowedNodes)> = reqs.into_iter().take(required).collect();
+        let need = Demand::new(dims, &reqs, required);
+        let mark = free.mark();
+        if free.fill(nodes.iter().copied(), &need).0 < required {
+            free.rollback(mark);
+        }
+    }
+}
+
 /// The nodes of the domain a group's plan names. A label value names a
 /// domain only together with its whole chain of parent values (`rack-1`
 /// may exist in every block, `block-1` in every zone), so the plan's value

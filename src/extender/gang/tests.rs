@@ -593,3 +593,77 @@ fn an_assumed_member_on_a_cordoned_node_does_not_count_toward_quorum() {
     cordon("n1", true);
     assert!(reached());
 }
+
+/// A child with no member placed does not plan into the room a sibling
+/// whose placed members fix its domain still needs for the unit's quorum,
+/// unless that sibling cannot complete there anyway. Rack r1 has one node
+/// of 4 cpu, r2 one of 8; child `a` has a-0 (2 cpu) bound in r1 and needs
+/// a-1 there; child `b` (one pod of 2 cpu) would fit r1 best. (Simulation
+/// seed 344: a child's plan kept it in the room its sibling needed, and
+/// the composite gathered and expired round after round.)
+#[test]
+fn a_planned_child_yields_the_room_a_fixed_sibling_still_needs() {
+    let setup = |a_min: u32| {
+        let c = ClusterIndex::new();
+        for (n, rack, cpu) in [("r1-0", "r1", "4"), ("r2-0", "r2", "8")] {
+            c.apply_node(
+                &testkit::node(n)
+                    .label("rack", rack)
+                    .allocatable(cpu, "8Gi")
+                    .typed(),
+            );
+        }
+        c.apply_composite(&composite("root", true, 2, None));
+        for (g, min) in [("a", a_min), ("b", 1)] {
+            c.apply_pod_group(
+                &level(
+                    testkit::pod_group(g).namespace("ns").topology("rack"),
+                    true,
+                    min,
+                    Some("root"),
+                )
+                .typed(),
+            );
+        }
+        let two = |name: &str, g: &str, node: Option<&str>| {
+            let p = testkit::pod(name)
+                .namespace("ns")
+                .group(g)
+                .requests(&[("cpu", "2")]);
+            match node {
+                Some(n) => p.node_name(n),
+                None => p,
+            }
+            .typed::<Pod>()
+        };
+        c.apply_pod(&two("a-0", "a", Some("r1-0")));
+        for i in 1..a_min {
+            c.apply_pod(&two(&format!("a-{i}"), "a", None));
+        }
+        let b = two("b-0", "b", None);
+        c.apply_pod(&b);
+        (c, b)
+    };
+    let domain = |c: &ClusterIndex, b: &Pod| {
+        let planner = GangPlanner::new();
+        let req = crate::pods::fit::pod_requests(b.spec.as_ref().expect("spec")).expect("req");
+        let v = filter_gate_for(
+            &c.read(),
+            &planner,
+            b,
+            &req,
+            &["r1-0", "r2-0"],
+            false,
+            tokio::time::Instant::now(),
+        );
+        assert!(v.wide.is_none(), "{:?}", v.wide);
+        v.domain()[0].1.clone()
+    };
+    // a (2 of 2) needs a-1 in r1: b goes to r2.
+    let (c, b) = setup(2);
+    assert_eq!(domain(&c, &b), "r2");
+    // a (3 of 3) needs two more in r1, where only one fits: it cannot
+    // complete there, reserves nothing, and b fits r1 best.
+    let (c, b) = setup(3);
+    assert_eq!(domain(&c, &b), "r1");
+}

@@ -3281,6 +3281,23 @@ fn regression_seed_333() {
     );
 }
 
+/// Soak seed 344: a CompositePodGroup was never whole again once faults
+/// stopped. A child's plan, made while its sibling was whole, kept it in
+/// the rack the sibling needed after drains took members from it: the
+/// sibling's members (their rack fixed by the one still bound) found "1 of
+/// the 3 pods it still needs", and the unit gathered and expired round
+/// after round. A child with no member placed now yields to siblings whose
+/// placed members fix their domain and that can still complete there.
+#[test]
+fn regression_seed_344() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_344",
+        344,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 281, a gap in the world: a gang's quorum counted a member
 /// the permit kept (reserved), the pod was then deleted mid-gang and the
 /// gang bound 2 of its 3; the world did not count the deletion of a kept

@@ -215,22 +215,27 @@ struct Job {
 
 /// Whether kube-scheduler chose the intent's node, as the watch shows: the
 /// preemptor (same uid) is nominated there (`status.nominatedNodeName`, set
-/// when kube-scheduler preempts) or already bound there. Victims deleted
-/// for another reason (a member restarted by its controller) therefore
-/// never fire an intent.
+/// when kube-scheduler preempts) or already bound there (or assumed there
+/// by a bind of this extender). Victims deleted for another reason (a
+/// member restarted by its controller) therefore never fire an intent.
+/// The nomination is read from the watch's version of the pod: an earlier
+/// bind's assumption (kept after an uncertain answer) is a copy from
+/// before kube-scheduler nominated it (simulation seed 541).
 fn chosen(snap: &ClusterState, i: &Intent) -> bool {
     let p = &i.preemptor;
-    snap.pod(&p.namespace, &p.name).is_some_and(|e| {
-        (p.uid.is_empty() || e.uid == p.uid)
-            && (e.nominated.as_deref() == Some(i.node.as_str())
-                || e.node.as_deref() == Some(i.node.as_str()))
-    })
+    let same = |e: &crate::cache::cluster_index::PodEntry| p.uid.is_empty() || e.uid == p.uid;
+    let here = Some(i.node.as_str());
+    snap.watched_pod(&p.namespace, &p.name)
+        .is_some_and(|e| same(e) && (e.nominated.as_deref() == here || e.node.as_deref() == here))
+        || snap
+            .pod(&p.namespace, &p.name)
+            .is_some_and(|e| same(e) && e.node.as_deref() == here)
 }
 
 /// Whether a victim has been deleted as far as the watch shows: gone,
 /// replaced (another uid), finished or terminating.
 fn deleted(snap: &ClusterState, p: &PodId) -> bool {
-    match snap.pod(&p.namespace, &p.name) {
+    match snap.watched_pod(&p.namespace, &p.name) {
         None => true,
         Some(e) => (!p.uid.is_empty() && e.uid != p.uid) || e.terminal || e.deleting,
     }

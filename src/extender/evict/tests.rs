@@ -488,3 +488,23 @@ fn messages_name_a_bounded_number_of_pods() {
     let s = names(many.into_iter());
     assert!(s.ends_with("p7, and 12 more"), "{s}");
 }
+
+/// The preemptor's nomination counts as the watch shows it, even while a
+/// bind of this extender that answered uncertainly keeps it assumed on
+/// another node (that assumption is a copy from before kube-scheduler
+/// nominated it). Simulation seed 541: the intent never fired, and the
+/// `All` group ran on without the member kube-scheduler preempted.
+#[tokio::test(start_paused = true)]
+async fn a_nomination_counts_while_an_earlier_bind_keeps_the_preemptor_assumed() {
+    let nodes = cluster();
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    nodes.apply_pod(&preemptor(None));
+    assert!(nodes.assume("ns", "big", "big-uid", "n3"));
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    nodes.apply_pod(&preemptor(Some("n1")));
+    nodes.delete_pod("ns", "sp0");
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
+    task.abort();
+}

@@ -3281,6 +3281,22 @@ fn regression_seed_333() {
     );
 }
 
+/// Soak seed 541: an `All` group ran on 120 s after kube-scheduler
+/// preempted one of its members. The preemptor's earlier bind had answered
+/// 503 (uncertain), so the extender kept it assumed on that node, and the
+/// evictor read that copy, from before kube-scheduler nominated the pod,
+/// instead of the watch's: the intent was never seen chosen. The evictor
+/// now reads nominations (and victims' deletions) from the watch.
+#[test]
+fn regression_seed_541() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_541",
+        541,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 344: a CompositePodGroup was never whole again once faults
 /// stopped. A child's plan, made while its sibling was whole, kept it in
 /// the rack the sibling needed after drains took members from it: the

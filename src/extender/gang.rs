@@ -43,7 +43,7 @@ mod simulation;
 pub use gate::{GroupVerdict, drop_plans, filter_gate, filter_gate_for};
 pub use hierarchy::{
     AllowedNodes, Level, Policy, Quorum, Spec, bounded, chain, chain_from, group_of, placed,
-    quorum, spec_of, stranded, surplus, tree_of,
+    quorum, spec_of, surplus, tree_of,
 };
 pub use planner::{GangPlanner, PLAN_TTL, Plan, Plans};
 pub use preemption::preemption_nodes;

@@ -16,7 +16,9 @@
 //! 3. A victim in a PodGroup whose disruption mode is `All` (or beneath a
 //!    CompositePodGroup with `All`) brings every running pod of that group
 //!    (or of every PodGroup beneath the CompositePodGroup) on the node with
-//!    it. When some of them run on other nodes, kube-scheduler's protocol
+//!    it (bound there as the watch shows, or named by kube-scheduler; a
+//!    member only this extender still assumes there counts as elsewhere).
+//!    When some of them run on other nodes, kube-scheduler's protocol
 //!    cannot name them (victims must be on the candidate node): with
 //!    `--evict-all-disruption` (the default) the candidate stays, its
 //!    victims are the members on the node, and the members elsewhere are
@@ -300,7 +302,20 @@ fn evaluate<'s>(
         let mut here = Vec::new();
         let mut elsewhere = Vec::new();
         for &(mk, me) in members.iter() {
-            if me.node.as_deref() == Some(node) {
+            // On the node as kube-scheduler knows it: bound there per the
+            // watch, or named by kube-scheduler (its own assumed pod, whose
+            // bind is in flight). A member this extender alone still
+            // assumes there (its bind answered uncertainly, and
+            // kube-scheduler forgot it) is no pod kube-scheduler can
+            // delete as a victim, so the evictor would wait for it for
+            // ever: it is one of the members elsewhere (simulation seed
+            // 639).
+            if me.node.as_deref() == Some(node)
+                && (uids.contains(&Some(me.uid.as_str()))
+                    || snap
+                        .watched_pod(&mk.0, &mk.1)
+                        .is_some_and(|w| w.node.as_deref() == Some(node)))
+            {
                 here.push((mk, me));
                 if seen.insert(mk) {
                     chosen.push((mk, me));

@@ -47,9 +47,6 @@ pub struct PodEntry {
     /// placed for its gang's quorum, so no other member is released on the
     /// strength of a member whose devices may never be ready.
     pub awaiting_devices: bool,
-    /// This is the version a bind here assumed (on `node`), not what the
-    /// watch shows: the pod is not bound yet.
-    pub assumed: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -100,7 +97,6 @@ impl PodEntry {
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
             awaiting_devices: false,
-            assumed: false,
         }
     }
 
@@ -506,7 +502,6 @@ impl ClusterIndex {
         let before = s.counted_load(&k);
         e.node = Some(node.to_owned());
         e.awaiting_devices = awaiting && !e.claims.is_empty();
-        e.assumed = true;
         s.assumed.insert(k.clone(), e);
         let token = s.next_token;
         s.next_token += 1;

@@ -60,9 +60,12 @@ use tokio::time::Instant;
 /// Whether an assumed pod's node is cordoned (`spec.unschedulable`) or
 /// gone from the cache.
 fn stranded_on(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
-    snap.pod(namespace, pod)
-        .and_then(|p| p.node.as_deref())
-        .is_some_and(|node| gang::stranded(snap, node))
+    let Some(node) = snap.pod(namespace, pod).and_then(|p| p.node.as_deref()) else {
+        return false;
+    };
+    snap.slot(node)
+        .and_then(|s| s.node.as_ref())
+        .is_none_or(|n| n.unschedulable)
 }
 
 /// Default `--gang-wait`: the longest one bind is held, and how long a

@@ -169,23 +169,14 @@ pub(super) struct Members<'s> {
     pub(super) existing: usize,
     /// Nodes of the pods bound or assumed.
     pub(super) placed: Vec<&'s str>,
-    /// Of `placed`, pods on their node but not placed for quorum: assumed
-    /// by a bind still waiting for their devices' binding conditions, or
-    /// assumed (not bound) on a node cordoned or deleted since, which
-    /// kube-scheduler's retry of the pod will not choose again.
+    /// Of `placed`, pods assumed by a bind still waiting for their devices'
+    /// binding conditions: on their node, not yet placed for quorum.
     pub(super) awaiting: usize,
     /// Requests of the pods not placed yet, with the nodes each may use.
     pub(super) unplaced: Vec<(&'s Amounts, AllowedNodes)>,
 }
 
 pub(super) static NO_REQUESTS: Amounts = Amounts::new();
-
-/// Whether `node` is cordoned (`spec.unschedulable`) or gone from the cache.
-pub fn stranded(snap: &ClusterState, node: &str) -> bool {
-    snap.slot(node)
-        .and_then(|s| s.node.as_ref())
-        .is_none_or(|n| n.unschedulable)
-}
 
 /// `this`: the pod being filtered (counted in its own group even if the
 /// watch has not shown it yet).
@@ -207,7 +198,7 @@ pub(super) fn members<'s>(
         match &p.node {
             Some(n) if !is_this => {
                 m.placed.push(n);
-                m.awaiting += usize::from(p.awaiting_devices || (p.assumed && stranded(snap, n)));
+                m.awaiting += usize::from(p.awaiting_devices);
             }
             _ => m.unplaced.push(match (is_this, this) {
                 (true, Some((_, _, r, e))) => (r, e.clone()),
@@ -350,10 +341,7 @@ pub fn surplus(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
         Policy::Basic => 1,
     };
     let m = members(snap, namespace, group, None);
-    let counted = p
-        .node
-        .as_deref()
-        .is_some_and(|n| !(p.terminal || p.awaiting_devices || (p.assumed && stranded(snap, n))));
+    let counted = p.node.is_some() && !p.terminal && !p.awaiting_devices;
     m.placed.len() - m.awaiting - usize::from(counted) >= need
 }
 

@@ -557,43 +557,6 @@ fn a_plan_leaves_the_room_a_nominated_pod_holds() {
     );
 }
 
-/// A member assumed (not bound) on a node cordoned or deleted since does
-/// not count toward quorum: kube-scheduler's retry of it will not choose
-/// that node again. A member bound there still counts (it runs). (Simulation
-/// seed 437: a composite's quorum counted a kept member whose node was
-/// drained a moment before, and a child gang was bound 3 of its 4.)
-#[test]
-fn an_assumed_member_on_a_cordoned_node_does_not_count_toward_quorum() {
-    let c = ClusterIndex::new();
-    c.apply_node(&node("n1"));
-    c.apply_node(&node("n2"));
-    c.apply_pod_group(&group("g", true, 2, None));
-    c.apply_pod(&pod("m-0", "g", Some("n1")));
-    c.apply_pod(&pod("m-1", "g", None));
-    assert!(c.assume("ns", "m-1", "", "n2"));
-    let reached = || quorum(&c.read(), "ns", "m-0").unwrap().unwrap().reached;
-    assert!(reached());
-    let cordon = |name: &str, on: bool| {
-        c.apply_node(
-            &testkit::node(name)
-                .allocatable("8", "8Gi")
-                .set(&["spec", "unschedulable"], on)
-                .typed(),
-        );
-    };
-    cordon("n2", true);
-    assert!(!reached(), "m-1 is assumed on a cordoned node");
-    assert_eq!(placed(&c.read(), &GroupRef::group("ns", "g")), (1, 2));
-    cordon("n2", false);
-    assert!(reached());
-    c.delete_node("n2");
-    assert!(!reached(), "m-1 is assumed on a deleted node");
-    // Bound members count wherever they run.
-    c.apply_pod(&pod("m-1", "g", Some("n2")));
-    cordon("n1", true);
-    assert!(reached());
-}
-
 /// A child with no member placed does not plan into the room a sibling
 /// whose placed members fix its domain still needs for the unit's quorum,
 /// unless that sibling cannot complete there anyway. Rack r1 has one node

@@ -625,6 +625,23 @@ mod across_nodes {
         assert_eq!(by_node["n1"], ["a2"]);
         assert_eq!(by_node["n2"], ["a0", "a1"]);
     }
+
+    /// A member only this extender still assumes on the candidate node
+    /// (its bind answered uncertainly; kube-scheduler forgot it and does
+    /// not name it) is not a victim there, which kube-scheduler could not
+    /// delete and the evictor would wait for: it is followed as a member
+    /// elsewhere (simulation seed 639).
+    #[test]
+    fn a_member_only_this_extender_assumes_on_the_node_is_followed() {
+        let c = cluster();
+        assert!(c.assume("ns", "a2", "a2-uid", "n1"));
+        let body = meta_body(&preemptor(100, None, None), &[("n1", &["a0-uid"], 0)]);
+        let (out, intents) = plan(&c, &body);
+        assert_eq!(out["n1"], vec!["a0-uid", "a1-uid"]);
+        assert_eq!(intents.len(), 1);
+        assert_eq!(ids(&intents[0].victims), ["a0", "a1"]);
+        assert_eq!(ids(&intents[0].elsewhere), ["a2"]);
+    }
 }
 
 #[test]

@@ -390,7 +390,7 @@ pub(super) fn remaining_fit(
     // siblings in its unit whose placed members fix theirs.
     let unit = unit_of(levels)
         .map(|u| &levels[u].group)
-        .filter(|_| placed_nodes(snap, &levels[0].group).is_empty());
+        .filter(|u| u.composite && placed_nodes(snap, &levels[0].group).is_empty());
     let itself = |k: &crate::cache::cluster_index::Key| {
         this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
     };

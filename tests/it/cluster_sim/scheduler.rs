@@ -1056,6 +1056,11 @@ struct World {
     /// then `(pod, uid)`, every one of which must be gone within
     /// [`REPAIR_BOUND`].
     all_disruptions: Vec<AllDisruption>,
+    /// When each group object was last deleted or created again: its
+    /// `disruptionMode` is known to the extender only from the object, so
+    /// an `All` disruption is owed only while the object has stood (and
+    /// the caches could show it) for [`GROUP_SETTLE`].
+    group_changed: BTreeMap<String, Duration>,
     /// When the leader was last killed (the evictor's pending work is in
     /// memory and goes with it).
     last_kill: Option<Duration>,
@@ -1150,6 +1155,7 @@ impl World {
             healed: false,
             group_deletions: Vec::new(),
             all_disruptions: Vec::new(),
+            group_changed: BTreeMap::new(),
             last_kill: None,
             abandoned: BTreeSet::new(),
         }
@@ -1872,6 +1878,11 @@ impl World {
             if let Some((w, i)) = v.rsplit_once('-').and_then(|(g, _)| self.group_of.get(g))
                 && let g = &self.workloads[w].groups[*i]
                 && g.all
+                && api.groups.contains_key(&g.name)
+                && self
+                    .group_changed
+                    .get(&g.name)
+                    .is_none_or(|at| now.saturating_sub(*at) > GROUP_SETTLE)
                 && !self
                     .all_disruptions
                     .iter()
@@ -2718,6 +2729,7 @@ impl World {
                 let back = now + sim.delay(Duration::from_secs(1), Duration::from_secs(10));
                 lock(&self.api).put(Change::Group(g.clone(), None));
                 self.group_deletions.push(now);
+                self.group_changed.insert(g.clone(), now);
                 self.later.push((back, Later::Group(spec)));
                 self.struck.entry(g.clone()).or_insert(now);
                 self.last_struck.insert(g.clone(), now);
@@ -2802,6 +2814,7 @@ impl World {
                 Later::Group(g) => {
                     if self.group_of.contains_key(&g.name) {
                         lock(&self.api).put(Change::Group(g.name.clone(), Some(group_json(&g))));
+                        self.group_changed.insert(g.name.clone(), now);
                         sim.event(format_args!("controller recreates group {}", g.name));
                     }
                 }
@@ -2878,6 +2891,9 @@ const GROUP_LINGER: Duration = Duration::from_secs(30);
 /// How long a gang a fault struck may stay below minCount before it must
 /// be whole again or reported.
 const REPAIR_BOUND: Duration = Duration::from_secs(120);
+/// How long a group object must have stood before its `All` disruption is
+/// owed: longer than a dropped watch stays down (10 s) plus its delays.
+const GROUP_SETTLE: Duration = Duration::from_secs(15);
 
 fn node_json(name: &str, zone: usize, rack: usize) -> Value {
     testkit::node(name)
@@ -3276,6 +3292,23 @@ fn regression_seed_333() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_333",
         333,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 214, a gap in the world: an `All` group was preempted while
+/// its PodGroup object was deleted (a fault; the controller created it
+/// again a second later), and the world expected the other members to be
+/// evicted. The disruption mode lives in the object: with it gone the
+/// extender, like kube-scheduler's own workload-aware preemption, can only
+/// treat the members one by one. The world now owes an `All` disruption
+/// only when the object had stood for 15 s (longer than a dropped watch).
+#[test]
+fn regression_seed_214() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_214",
+        214,
         1000,
         &simulate,
     );

@@ -141,6 +141,7 @@ pub fn filter_gate_for(
         return verdict;
     }
     let mut replanned = false;
+    let mut dropped_missed = false;
     loop {
         let (domain, from_plan) = match domains_of(snap, planner, &levels, now) {
             Err(verdict) => return verdict,
@@ -171,8 +172,16 @@ pub fn filter_gate_for(
             }
             Ok(DomainWalk::Resolved { domain, from_plan }) => (domain, from_plan),
         };
+        let groups: Vec<GroupRef> = if from_plan {
+            levels.iter().map(|l| l.group.clone()).collect()
+        } else {
+            Vec::new()
+        };
         match remaining_fit(snap, planner, &levels, &domain, this, returning, now) {
-            RemainingFit::Fits => return GroupVerdict { wide: None, domain },
+            RemainingFit::Fits => {
+                planner.followed(&groups);
+                return GroupVerdict { wide: None, domain };
+            }
             // kube-scheduler sent a sample of the nodes (its
             // percentageOfNodesToScore) that misses the group's domain:
             // the group still fits there, only this pod cannot go there
@@ -186,6 +195,13 @@ pub fn filter_gate_for(
                         RemainingFit::Fits
                     ) =>
             {
+                // ... unless no member was offered the planned domain for
+                // a whole PLAN_TTL: kube-scheduler's own filters reject it
+                // (simulation seeds 430, 1437), so plan again once.
+                if !dropped_missed && planner.missed(&groups, now) {
+                    dropped_missed = true;
+                    continue;
+                }
                 return GroupVerdict { wide: None, domain };
             }
             RemainingFit::Short { .. } if from_plan && !replanned => {

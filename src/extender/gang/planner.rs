@@ -37,6 +37,10 @@ pub struct Plan {
     pub token: u64,
     /// The plan lapses when no member has asked for it by then.
     pub expires: Instant,
+    /// Since when every member that asked was offered no node of the
+    /// domain (`None`: one was, or none asked yet); see
+    /// [`GangPlanner::missed`].
+    pub missed_since: Option<Instant>,
 }
 
 /// Plans by group.
@@ -146,10 +150,44 @@ impl GangPlanner {
                     value,
                     token,
                     expires: now + PLAN_TTL,
+                    missed_since: None,
                 },
             );
         }
         true
+    }
+
+    /// A member of each group in `groups` was offered no node of its
+    /// planned domain. Under node sampling a later cycle's sample meets the
+    /// domain; a domain kube-scheduler has offered to no member for
+    /// [`PLAN_TTL`] is one its own filters reject (nominated pods, devices,
+    /// taints), and the plan is forgotten, so the group is planned again
+    /// among the nodes kube-scheduler does offer. Whether one was.
+    pub fn missed(&self, groups: &[GroupRef], now: Instant) -> bool {
+        let mut plans = self.plans.lock();
+        let mut stale = false;
+        for g in groups {
+            if let Some(p) = plans.get_mut(g) {
+                let since = *p.missed_since.get_or_insert(now);
+                stale |= now.duration_since(since) >= PLAN_TTL;
+            }
+        }
+        if stale {
+            for g in groups {
+                plans.remove(g);
+            }
+        }
+        stale
+    }
+
+    /// A member was offered a node of its groups' planned domains.
+    pub fn followed(&self, groups: &[GroupRef]) {
+        let mut plans = self.plans.lock();
+        for g in groups {
+            if let Some(p) = plans.get_mut(g) {
+                p.missed_since = None;
+            }
+        }
     }
 
     /// Reads the plans (what other groups reserve) under the lock.

@@ -1789,7 +1789,6 @@ impl World {
             }
         }
         if candidates.is_empty() {
-            self.clear_nomination(sim, name);
             return;
         }
         let body = json!({"Pod": pod, "NodeNameToVictims": null,
@@ -1862,7 +1861,6 @@ impl World {
                 "preempt {name}: the extender returned no candidate of {}",
                 candidates.len()
             ));
-            self.clear_nomination(sim, name);
             return;
         };
         if let Some(mut p) = api.pods.get(name).cloned() {
@@ -1912,28 +1910,6 @@ impl World {
         sim.event(format_args!(
             "kube-scheduler preempts on {node} for {name} (priority {mine}): {gone:?}"
         ));
-    }
-
-    /// A scheduling attempt failed and preemption found no candidate:
-    /// kube-scheduler's PostFilter result nominates no node
-    /// (`NewPostFilterResultWithNominatedNode("")`), and its failure
-    /// handler clears the pod's `status.nominatedNodeName`, so a stale
-    /// nomination holds no room in later cycles.
-    fn clear_nomination(&mut self, sim: &mut Sim, name: &str) {
-        let mut api = lock(&self.api);
-        let Some(mut p) = api.pods.get(name).cloned() else {
-            return;
-        };
-        if p["status"]["nominatedNodeName"]
-            .as_str()
-            .is_none_or(str::is_empty)
-        {
-            return;
-        }
-        p["status"]["nominatedNodeName"] = Value::Null;
-        api.put(Change::Pod(name.to_owned(), Some(p)));
-        drop(api);
-        sim.event(format_args!("kube-scheduler: {name} nomination cleared"));
     }
 
     /// DynamicResources PostFilter: a pod that fits nowhere has its claim's
@@ -3331,21 +3307,6 @@ fn regression_seed_430() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_430",
         430,
-        1000,
-        &simulate,
-    );
-}
-
-/// Soak seed 1437, a gap in the world: a lower-priority composite never
-/// placed once faults stopped, its zone's room held by nominations of
-/// pods kube-scheduler had given up on. A real kube-scheduler clears a
-/// pod's `nominatedNodeName` when a scheduling attempt fails and
-/// preemption finds no candidate; the world's now does too.
-#[test]
-fn regression_seed_1437() {
-    harness::run_one(
-        "cluster_sim::scheduler::regression_seed_1437",
-        1437,
         1000,
         &simulate,
     );

@@ -33,6 +33,17 @@ fn level(o: testkit::Obj, gang: bool, min: u32, parent: Option<&str>) -> testkit
     }
 }
 
+/// A gang PodGroup `ns/name` of `min`, by rack, under `parent`.
+fn rack_gang(name: &str, min: u32, parent: Option<&str>) -> PodGroup {
+    level(
+        testkit::pod_group(name).namespace("ns").topology("rack"),
+        true,
+        min,
+        parent,
+    )
+    .typed()
+}
+
 fn group(name: &str, gang: bool, min: u32, parent: Option<&str>) -> PodGroup {
     level(testkit::pod_group(name).namespace("ns"), gang, min, parent).typed()
 }
@@ -422,15 +433,7 @@ fn a_returning_member_keeps_its_room_against_other_plans() {
             .typed(),
     );
     for (g, min) in [("a", 1), ("b", 2)] {
-        c.apply_pod_group(
-            &level(
-                testkit::pod_group(g).namespace("ns").topology("rack"),
-                true,
-                min,
-                None,
-            )
-            .typed(),
-        );
+        c.apply_pod_group(&rack_gang(g, min, None));
     }
     c.apply_pod(&pod("b-0", "b", Some("n1")));
     let planner = GangPlanner::new();
@@ -471,15 +474,7 @@ fn a_nominated_pod_holds_its_room_against_pods_of_no_higher_priority() {
             .allocatable("2", "8Gi")
             .typed(),
     );
-    c.apply_pod_group(
-        &level(
-            testkit::pod_group("g").namespace("ns").topology("rack"),
-            true,
-            2,
-            None,
-        )
-        .typed(),
-    );
+    c.apply_pod_group(&rack_gang("g", 2, None));
     c.apply_pod(&pod("g-0", "g", Some("n1")));
     let planner = GangPlanner::new();
     let now = tokio::time::Instant::now();
@@ -578,15 +573,7 @@ fn a_planned_child_yields_the_room_a_fixed_sibling_still_needs() {
         }
         c.apply_composite(&composite("root", true, 2, None));
         for (g, min) in [("a", a_min), ("b", 1)] {
-            c.apply_pod_group(
-                &level(
-                    testkit::pod_group(g).namespace("ns").topology("rack"),
-                    true,
-                    min,
-                    Some("root"),
-                )
-                .typed(),
-            );
+            c.apply_pod_group(&rack_gang(g, min, Some("root")));
         }
         let two = |name: &str, g: &str, node: Option<&str>| {
             let p = testkit::pod(name)

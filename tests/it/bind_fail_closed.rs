@@ -139,6 +139,12 @@ async fn claims_missing_from_the_cache_fail_the_bind() {
     );
     assert_unbound(&a, "p").await;
     upsert(&a, vec![claim("gpu")]).await;
+    // Allocated, but to a device no slice in the cache publishes yet.
+    assert_eq!(
+        bind(&a, "p").await,
+        "resource claim ml/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet"
+    );
+    upsert(&a, vec![testkit::slice("s1", "drv", "n1", &["d0"]).value()]).await;
     assert_eq!(bind(&a, "p").await, "");
     assert_eq!(node_name(&a, "p").await, "n1");
 }

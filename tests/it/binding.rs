@@ -38,7 +38,12 @@ fn cluster() -> Standalone {
         .uses_claim("gpu", Some("gpu"), None);
     set(
         &app,
-        testkit::list([testkit::node("n1").value(), pod.value(), claim(&[])]),
+        testkit::list([
+            testkit::node("n1").value(),
+            testkit::slice("s1", "gpu.example.com", "n1", &["gpu-0"]).value(),
+            pod.value(),
+            claim(&[]),
+        ]),
     );
     app
 }

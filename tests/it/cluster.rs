@@ -610,6 +610,10 @@ async fn extender_clears_a_failed_claim_allocation_through_the_api() {
             .uses_claim("gpu", Some("gpu"), None)
             .value(),
     );
+    api.put(
+        Res::ResourceSlices,
+        testkit::slice("n1-gpu", "gpu.example.com", "n1", &["gpu-0"]).value(),
+    );
     let failed = api.put(
         Res::ResourceClaims,
         gpu_claim(&[("Attached", "False"), ("AttachFailed", "True")]),

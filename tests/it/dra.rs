@@ -432,6 +432,7 @@ async fn a_slice_for_all_nodes_is_charged_on_every_node() {
 async fn an_old_allocation_timestamp_clears_the_claim_at_the_first_bind() {
     let app = cluster(vec![
         node("n1"),
+        slice("s1", "gpu.example.com", "n1", &["gpu-0"]),
         claim("gpu", "gpu.example.com")
             .namespace("ml")
             .set(

@@ -65,27 +65,34 @@ impl ClusterState {
     }
 
     /// Whether an allocated claim's devices reach `node`: `None` when the
-    /// claim is not allocated or none of its devices is published in a
-    /// ResourceSlice the cache holds (nothing to tell), else whether one
-    /// of the published ones reaches the node.
+    /// claim is not allocated (or allocated no device), else whether one
+    /// of the devices published in a ResourceSlice the cache holds reaches
+    /// the node. An allocation none of whose devices is published is one
+    /// the cache cannot place: kube-scheduler allocated from slices the
+    /// cache has not seen yet, or the cache holds an older allocation whose
+    /// slice is gone with its node (simulation seed 743); either way it
+    /// does not reach the node as far as the cache can tell.
     pub fn claim_reaches(&self, claim: &str, node: &str) -> Option<bool> {
         let c = self.claims.get(claim)?;
+        if c.devices.is_empty() {
+            return None;
+        }
         let empty = BTreeMap::new();
         let labels = self
             .nodes
             .get(node)
             .and_then(|s| s.node.as_ref())
             .map_or(&empty, |n| &n.labels);
-        let mut known = false;
         for (dk, _) in &c.devices {
-            if let Some(d) = self.devices.get(dk) {
-                if d.reach.matches(node, labels) {
-                    return Some(true);
-                }
-                known = true;
+            if self
+                .devices
+                .get(dk)
+                .is_some_and(|d| d.reach.matches(node, labels))
+            {
+                return Some(true);
             }
         }
-        known.then_some(false)
+        Some(false)
     }
 
     /// Whether a claim is allocated a device that maps a node resource.

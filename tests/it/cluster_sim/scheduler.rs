@@ -3297,6 +3297,22 @@ fn regression_seed_333() {
     );
 }
 
+/// Soak seed 743: a pod bound with its claim's `Attached` not yet True.
+/// With the watch down its claim was deallocated and allocated again on
+/// another node; the cache still held the old allocation, whose device's
+/// slice had gone with its deleted node, so the not-caught-up check had
+/// nothing to compare. An allocation none of whose devices a slice in the
+/// cache publishes now fails closed.
+#[test]
+fn regression_seed_743() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_743",
+        743,
+        1000,
+        &simulate,
+    );
+}
+
 /// Soak seed 430: a CompositePodGroup never placed once faults stopped.
 /// A child kept its plan for a rack kube-scheduler's own filters never
 /// offered (the extender read the missing rack as node sampling, and

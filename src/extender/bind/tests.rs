@@ -138,12 +138,13 @@ fn composite(
     .typed()
 }
 
-/// Publishes device `drv/pool/d0` on `n1` (the device the claims here
-/// are allocated): an allocation none of whose devices is published is
-/// one the cache cannot place, and bind fails closed on it.
-fn publish_d0(nodes: &ClusterIndex) {
+/// Publishes device `drv/pool/d0` (the device the claims here are
+/// allocated) on node `on`, in one slice, so publishing it again moves it:
+/// an allocation none of whose devices is published is one the cache
+/// cannot place, and bind fails closed on it.
+fn publish_d0(nodes: &ClusterIndex, on: &str) {
     nodes.apply_slice(
-        &testkit::slice("n1-drv", "drv", "n1", &["d0"])
+        &testkit::slice("drv-d0", "drv", on, &["d0"])
             .set(&["spec", "pool", "name"], "pool")
             .typed(),
     );
@@ -286,7 +287,7 @@ async fn cancelled_before_assume_leaves_nothing() {
 #[tokio::test(start_paused = true)]
 async fn cancelled_during_the_device_wait_drops_the_assumption() {
     let f = fixture(1, 0, false);
-    publish_d0(&f.binder.nodes);
+    publish_d0(&f.binder.nodes, "n1");
     f.binder.nodes.apply_pod(&pod("p0", Some("g"), &["gpu"]));
     f.binder.nodes.apply_claim(&gated_claim("gpu", "p0-uid"));
     let task = f.spawn("p0");
@@ -307,7 +308,7 @@ async fn cancelled_during_the_device_wait_drops_the_assumption() {
 #[tokio::test(start_paused = true)]
 async fn a_member_awaiting_its_devices_does_not_count_toward_quorum() {
     let f = fixture(2, 0, false);
-    publish_d0(&f.binder.nodes);
+    publish_d0(&f.binder.nodes, "n1");
     f.binder.nodes.apply_pod(&pod("p0", Some("g"), &["gpu"]));
     f.binder.nodes.apply_pod(&pod("p1", Some("g"), &[]));
     f.binder.nodes.apply_claim(&gated_claim("gpu", "p0-uid"));
@@ -656,18 +657,21 @@ async fn a_pod_whose_claims_are_not_cached_is_not_bound() {
 async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
     let f = fixture(1, 0, false);
     f.binder.nodes.apply_node(&node("n2"));
-    f.binder.nodes.apply_slice(
-        &testkit::slice("n2-drv", "drv", "n2", &["d0"])
-            .set(&["spec", "pool", "name"], "pool")
-            .typed(),
-    );
     f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
     f.binder.nodes.apply_claim(&gated_claim("gpu", "x-uid"));
+    let off_node = "resource claim ns/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet";
+    // No slice publishes the device: the cache cannot place the
+    // allocation (a slice not seen yet, or an older allocation whose slice
+    // went with its node: simulation seed 743, a pod bound on the old
+    // allocation's `Attached`), and bind fails closed.
     let e = f.binder.bind(&req("x")).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "resource claim ns/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet"
-    );
+    assert_eq!(e.to_string(), off_node);
+    assert!(!f.assumed("x"));
+    assert_eq!(f.writer.started(), 0);
+    // Published on n2 only.
+    publish_d0(&f.binder.nodes, "n2");
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(e.to_string(), off_node);
     assert!(!f.assumed("x"));
     assert_eq!(f.writer.started(), 0);
     assert_eq!(
@@ -677,11 +681,7 @@ async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
     );
     // The same device published on n1: the allocation reaches the node,
     // and the gate decides on it.
-    f.binder.nodes.apply_slice(
-        &testkit::slice("n2-drv", "drv", "n1", &["d0"])
-            .set(&["spec", "pool", "name"], "pool")
-            .typed(),
-    );
+    publish_d0(&f.binder.nodes, "n1");
     let task = f.spawn("x");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished(), "waits for Attached on n1");
@@ -698,7 +698,7 @@ async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
 #[tokio::test(start_paused = true)]
 async fn a_gated_claim_not_reserved_for_the_pod_in_the_cache_is_not_caught_up() {
     let f = fixture(1, 0, false);
-    publish_d0(&f.binder.nodes);
+    publish_d0(&f.binder.nodes, "n1");
     f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
     let claim = |reserved: bool, attached: bool| {
         let c = testkit::claim("gpu", "c")
@@ -1215,29 +1215,4 @@ async fn a_member_its_group_does_not_need_holds_no_room_while_the_unit_gathers()
     a0.await.unwrap().expect("a0 released");
     f.spawn("a1").await.unwrap().expect("a1 after the quorum");
     assert_eq!(f.writer.bound.lock().len(), 3);
-}
-
-/// An allocation none of whose devices a ResourceSlice in the cache
-/// publishes is one the cache cannot place on the node: kube-scheduler
-/// allocated from slices the cache has not seen, or the cache holds an
-/// older allocation whose slice went with its node (simulation seed 743:
-/// the pod was bound on the old allocation's `Attached`). Bind fails
-/// closed, retryable, until the device is published.
-#[tokio::test(start_paused = true)]
-async fn a_claim_whose_devices_no_slice_publishes_is_not_caught_up() {
-    let f = fixture(1, 0, false);
-    f.binder.nodes.apply_pod(&pod("x", None, &["gpu"]));
-    f.binder.nodes.apply_claim(&gated_claim("gpu", "x-uid"));
-    let e = f.binder.bind(&req("x")).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "resource claim ns/gpu is allocated off node n1 in the cache: its allocation for n1 is not in the cache yet"
-    );
-    assert!(!f.assumed("x"));
-    assert_eq!(f.writer.started(), 0);
-    publish_d0(&f.binder.nodes);
-    let task = f.spawn("x");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!task.is_finished(), "waits for Attached on n1");
-    task.abort();
 }

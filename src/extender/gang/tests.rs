@@ -33,6 +33,14 @@ fn level(o: testkit::Obj, gang: bool, min: u32, parent: Option<&str>) -> testkit
     }
 }
 
+/// Node `name` in rack `rack` with `cpu` cores and 8Gi.
+fn rack_node(name: &str, rack: &str, cpu: &str) -> Node {
+    testkit::node(name)
+        .label("rack", rack)
+        .allocatable(cpu, "8Gi")
+        .typed()
+}
+
 /// A gang PodGroup `ns/name` of `min`, by rack, under `parent`.
 fn rack_gang(name: &str, min: u32, parent: Option<&str>) -> PodGroup {
     level(
@@ -426,12 +434,7 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
 #[test]
 fn a_returning_member_keeps_its_room_against_other_plans() {
     let c = ClusterIndex::new();
-    c.apply_node(
-        &testkit::node("n1")
-            .label("rack", "r1")
-            .allocatable("2", "8Gi")
-            .typed(),
-    );
+    c.apply_node(&rack_node("n1", "r1", "2"));
     for (g, min) in [("a", 1), ("b", 2)] {
         c.apply_pod_group(&rack_gang(g, min, None));
     }
@@ -468,12 +471,7 @@ fn a_returning_member_keeps_its_room_against_other_plans() {
 #[test]
 fn a_nominated_pod_holds_its_room_against_pods_of_no_higher_priority() {
     let c = ClusterIndex::new();
-    c.apply_node(
-        &testkit::node("n1")
-            .label("rack", "r1")
-            .allocatable("2", "8Gi")
-            .typed(),
-    );
+    c.apply_node(&rack_node("n1", "r1", "2"));
     c.apply_pod_group(&rack_gang("g", 2, None));
     c.apply_pod(&pod("g-0", "g", Some("n1")));
     let planner = GangPlanner::new();
@@ -564,12 +562,7 @@ fn a_planned_child_yields_the_room_a_fixed_sibling_still_needs() {
     let setup = |a_min: u32| {
         let c = ClusterIndex::new();
         for (n, rack, cpu) in [("r1-0", "r1", "4"), ("r2-0", "r2", "8")] {
-            c.apply_node(
-                &testkit::node(n)
-                    .label("rack", rack)
-                    .allocatable(cpu, "8Gi")
-                    .typed(),
-            );
+            c.apply_node(&rack_node(n, rack, cpu));
         }
         c.apply_composite(&composite("root", true, 2, None));
         for (g, min) in [("a", a_min), ("b", 1)] {

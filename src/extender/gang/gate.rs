@@ -402,11 +402,6 @@ pub(super) fn remaining_fit(
     let own: BTreeSet<GroupRef> = levels.iter().map(|l| l.group.clone()).collect();
     let namespace = levels[0].group.namespace.as_str();
     let floor = || this.and_then(|(_, name, _, _)| floor_of(snap, namespace, name));
-    // A group with no member placed (its domain is a plan) yields to the
-    // siblings in its unit whose placed members fix theirs.
-    let unit = unit_of(levels)
-        .map(|u| &levels[u].group)
-        .filter(|u| u.composite && placed_nodes(snap, &levels[0].group).is_empty());
     let itself = |k: &crate::cache::cluster_index::Key| {
         this.is_some_and(|(_, name, _, _)| k.0 == namespace && k.1 == name)
     };
@@ -420,7 +415,12 @@ pub(super) fn remaining_fit(
     } else {
         planner.with_plans(|plans| {
             reserve_others(snap, plans, &own, &axes, &mut free, Some(&nodes), now);
-            if let Some(unit) = unit {
+            // A group with no member placed (its domain is a plan) yields
+            // to the siblings in its unit whose placed members fix theirs.
+            if let Some(unit) = unit_of(levels)
+                .map(|u| &levels[u].group)
+                .filter(|u| u.composite && placed_nodes(snap, &levels[0].group).is_empty())
+            {
                 reserve_fixed_siblings(snap, plans, unit, &own, &axes, &mut free, now);
             }
             hold_nominated(snap, &axes, &mut free, floor, |k, p| {

@@ -264,6 +264,9 @@ pub enum BindFailureCause {
     NotCached,
     /// The cache holds the pod with another uid.
     Replaced,
+    /// The node no longer has room for the pod (pods bound or being bound
+    /// there since kube-scheduler filtered it).
+    NoRoom,
     /// Device binding conditions not met within `--binding-wait`.
     DevicesNotReady,
     /// A device binding failure condition, or `--binding-timeout`.
@@ -287,11 +290,12 @@ pub enum BindFailureCause {
 }
 
 impl BindFailureCause {
-    pub const ALL: [BindFailureCause; 13] = [
+    pub const ALL: [BindFailureCause; 14] = [
         BindFailureCause::Invalid,
         BindFailureCause::NodeGone,
         BindFailureCause::NotCached,
         BindFailureCause::Replaced,
+        BindFailureCause::NoRoom,
         BindFailureCause::DevicesNotReady,
         BindFailureCause::DevicesFailed,
         BindFailureCause::Hierarchy,

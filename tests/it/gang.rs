@@ -10,7 +10,7 @@ use crate::common;
 
 use axum::body::Body;
 use axum::http::Request;
-use common::{app, get, post};
+use common::{SchedulerCache, app, cpu_of, get, post};
 use kruntimes_scheduler::extender::bind::permit::Gangs;
 use kruntimes_scheduler::http::router;
 use kruntimes_scheduler::serve::Standalone;
@@ -92,12 +92,34 @@ fn members(prefix: &str, group: &str, n: usize, cpu: u32) -> Vec<Value> {
         .collect()
 }
 
+/// The service, and kube-scheduler's own cache of the pods it assumed.
+struct Cluster {
+    app: Standalone,
+    ks: SchedulerCache,
+}
+
+impl From<Standalone> for Cluster {
+    fn from(app: Standalone) -> Self {
+        Cluster {
+            app,
+            ks: SchedulerCache::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = Standalone;
+    fn deref(&self) -> &Standalone {
+        &self.app
+    }
+}
+
 /// A standalone service holding `objects`, with the given gang wait.
-async fn cluster(objects: Vec<Value>, wait: Duration) -> Standalone {
+async fn cluster(objects: Vec<Value>, wait: Duration) -> Cluster {
     let mut a = app("");
     a.state.set_gangs(Arc::new(Gangs::new(wait)));
     upsert(&a, objects).await;
-    a
+    a.into()
 }
 
 async fn upsert(a: &Standalone, objects: Vec<Value>) {
@@ -168,12 +190,15 @@ async fn prioritize(a: &Standalone, pod: &Value, nodes: &[String]) -> Vec<(Strin
         .collect()
 }
 
-/// A bind as kube-scheduler's binding goroutine sends it.
-fn spawn_bind(a: &Standalone, pod: &Value, node: &str) -> tokio::task::JoinHandle<String> {
+/// A bind as kube-scheduler's binding goroutine sends it, the pod assumed
+/// on its node in kube-scheduler's cache until the bind answers.
+fn spawn_bind(a: &Cluster, pod: &Value, node: &str) -> tokio::task::JoinHandle<String> {
     let app = router(a.state.clone());
     let body = json!({"PodName": pod["metadata"]["name"], "PodNamespace": "ml",
         "PodUID": pod["metadata"]["uid"], "Node": node})
     .to_string();
+    let (ks, me) = (a.ks.clone(), name(pod));
+    ks.assume(&me, node, cpu_of(pod));
     tokio::spawn(async move {
         let req = Request::post("/scheduler/bind")
             .header("content-type", "application/json")
@@ -184,17 +209,32 @@ fn spawn_bind(a: &Standalone, pod: &Value, node: &str) -> tokio::task::JoinHandl
             .await
             .expect("body");
         let v: Value = serde_json::from_slice(&b).expect("json");
+        ks.forget(&me);
         v["Error"].as_str().unwrap_or_default().to_owned()
     })
 }
 
 /// One pod's scheduling cycle: filter, prioritize, pick; the bind is spawned.
 async fn cycle(
-    a: &Standalone,
+    a: &Cluster,
     pod: &Value,
     all: &[String],
 ) -> Result<tokio::task::JoinHandle<String>, Filtered> {
-    let f = filter(a, pod, all).await;
+    // kube-scheduler's own fit first: only the nodes it passes go to the
+    // extender.
+    let offered = a.ks.fitting(&a.store, all, &name(pod), cpu_of(pod));
+    if offered.is_empty() {
+        return Err(Filtered {
+            passed: Vec::new(),
+            failed: all
+                .iter()
+                .map(|n| (n.clone(), "Insufficient cpu".to_owned()))
+                .collect(),
+            unresolvable: BTreeMap::new(),
+            error: String::new(),
+        });
+    }
+    let f = filter(a, pod, &offered).await;
     assert_eq!(f.error, "");
     let best = match f.passed.len() {
         0 => return Err(f),
@@ -215,7 +255,7 @@ async fn cycle(
 /// Schedules `pods` like kube-scheduler: one cycle per pod, binds
 /// concurrent, failed pods retried, for `rounds` rounds. Returns the
 /// unscheduled pods with the last reason.
-async fn schedule(a: &Standalone, pods: &[Value], rounds: usize) -> BTreeMap<String, String> {
+async fn schedule(a: &Cluster, pods: &[Value], rounds: usize) -> BTreeMap<String, String> {
     let all = node_names(a).await;
     let mut queue: Vec<Value> = pods.to_vec();
     let mut left = BTreeMap::new();
@@ -1229,6 +1269,7 @@ async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
         .collect();
     let f = filter(&a, &pods[0], &node_names(&a).await).await;
     assert_eq!(f.passed, ["r1-n0", "r1-n1"]);
+    let a = Cluster::from(a);
     assert!(schedule(&a, &pods, 2).await.is_empty());
     let b = bound(&a).await;
     assert!(pods.iter().all(|p| rack_of(&b[&name(p)]) == "r1"), "{b:?}");

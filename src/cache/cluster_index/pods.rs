@@ -493,13 +493,40 @@ impl ClusterIndex {
         node: &str,
         awaiting: bool,
     ) -> Option<u64> {
+        let no_check = |_: &ClusterState, _: &PodEntry| Ok::<(), std::convert::Infallible>(());
+        match self.assume_checked(namespace, name, uid, node, awaiting, no_check) {
+            Ok(token) => token,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`ClusterIndex::assume_for_devices`] once `check` passes, under the
+    /// same write lock, so two binds to one node cannot both pass on the
+    /// room only one of them has. `check` reads the state without the pod
+    /// on `node`; it is skipped when the pod is counted there already (a
+    /// retried bind of a kept or uncertain pod). `Ok(None)`: the pod is
+    /// not cached (or was replaced).
+    pub fn assume_checked<E>(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        awaiting: bool,
+        check: impl FnOnce(&ClusterState, &PodEntry) -> Result<(), E>,
+    ) -> Result<Option<u64>, E> {
         let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        let mut e = s.pods.get(&k).cloned()?;
+        let Some(mut e) = s.pods.get(&k).cloned() else {
+            return Ok(None);
+        };
         if !uid.is_empty() && e.uid != uid {
-            return None;
+            return Ok(None);
         }
         let before = s.counted_load(&k);
+        if before.as_ref().is_none_or(|b| b.node != node) {
+            check(&s, &e)?;
+        }
         e.node = Some(node.to_owned());
         e.awaiting_devices = awaiting && !e.claims.is_empty();
         s.assumed.insert(k.clone(), e);
@@ -507,7 +534,7 @@ impl ClusterIndex {
         s.next_token += 1;
         s.assume_tokens.insert(k.clone(), token);
         s.reindex(&k, before);
-        Some(token)
+        Ok(Some(token))
     }
 
     /// Marks the assumption bind `token` made as waiting for the pod's

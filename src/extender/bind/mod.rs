@@ -46,8 +46,9 @@
 pub mod device_gate;
 pub mod permit;
 
-use crate::cache::cluster_index::{ChainError, ClusterIndex, ClusterState};
+use crate::cache::cluster_index::{ChainError, ClusterIndex, ClusterState, PodEntry};
 use crate::cluster::{BindError, ClusterWriter, PodBinding};
+use crate::extender::plugins::fit;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
 use crate::model::refs::GroupRef;
 use crate::tls::park::Park;
@@ -132,6 +133,18 @@ pub enum BindFailure {
         cached: String,
         requested: String,
     },
+    /// The node no longer holds the pod: pods bound or being bound there
+    /// since kube-scheduler filtered it (its own view and this cache's
+    /// can each miss a bind the other sees) take the room.
+    #[error(
+        "node {node} no longer has room for pod {namespace}/{name}: {reason} (counting the pods bound and being bound there)"
+    )]
+    NoRoom {
+        namespace: String,
+        name: String,
+        node: String,
+        reason: String,
+    },
     #[error(transparent)]
     Devices(#[from] DeviceFailure),
     #[error(transparent)]
@@ -151,6 +164,7 @@ impl BindFailure {
             }
             BindFailure::NotCached(_) => BindFailureCause::NotCached,
             BindFailure::Replaced { .. } => BindFailureCause::Replaced,
+            BindFailure::NoRoom { .. } => BindFailureCause::NoRoom,
             BindFailure::Devices(DeviceFailure::NotReady(_)) => BindFailureCause::DevicesNotReady,
             BindFailure::Devices(DeviceFailure::Failed(_)) => BindFailureCause::DevicesFailed,
             BindFailure::Hold(HoldFailure::Hierarchy(_)) => BindFailureCause::Hierarchy,
@@ -329,10 +343,23 @@ impl Binder {
         }
         // A pod with claims is assumed as waiting for its devices: counted
         // on the node, not placed for its gang's quorum until the gate
-        // lets it through.
+        // lets it through. It is assumed only if the node still holds it
+        // (checked under the index's write lock, so concurrent binds to one
+        // node cannot share the last room): the Binding is this
+        // extender's write, the last point where an overcommit is stopped.
+        let room = |snap: &ClusterState, pod: &PodEntry| match &pod.requests {
+            Some(requests) => fit::check(snap, &req.node, &fit::resolve(snap, requests), None)
+                .map_err(|r| BindFailure::NoRoom {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    node: req.node.clone(),
+                    reason: r.message,
+                }),
+            None => Ok(()),
+        };
         let Some(token) = self
             .nodes
-            .assume_for_devices(ns, name, &req.uid, &req.node, true)
+            .assume_checked(ns, name, &req.uid, &req.node, true, room)?
         else {
             // The pod left the cache (or was replaced) since the check.
             check_cached(&self.nodes.read(), ns, name, &req.uid)?;

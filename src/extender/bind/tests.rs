@@ -1216,3 +1216,39 @@ async fn a_member_its_group_does_not_need_holds_no_room_while_the_unit_gathers()
     f.spawn("a1").await.unwrap().expect("a1 after the quorum");
     assert_eq!(f.writer.bound.lock().len(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_the_node_no_longer_has_room_for_is_refused_and_changes_nothing() {
+    // n1 holds 8 pods of 1 cpu. kube-scheduler's own fit can pass a node
+    // whose last room a bind it forgot (cancelled, its write still going)
+    // takes, and this cache can pass it before the binds in PreBind
+    // arrive: the bind is where both are counted.
+    let f = fixture(1, 0, false);
+    for i in 0..9 {
+        f.binder.nodes.apply_pod(&pod(&format!("a{i}"), None, &[]));
+    }
+    for i in 0..8 {
+        f.binder.bind(&req(&format!("a{i}"))).await.expect("room");
+    }
+    assert_eq!(f.cpu_used(), 8000);
+    let e = f.binder.bind(&req("a8")).await.expect_err("n1 is full");
+    assert!(
+        matches!(&e, BindFailure::NoRoom { node, reason, .. } if node == "n1" && reason.contains("cpu")),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "node n1 no longer has room for pod ns/a8: Insufficient cpu (counting the pods bound and being bound there)"
+    );
+    assert!(!f.assumed("a8"));
+    assert_eq!(f.cpu_used(), 8000);
+    assert_eq!(f.writer.bound.lock().len(), 8, "no Binding was written");
+    assert_eq!(f.failures(BindFailureCause::NoRoom), 1);
+    // A retried bind of a pod already counted on the node (kept, or its
+    // earlier outcome unknown) needs no more room there.
+    f.binder
+        .bind(&req("a0"))
+        .await
+        .expect("counted there already");
+    assert_eq!(f.cpu_used(), 8000);
+}

@@ -800,7 +800,8 @@ pub fn raise_open_files(needed: u64) -> Option<u64> {
 }
 
 /// Every second, ends the gang units whose time is up with no bind held
-/// (only reserved members left) and records their Events and conditions.
+/// (only reserved members left), records their Events and conditions, and
+/// retries the group condition writes that failed.
 pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
     let (gangs, nodes, writer, devices) = (
         Arc::clone(&state.extender.gangs),
@@ -815,8 +816,7 @@ pub fn spawn_gang_sweeper(state: &AppState) -> tokio::task::JoinHandle<()> {
             tick.tick().await;
             // First device waits of allocations gone from the cache.
             devices.sweep(&nodes);
-            let ended = gangs.sweep(&nodes);
-            gangs.record(&nodes, writer.as_ref(), ended).await;
+            gangs.tick(&nodes, writer.as_ref()).await;
         }
     })
 }

@@ -269,8 +269,23 @@ struct WrittenTable {
     by_group: HashMap<GroupRef, Written>,
     /// The last [`BELOW_MIN_COUNT`] condition written, per group.
     short: HashMap<GroupRef, Written>,
+    /// Writes that failed (a conflict, a 5xx, the API server away), per
+    /// group the last one asked: [`Gangs::retry_writes`] asks again, so a
+    /// condition never stays behind what happened because one write
+    /// failed (nothing else may come to write it: a group whose last
+    /// member just bound).
+    failed: HashMap<GroupRef, Retry>,
     /// Sweep when the table grows past this.
     sweep_at: usize,
+}
+
+/// A [`Gangs::set_condition`] call to make again.
+#[derive(Debug, Clone)]
+struct Retry {
+    only_uid: Option<String>,
+    status: bool,
+    reason: String,
+    message: String,
 }
 
 /// The smallest size that starts a sweep.
@@ -346,6 +361,7 @@ impl Gangs {
             written: Mutex::new(WrittenTable {
                 by_group: HashMap::new(),
                 short: HashMap::new(),
+                failed: HashMap::new(),
                 sweep_at: MIN_SWEEP,
             }),
             planner: Arc::default(),
@@ -1017,8 +1033,10 @@ impl Gangs {
                 .get(group)
                 .is_some_and(|prev| prev.uid == uid && prev.status);
         if scheduled {
-            self.set_below_min(nodes, writer, group, &uid, status, &message)
+            let written = self
+                .set_below_min(nodes, writer, group, &uid, status, &message)
                 .await;
+            self.settle(group, written, only_uid, status, reason, &message);
             return;
         }
         if let Some(c) = &current
@@ -1049,10 +1067,72 @@ impl Gangs {
             last_transition_time: transition,
             observed_generation: generation,
         };
-        if let Err(e) = writer.write_group_condition(group, &condition).await {
-            tracing::warn!(%group, error = %e, "writing the group condition failed");
-            self.written.lock().by_group.remove(group);
+        let written = match writer.write_group_condition(group, &condition).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%group, error = %e, "writing the group condition failed; retried within a second");
+                self.written.lock().by_group.remove(group);
+                false
+            }
+        };
+        self.settle(group, written, only_uid, status, reason, &condition.message);
+    }
+
+    /// Records whether the condition write a [`Gangs::set_condition`] call
+    /// made (or found nothing to write) settled; a failed one is asked
+    /// again by [`Gangs::retry_writes`], unless a later call settles it.
+    fn settle(
+        &self,
+        group: &GroupRef,
+        written: bool,
+        only_uid: Option<&str>,
+        status: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let mut w = self.written.lock();
+        if written {
+            w.failed.remove(group);
+        } else {
+            w.failed.insert(
+                group.clone(),
+                Retry {
+                    only_uid: only_uid.map(str::to_owned),
+                    status,
+                    reason: reason.to_owned(),
+                    message: message.to_owned(),
+                },
+            );
         }
+    }
+
+    /// Asks again for the condition writes that failed (the gang sweeper
+    /// runs it every second). Each is decided again on the cache as it is
+    /// now: a group gone or replaced, or a condition since written, ends
+    /// it.
+    pub async fn retry_writes(&self, nodes: &ClusterIndex, writer: &dyn ClusterWriter) {
+        let failed = std::mem::take(&mut self.written.lock().failed);
+        for (group, r) in failed {
+            self.set_condition(
+                nodes,
+                writer,
+                &group,
+                r.only_uid.as_deref(),
+                r.status,
+                &r.reason,
+                &r.message,
+            )
+            .await;
+        }
+    }
+
+    /// What the gang sweeper does every second: ends the units whose time
+    /// is up with no bind held, records their Events and conditions, and
+    /// retries the condition writes that failed.
+    pub async fn tick(&self, nodes: &ClusterIndex, writer: &dyn ClusterWriter) {
+        let ended = self.sweep(nodes);
+        self.record(nodes, writer, ended).await;
+        self.retry_writes(nodes, writer).await;
     }
 
     /// For a group initially scheduled: writes [`BELOW_MIN_COUNT`] `True`
@@ -1062,6 +1142,7 @@ impl Gangs {
     /// turns `True`. Written only when it changes, as the other condition.
     /// Nothing is evicted: whether the members still running are of use
     /// is the workload owner's decision.
+    /// Whether nothing is left to write (a failed write answers `false`).
     async fn set_below_min(
         &self,
         nodes: &ClusterIndex,
@@ -1070,12 +1151,12 @@ impl Gangs {
         uid: &str,
         placeable: bool,
         why: &str,
-    ) {
+    ) -> bool {
         let (current, generation) = {
             let snap = nodes.read();
             let (conds, generation) = if group.composite {
                 let Some(c) = snap.composite(&group.namespace, &group.name) else {
-                    return;
+                    return true;
                 };
                 (
                     c.status.as_ref().and_then(|s| s.conditions.clone()),
@@ -1083,7 +1164,7 @@ impl Gangs {
                 )
             } else {
                 let Some(g) = snap.group(&group.namespace, &group.name) else {
-                    return;
+                    return true;
                 };
                 (
                     g.status.as_ref().and_then(|s| s.conditions.clone()),
@@ -1109,7 +1190,7 @@ impl Gangs {
         // Every bind of a scheduled group passes here: nothing to say (and
         // no members to count) unless a report is up or filter failed.
         if placeable && !was_true {
-            return;
+            return true;
         }
         let (have, need) = gang::placed(&nodes.read(), group);
         let what = if group.composite {
@@ -1133,14 +1214,14 @@ impl Gangs {
                 bounded(format!("{have} of {need} {what} placed again")),
             )
         } else {
-            return;
+            return true;
         };
         if let Some(c) = &current
             && (c.status == "True") == status
             && c.reason == reason
             && c.message == message
         {
-            return;
+            return true;
         }
         let want = Written {
             uid: uid.to_owned(),
@@ -1152,7 +1233,7 @@ impl Gangs {
             let mut w = self.written.lock();
             let prev = w.short.insert(group.clone(), want.clone());
             if prev.as_ref() == Some(&want) {
-                return;
+                return true;
             }
             w.sweep(nodes);
             status && !was_true
@@ -1170,9 +1251,9 @@ impl Gangs {
             observed_generation: generation,
         };
         if let Err(e) = writer.write_group_condition(group, &condition).await {
-            tracing::warn!(%group, error = %e, "writing the group condition failed");
+            tracing::warn!(%group, error = %e, "writing the group condition failed; retried within a second");
             self.written.lock().short.remove(group);
-            return;
+            return false;
         }
         if turned_true {
             tracing::info!(%group, %message, "gang below minCount");
@@ -1185,6 +1266,7 @@ impl Gangs {
                 )
                 .await;
         }
+        true
     }
 }
 

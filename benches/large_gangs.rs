@@ -138,9 +138,13 @@ impl Server {
 }
 
 async fn filter(c: &mut Conn, pod: &Value) -> (Vec<String>, Duration) {
+    filter_on(c, pod, &node_names()).await
+}
+
+async fn filter_on(c: &mut Conn, pod: &Value, nodes: &[String]) -> (Vec<String>, Duration) {
     let start = Instant::now();
     let (status, bytes) = c
-        .post("/scheduler/filter", &filter_body(pod, &node_names()))
+        .post("/scheduler/filter", &filter_body(pod, nodes))
         .await
         .expect("filter");
     let took = start.elapsed();
@@ -153,37 +157,91 @@ async fn filter(c: &mut Conn, pod: &Value) -> (Vec<String>, Duration) {
 type Binds = Vec<tokio::task::JoinHandle<std::io::Result<String>>>;
 type Serial = std::sync::Arc<tokio::sync::Mutex<Conn>>;
 
+/// kube-scheduler's own cache in this cluster, where the gang's members
+/// are the only pods: the members it assumed or bound on each node. Its
+/// NodeResourcesFit offers the extender only nodes with room for one more
+/// (members request 1 cpu, nodes have 64), as a real one does; the
+/// extender learns of a member only when its bind arrives.
+#[derive(Clone, Default)]
+struct Cache(std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+impl Cache {
+    fn offered(&self) -> Vec<String> {
+        let on = self.0.lock().expect("cache");
+        node_names()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| on.get(*i).copied().unwrap_or(0) < 64)
+            .map(|(_, n)| n)
+            .collect()
+    }
+
+    /// The cycle ends: the member counts on `node`.
+    fn assume(&self, node: &str) {
+        self.add(node, |c| c + 1);
+    }
+
+    /// Its bind failed: `ForgetPod`.
+    fn forget(&self, node: &str) {
+        self.add(node, |c| c.saturating_sub(1));
+    }
+
+    fn add(&self, node: &str, f: impl Fn(usize) -> usize) {
+        let Some(i) = node.strip_prefix('n').and_then(|i| i.parse::<usize>().ok()) else {
+            return;
+        };
+        let mut on = self.0.lock().expect("cache");
+        if on.len() <= i {
+            on.resize(i + 1, 0);
+        }
+        on[i] = f(on[i]);
+    }
+}
+
+/// One scheduling cycle of member `i`: kube-scheduler's fit, the
+/// extender's filter in the serial loop, the first node passed, assumed.
+async fn cycle(serial: &Serial, cache: &Cache, i: usize) -> String {
+    let (fit, _) = filter_on(&mut *serial.lock().await, &member(i), &cache.offered()).await;
+    cache.assume(&fit[0]);
+    fit[0].clone()
+}
+
 /// One member's bind on its own connection; one that answers it stays
-/// reserved (its own wait ran out while the gang gathered) is requeued as
-/// kube-scheduler does: filtered again in the serial loop, bound again.
+/// reserved (its own wait ran out while the gang gathered) or that its
+/// node no longer has room is requeued as kube-scheduler requeues a failed
+/// bind: forgotten, filtered again in the serial loop, bound again.
 async fn bind_member(
     addr: SocketAddr,
     serial: Serial,
+    cache: Cache,
     i: usize,
     node: String,
 ) -> std::io::Result<String> {
     let mut node = node;
     loop {
         let e = bind_alone(addr, bind_body("ml", &format!("m{i}"), &node)).await?;
-        if !e.contains("stays reserved") {
+        if !e.contains("stays reserved") && !e.contains("no longer has room") {
             return Ok(e);
         }
+        cache.forget(&node);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        node = filter(&mut *serial.lock().await, &member(i)).await.0[0].clone();
+        node = cycle(&serial, &cache, i).await;
     }
 }
 
 /// Filters members `range` in the serial loop and sends each bind on its
 /// own connection.
 async fn schedule(s: &Server, serial: &Serial, range: std::ops::Range<usize>) -> Binds {
+    let cache = Cache::default();
     let mut binds = Vec::with_capacity(range.len());
     for i in range {
-        let (fit, _) = filter(&mut *serial.lock().await, &member(i)).await;
+        let node = cycle(serial, &cache, i).await;
         binds.push(tokio::spawn(bind_member(
             s.addr,
             serial.clone(),
+            cache.clone(),
             i,
-            fit[0].clone(),
+            node,
         )));
     }
     binds

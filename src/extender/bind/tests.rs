@@ -1031,11 +1031,13 @@ fn too_large_names_the_unit_its_size_and_the_flag() {
     assert_eq!(fits.too_large(&snap, "ns", "a0"), None);
 }
 
-/// A writer that keeps the group conditions and Events written.
+/// A writer that keeps the group conditions and Events written (the
+/// first `failing` condition writes answer a conflict).
 #[derive(Default)]
 struct Recorded {
     conditions: Mutex<Vec<(String, String, String)>>,
     events: Mutex<Vec<EventReason>>,
+    failing: AtomicUsize,
 }
 
 impl ClusterWriter for Recorded {
@@ -1063,6 +1065,13 @@ impl ClusterWriter for Recorded {
         c: &'a Condition,
     ) -> BoxFuture<'a, Result<(), WriteError>> {
         Box::pin(async move {
+            let fail = self
+                .failing
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if fail {
+                return Err(WriteError::Conflict);
+            }
             let row = (c.type_.clone(), c.status.clone(), c.reason.clone());
             self.conditions.lock().push(row);
             Ok(())
@@ -1251,4 +1260,79 @@ async fn a_bind_the_node_no_longer_has_room_for_is_refused_and_changes_nothing()
         .await
         .expect("counted there already");
     assert_eq!(f.cpu_used(), 8000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_condition_write_that_failed_is_retried_by_the_sweeper() {
+    // The last member of a gang bound; the `True` write answered a
+    // conflict. Nothing else would write it (no member is left to bind),
+    // and a report the group later owes reads it: the sweeper retries.
+    let nodes = ClusterIndex::new();
+    nodes.apply_node(&node("n1"));
+    let mut g = gang("g", 1, None);
+    g.metadata.uid = Some("g-uid".into());
+    nodes.apply_pod_group(&g);
+    let gangs = Gangs::with_config(GangConfig::default());
+    let writer = Recorded {
+        failing: AtomicUsize::new(2),
+        ..Recorded::default()
+    };
+    let r = GroupRef::group("ns", "g");
+    gangs
+        .set_condition(
+            &nodes,
+            &writer,
+            &r,
+            None,
+            true,
+            permit::SCHEDULED,
+            "quorum bound",
+        )
+        .await;
+    assert!(writer.conditions.lock().is_empty());
+    gangs.tick(&nodes, &writer).await;
+    assert!(writer.conditions.lock().is_empty(), "failed again");
+    gangs.tick(&nodes, &writer).await;
+    let row = (
+        permit::POD_GROUP_SCHEDULED.to_owned(),
+        "True".to_owned(),
+        permit::SCHEDULED.to_owned(),
+    );
+    assert_eq!(*writer.conditions.lock(), vec![row.clone()]);
+    // Settled: nothing is written again.
+    gangs.tick(&nodes, &writer).await;
+    assert_eq!(*writer.conditions.lock(), vec![row]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_waits_briefly_for_the_cache_to_show_its_claim_allocated() {
+    // kube-scheduler's PreBind allocated the claim just before calling
+    // bind; the watch shows it 0.5 s later. The bind waits for it rather
+    // than failing the binding cycle.
+    let f = fixture(1, 0, false);
+    publish_d0(&f.binder.nodes, "n1");
+    f.binder.nodes.apply_pod(&pod("p", None, &["c"]));
+    let claim = testkit::claim("c", "c")
+        .namespace("ns")
+        .allocated(&[("drv", "pool", "d0")])
+        .typed();
+    let bind = f.spawn("p");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!bind.is_finished(), "waiting for the cache");
+    f.binder.nodes.apply_claim(&claim);
+    bind.await
+        .expect("task")
+        .expect("bound once the cache caught up");
+    assert_eq!(f.writer.bound.lock().len(), 1);
+
+    // A claim the cache never shows allocated fails closed after the wait.
+    f.binder.nodes.apply_pod(&pod("q", None, &["d"]));
+    let started = tokio::time::Instant::now();
+    let e = f.binder.bind(&req("q")).await.expect_err("fails closed");
+    assert_eq!(
+        e.to_string(),
+        "resource claim ns/d is not allocated in the cache yet"
+    );
+    assert_eq!(started.elapsed(), CLAIM_CATCH_UP);
+    assert!(!f.assumed("q"));
 }

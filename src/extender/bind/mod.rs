@@ -63,12 +63,6 @@ use std::time::Duration;
 /// to show a Binding, a relist after a dropped watch included.
 pub const UNCERTAIN_BIND_KEEP: Duration = Duration::from_secs(30);
 
-/// How long a bind waits for the cache to show a claim allocation of the
-/// pod (kube-scheduler's PreBind writes it just before calling bind)
-/// before it fails closed: well inside kube-scheduler's 30 s bind
-/// `httpTimeout`, longer than a healthy watch lags.
-pub const CLAIM_CATCH_UP: Duration = Duration::from_secs(2);
-
 /// What a bind works with: the cache, the write side, the permit (quorum
 /// hold), the device gate and the metrics. Cheap to clone.
 #[derive(Clone)]
@@ -340,7 +334,13 @@ impl Binder {
             return Err(BindFailure::Invalid);
         }
         let (ns, name) = (req.namespace.as_str(), req.name.as_str());
-        self.caught_up(req).await?;
+        {
+            let snap = self.nodes.read();
+            if !snap.has_node(&req.node) {
+                return Err(BindFailure::NodeGone(req.node.clone()));
+            }
+            check_cached_on(&snap, ns, name, &req.uid, &req.node)?;
+        }
         // A pod with claims is assumed as waiting for its devices: counted
         // on the node, not placed for its gang's quorum until the gate
         // lets it through. It is assumed only if the node still holds it
@@ -435,40 +435,6 @@ impl Binder {
                 name: name.to_owned(),
                 message: format!("the binding task ended: {e}"),
             })),
-        }
-    }
-
-    /// The node exists and the cache holds what the checks read. A claim
-    /// allocation the cache does not show yet is waited for, up to
-    /// [`CLAIM_CATCH_UP`]: kube-scheduler's PreBind wrote it just before
-    /// this call, and the watch is typically behind by less than a second.
-    /// Failing at once cost the pod its binding cycle, and with it the
-    /// nomination a preemption had made for it (kube-scheduler clears it
-    /// when a binding cycle fails): its victims' recreated pods took the
-    /// room back, round after round (the cluster simulation, seed 732).
-    async fn caught_up(&self, req: &BindRequest) -> Result<(), BindFailure> {
-        let (ns, name) = (req.namespace.as_str(), req.name.as_str());
-        let deadline = tokio::time::Instant::now() + CLAIM_CATCH_UP;
-        loop {
-            // Registered before reading, so no change is missed.
-            let changed = self.nodes.claim_changes().notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let r = {
-                let snap = self.nodes.read();
-                if !snap.has_node(&req.node) {
-                    return Err(BindFailure::NodeGone(req.node.clone()));
-                }
-                check_cached_on(&snap, ns, name, &req.uid, &req.node)
-            };
-            match r {
-                Err(BindFailure::NotCached(Missing::Claim(_) | Missing::ClaimElsewhere { .. }))
-                    if tokio::time::Instant::now() < deadline =>
-                {
-                    let _ = tokio::time::timeout_at(deadline, changed).await;
-                }
-                r => return r,
-            }
         }
     }
 

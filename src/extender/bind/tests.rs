@@ -1303,36 +1303,3 @@ async fn a_condition_write_that_failed_is_retried_by_the_sweeper() {
     gangs.tick(&nodes, &writer).await;
     assert_eq!(*writer.conditions.lock(), vec![row]);
 }
-
-#[tokio::test(start_paused = true)]
-async fn a_bind_waits_briefly_for_the_cache_to_show_its_claim_allocated() {
-    // kube-scheduler's PreBind allocated the claim just before calling
-    // bind; the watch shows it 0.5 s later. The bind waits for it rather
-    // than failing the binding cycle.
-    let f = fixture(1, 0, false);
-    publish_d0(&f.binder.nodes, "n1");
-    f.binder.nodes.apply_pod(&pod("p", None, &["c"]));
-    let claim = testkit::claim("c", "c")
-        .namespace("ns")
-        .allocated(&[("drv", "pool", "d0")])
-        .typed();
-    let bind = f.spawn("p");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!bind.is_finished(), "waiting for the cache");
-    f.binder.nodes.apply_claim(&claim);
-    bind.await
-        .expect("task")
-        .expect("bound once the cache caught up");
-    assert_eq!(f.writer.bound.lock().len(), 1);
-
-    // A claim the cache never shows allocated fails closed after the wait.
-    f.binder.nodes.apply_pod(&pod("q", None, &["d"]));
-    let started = tokio::time::Instant::now();
-    let e = f.binder.bind(&req("q")).await.expect_err("fails closed");
-    assert_eq!(
-        e.to_string(),
-        "resource claim ns/d is not allocated in the cache yet"
-    );
-    assert_eq!(started.elapsed(), CLAIM_CATCH_UP);
-    assert!(!f.assumed("q"));
-}

@@ -3747,21 +3747,3 @@ fn regression_seed_7011() {
         &simulate,
     );
 }
-
-/// Soak seed 732: a composite's child gang (priority 0) never placed once
-/// faults stopped. Two priority-1000 gang members preempted its members on
-/// rack `z2-r0` round after round: each preemptor's bind reached the
-/// extender before the watch showed the claim allocation kube-scheduler's
-/// PreBind had just written, failed closed at once, and the failed binding
-/// cycle cleared its nomination (as kube-scheduler does), so the victims'
-/// recreated pods took the room back. A bind now waits up to
-/// `CLAIM_CATCH_UP` (2 s) for the cache to show its claims allocated.
-#[test]
-fn regression_seed_732() {
-    harness::run_one(
-        "cluster_sim::scheduler::regression_seed_732",
-        732,
-        1000,
-        &simulate,
-    );
-}

@@ -267,6 +267,9 @@ pub enum BindFailureCause {
     /// The node no longer has room for the pod (pods bound or being bound
     /// there since kube-scheduler filtered it).
     NoRoom,
+    /// The node is outside the domain the gang's placed members fix (a
+    /// member placed elsewhere since the filter).
+    OutsideDomain,
     /// Device binding conditions not met within `--binding-wait`.
     DevicesNotReady,
     /// A device binding failure condition, or `--binding-timeout`.
@@ -290,12 +293,13 @@ pub enum BindFailureCause {
 }
 
 impl BindFailureCause {
-    pub const ALL: [BindFailureCause; 14] = [
+    pub const ALL: [BindFailureCause; 15] = [
         BindFailureCause::Invalid,
         BindFailureCause::NodeGone,
         BindFailureCause::NotCached,
         BindFailureCause::Replaced,
         BindFailureCause::NoRoom,
+        BindFailureCause::OutsideDomain,
         BindFailureCause::DevicesNotReady,
         BindFailureCause::DevicesFailed,
         BindFailureCause::Hierarchy,

@@ -48,6 +48,7 @@ pub mod permit;
 
 use crate::cache::cluster_index::{ChainError, ClusterIndex, ClusterState, PodEntry};
 use crate::cluster::{BindError, ClusterWriter, PodBinding};
+use crate::extender::gang;
 use crate::extender::plugins::fit;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
 use crate::model::refs::GroupRef;
@@ -62,6 +63,12 @@ use std::time::Duration;
 /// gone) or a retried bind assumes it again: longer than the watch takes
 /// to show a Binding, a relist after a dropped watch included.
 pub const UNCERTAIN_BIND_KEEP: Duration = Duration::from_secs(30);
+
+/// How long a bind waits for the cache to show a claim allocation of the
+/// pod (kube-scheduler's PreBind writes it just before calling bind)
+/// before it fails closed: well inside kube-scheduler's 30 s bind
+/// `httpTimeout`, longer than a healthy watch lags.
+pub const CLAIM_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// What a bind works with: the cache, the write side, the permit (quorum
 /// hold), the device gate and the metrics. Cheap to clone.
@@ -145,6 +152,13 @@ pub enum BindFailure {
         node: String,
         reason: String,
     },
+    /// The node is outside the domain its gang's placed members fix.
+    #[error("pod {namespace}/{name} cannot go there: {reason}")]
+    OutsideDomain {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
     #[error(transparent)]
     Devices(#[from] DeviceFailure),
     #[error(transparent)]
@@ -165,6 +179,7 @@ impl BindFailure {
             BindFailure::NotCached(_) => BindFailureCause::NotCached,
             BindFailure::Replaced { .. } => BindFailureCause::Replaced,
             BindFailure::NoRoom { .. } => BindFailureCause::NoRoom,
+            BindFailure::OutsideDomain { .. } => BindFailureCause::OutsideDomain,
             BindFailure::Devices(DeviceFailure::NotReady(_)) => BindFailureCause::DevicesNotReady,
             BindFailure::Devices(DeviceFailure::Failed(_)) => BindFailureCause::DevicesFailed,
             BindFailure::Hold(HoldFailure::Hierarchy(_)) => BindFailureCause::Hierarchy,
@@ -334,28 +349,36 @@ impl Binder {
             return Err(BindFailure::Invalid);
         }
         let (ns, name) = (req.namespace.as_str(), req.name.as_str());
-        {
-            let snap = self.nodes.read();
-            if !snap.has_node(&req.node) {
-                return Err(BindFailure::NodeGone(req.node.clone()));
-            }
-            check_cached_on(&snap, ns, name, &req.uid, &req.node)?;
-        }
+        self.caught_up(req).await?;
         // A pod with claims is assumed as waiting for its devices: counted
         // on the node, not placed for its gang's quorum until the gate
         // lets it through. It is assumed only if the node still holds it
         // (checked under the index's write lock, so concurrent binds to one
         // node cannot share the last room): the Binding is this
         // extender's write, the last point where an overcommit is stopped.
-        let room = |snap: &ClusterState, pod: &PodEntry| match &pod.requests {
-            Some(requests) => fit::check(snap, &req.node, &fit::resolve(snap, requests), None)
-                .map_err(|r| BindFailure::NoRoom {
+        // Its gang's domain is checked the same way: the filter that chose
+        // the node may have run before another member was placed elsewhere
+        // (and the bind may have waited for the cache since).
+        let room = |snap: &ClusterState, pod: &PodEntry| {
+            if let Some(g) = pod.group.as_deref().filter(|g| !g.is_empty())
+                && let Some(reason) = gang::outside_fixed_domain(snap, ns, g, &req.node)
+            {
+                return Err(BindFailure::OutsideDomain {
                     namespace: ns.to_owned(),
                     name: name.to_owned(),
-                    node: req.node.clone(),
-                    reason: r.message,
-                }),
-            None => Ok(()),
+                    reason,
+                });
+            }
+            match &pod.requests {
+                Some(requests) => fit::check(snap, &req.node, &fit::resolve(snap, requests), None)
+                    .map_err(|r| BindFailure::NoRoom {
+                        namespace: ns.to_owned(),
+                        name: name.to_owned(),
+                        node: req.node.clone(),
+                        reason: r.message,
+                    }),
+                None => Ok(()),
+            }
         };
         let Some(token) = self
             .nodes
@@ -435,6 +458,42 @@ impl Binder {
                 name: name.to_owned(),
                 message: format!("the binding task ended: {e}"),
             })),
+        }
+    }
+
+    /// The node exists and the cache holds what the checks read. A claim
+    /// allocation the cache does not show yet is waited for, up to
+    /// [`CLAIM_CATCH_UP`]: kube-scheduler's PreBind wrote it just before
+    /// this call, and the watch is typically behind by less than a second.
+    /// Failing at once cost the pod its binding cycle, and with it the
+    /// nomination a preemption had made for it (kube-scheduler clears it
+    /// when a binding cycle fails): its victims' recreated pods took the
+    /// room back, round after round (the cluster simulation, seed 732).
+    /// The pod is not assumed meanwhile; the assumption checks room and
+    /// domain again.
+    async fn caught_up(&self, req: &BindRequest) -> Result<(), BindFailure> {
+        let (ns, name) = (req.namespace.as_str(), req.name.as_str());
+        let deadline = tokio::time::Instant::now() + CLAIM_CATCH_UP;
+        loop {
+            // Registered before reading, so no change is missed.
+            let changed = self.nodes.claim_changes().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let r = {
+                let snap = self.nodes.read();
+                if !snap.has_node(&req.node) {
+                    return Err(BindFailure::NodeGone(req.node.clone()));
+                }
+                check_cached_on(&snap, ns, name, &req.uid, &req.node)
+            };
+            match r {
+                Err(BindFailure::NotCached(Missing::Claim(_) | Missing::ClaimElsewhere { .. }))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    let _ = tokio::time::timeout_at(deadline, changed).await;
+                }
+                r => return r,
+            }
         }
     }
 

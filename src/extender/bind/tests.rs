@@ -1303,3 +1303,102 @@ async fn a_condition_write_that_failed_is_retried_by_the_sweeper() {
     gangs.tick(&nodes, &writer).await;
     assert_eq!(*writer.conditions.lock(), vec![row]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_waits_briefly_for_the_cache_to_show_its_claim_allocated() {
+    // kube-scheduler's PreBind allocated the claim just before calling
+    // bind; the watch shows it 0.5 s later. The bind waits for it rather
+    // than failing the binding cycle.
+    let f = fixture(1, 0, false);
+    publish_d0(&f.binder.nodes, "n1");
+    f.binder.nodes.apply_pod(&pod("p", None, &["c"]));
+    let claim = testkit::claim("c", "c")
+        .namespace("ns")
+        .allocated(&[("drv", "pool", "d0")])
+        .typed();
+    let bind = f.spawn("p");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!bind.is_finished(), "waiting for the cache");
+    f.binder.nodes.apply_claim(&claim);
+    bind.await
+        .expect("task")
+        .expect("bound once the cache caught up");
+    assert_eq!(f.writer.bound.lock().len(), 1);
+
+    // A claim the cache never shows allocated fails closed after the wait.
+    f.binder.nodes.apply_pod(&pod("q", None, &["d"]));
+    let started = tokio::time::Instant::now();
+    let e = f.binder.bind(&req("q")).await.expect_err("fails closed");
+    assert_eq!(
+        e.to_string(),
+        "resource claim ns/d is not allocated in the cache yet"
+    );
+    assert_eq!(started.elapsed(), CLAIM_CATCH_UP);
+    assert!(!f.assumed("q"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bind_outside_the_domain_its_gang_s_placed_members_fix_is_refused() {
+    // Rack-pinned gang `g`: `p0` is bound in rack r0 since `p1`'s filter
+    // chose a node in r1 (the filter ran first, or the bind waited for
+    // the cache). Its bind refuses the other rack and assumes nothing.
+    const RACK: &str = "kruntimes.io/rack";
+    let nodes = Arc::new(ClusterIndex::new());
+    nodes.apply_node(
+        &testkit::node("a")
+            .allocatable("8", "16Gi")
+            .label(RACK, "r0")
+            .typed(),
+    );
+    nodes.apply_node(
+        &testkit::node("b")
+            .allocatable("8", "16Gi")
+            .label(RACK, "r1")
+            .typed(),
+    );
+    nodes.apply_pod_group(
+        &testkit::pod_group("g")
+            .namespace("ns")
+            .gang(1)
+            .topology(RACK)
+            .typed(),
+    );
+    nodes.apply_pod(
+        &testkit::pod("p0")
+            .namespace("ns")
+            .group("g")
+            .on_node("a")
+            .typed(),
+    );
+    nodes.apply_pod(&pod("p1", Some("g"), &[]));
+    let writer = SlowWriter::new(false);
+    let binder = Binder {
+        nodes,
+        writer: writer.clone(),
+        permit: Arc::new(Gangs::default()),
+        devices: Arc::new(BindingGate::default()),
+        metrics: Arc::new(Metrics::default()),
+    };
+    let to = |node: &str| BindRequest {
+        node: node.into(),
+        ..req("p1")
+    };
+    let e = binder.bind(&to("b")).await.expect_err("outside r0");
+    assert_eq!(
+        e.to_string(),
+        "pod ns/p1 cannot go there: pod group ns/g: its members are placed in kruntimes.io/rack=r0, and node b is outside it"
+    );
+    assert!(!binder.nodes.read().is_assumed("ns", "p1"));
+    assert!(writer.bound.lock().is_empty());
+    assert_eq!(
+        binder
+            .metrics
+            .bind_failures
+            .get_or_create(&BindFailureLabels {
+                cause: BindFailureCause::OutsideDomain
+            })
+            .get(),
+        1
+    );
+    binder.bind(&to("a")).await.expect("inside r0");
+}

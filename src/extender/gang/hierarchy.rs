@@ -480,6 +480,37 @@ pub(super) fn fixed_domain(
     }
 }
 
+/// Why putting a member of `group` on `node` would split its group, or a
+/// composite above it, across two domains of its constraint: the first
+/// level (outermost first) whose placed members fix a domain `node` lies
+/// outside of. `None` when it does not (a chain that does not resolve, or
+/// a domain not fixed, is left to filter and the quorum). Bind checks it
+/// as it assumes the pod: the filter that chose the node may have run
+/// before another member was placed elsewhere.
+pub fn outside_fixed_domain(
+    snap: &ClusterState,
+    namespace: &str,
+    group: &str,
+    node: &str,
+) -> Option<String> {
+    let levels = chain(snap, namespace, group).ok()?;
+    for l in levels.iter().rev() {
+        let Some(key) = &l.spec.topology else {
+            continue;
+        };
+        let ix = snap.domain_index(key);
+        if let Ok(Some(value)) = fixed_domain(snap, &l.group, key, &ix)
+            && ix.value_of(node) != Some(value.as_str())
+        {
+            return Some(bounded(format!(
+                "{}: its members are placed in {key}={value}, and node {node} is outside it",
+                l.group
+            )));
+        }
+    }
+    None
+}
+
 /// Nodes of every pod placed under a group.
 pub(super) fn placed_nodes<'s>(snap: &'s ClusterState, r: &GroupRef) -> Vec<&'s str> {
     let mut ls = Vec::new();

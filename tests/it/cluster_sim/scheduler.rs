@@ -2213,7 +2213,18 @@ impl World {
                     groups_most + slack("PodGroup") + slack("CompositePodGroup") + recent
                 },
             ),
-            ("device waits", s.binding.waiting(), pods_most),
+            // One per claim allocation waited for: between steps a claim
+            // allocated again may also still have its earlier allocation's
+            // wait until the gate's next sweep (every second) sees it gone.
+            (
+                "device waits",
+                s.binding.waiting(),
+                if end {
+                    pods_most
+                } else {
+                    pods_most + api.claims.len()
+                },
+            ),
             // Per pending pod the cache holds (deletions on their way too).
             (
                 "passed claim versions",
@@ -3743,6 +3754,67 @@ fn regression_seed_7011() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_7011",
         7011,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 732: a composite's child gang (priority 0) never placed once
+/// faults stopped. Two priority-1000 gang members preempted its members on
+/// rack `z2-r0` round after round: each preemptor's bind reached the
+/// extender before the watch showed the claim allocation kube-scheduler's
+/// PreBind had just written, failed closed at once, and the failed binding
+/// cycle cleared its nomination (as kube-scheduler does), so the victims'
+/// recreated pods took the room back. A bind now waits up to
+/// `CLAIM_CATCH_UP` (2 s) for the cache to show its claims allocated.
+#[test]
+fn regression_seed_732() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_732",
+        732,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 7083, found with a first version of the seed-732 fix: a gang
+/// bound in two racks. One member's bind waited for its claim while
+/// another member, filtered meanwhile, was placed in another rack; the
+/// first was then assumed where its filter had sent it. The assumption now
+/// refuses a node outside the domain the gang's placed members fix
+/// (`BindFailure::OutsideDomain`), under the same lock as the room check.
+#[test]
+fn regression_seed_7083() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_7083",
+        7083,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 257, a gap in the memory invariant: with binds waiting for
+/// their claims, a claim allocated again had its new allocation's device
+/// wait while its earlier allocation's wait awaited the gate's next sweep
+/// (every second); the bound "one per pod" counted neither. Between steps
+/// the bound is now the pods plus the claims.
+#[test]
+fn regression_seed_257() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_257",
+        257,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 7205: a zone composite's six-pod child never placed again once
+/// faults stopped; closed by the seed-732 change (not traced further).
+#[test]
+fn regression_seed_7205() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_7205",
+        7205,
         1000,
         &simulate,
     );

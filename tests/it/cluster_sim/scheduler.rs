@@ -967,6 +967,24 @@ impl KubeScheduler {
         q.seq = self.seq;
     }
 
+    /// The cpu its snapshot's NodeInfo counts on `node`: the pods bound
+    /// there and the pods it assumed there, not shown bound yet.
+    fn snapshot_cpu(&self, api: &ApiServer, node: &str) -> u64 {
+        let bound: u64 = api
+            .pods
+            .values()
+            .filter(|p| p["spec"]["nodeName"] == node)
+            .map(cpu_of)
+            .sum();
+        let assumed: u64 = self
+            .inflight
+            .iter()
+            .filter(|(p, (on, _, _))| on == node && api.node_of(p).is_none())
+            .map(|(_, (_, cpu, _))| cpu)
+            .sum();
+        bound + assumed
+    }
+
     fn abort_all(&mut self) {
         for (_, t) in std::mem::take(&mut self.binding) {
             t.abort();
@@ -1502,20 +1520,7 @@ impl World {
                 if !prebinding {
                     return true;
                 }
-                let bound: u64 = api
-                    .pods
-                    .values()
-                    .filter(|p| p["spec"]["nodeName"] == n.as_str())
-                    .map(cpu_of)
-                    .sum();
-                let assumed: u64 = self
-                    .ks
-                    .inflight
-                    .iter()
-                    .filter(|(p, (on, _, _))| on == n && api.node_of(p).is_none())
-                    .map(|(_, (_, cpu, _))| cpu)
-                    .sum();
-                bound + assumed + want <= NODE_CPU
+                self.ks.snapshot_cpu(&api, n) + want <= NODE_CPU
             });
         }
         // NodeResourcesFit with the nominated pods, as kube-scheduler runs
@@ -1555,21 +1560,7 @@ impl World {
                     if held == 0 {
                         return true;
                     }
-                    let bound: u64 = api
-                        .pods
-                        .values()
-                        .filter(|p| p["spec"]["nodeName"] == n.as_str())
-                        .map(cpu_of)
-                        .sum();
-                    // The snapshot's NodeInfo holds the assumed pods too.
-                    let assumed: u64 = self
-                        .ks
-                        .inflight
-                        .iter()
-                        .filter(|(p, (on, _, _))| on == n && api.node_of(p).is_none())
-                        .map(|(_, (_, cpu, _))| cpu)
-                        .sum();
-                    bound + assumed + held + want <= NODE_CPU
+                    self.ks.snapshot_cpu(&api, n) + held + want <= NODE_CPU
                 });
             }
         }

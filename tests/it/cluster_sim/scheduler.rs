@@ -2503,9 +2503,15 @@ impl World {
                             })
                         })
                     };
+                    // A group still reported below minCount when struck
+                    // again (the condition `True` since before, no `False`
+                    // since) stays reported: its condition is rewritten
+                    // only when its message changes, which it need not.
+                    let stands_true = |at: Duration| turned_true.is_some_and(|t| t < at);
                     let ok = since.is_some_and(|at| {
                         now.saturating_sub(at) <= REPAIR_BOUND
-                            || (reported(at, &format!("condition {BELOW_MIN_COUNT}=True"))
+                            || ((reported(at, &format!("condition {BELOW_MIN_COUNT}=True"))
+                                || stands_true(at))
                                 && (reported(at, &format!("Event {BELOW_MIN_EVENT}"))
                                     || turned_true.is_some_and(|t| t < at && event_since(t))))
                             || reported(at, &format!("condition {POD_GROUP_SCHEDULED}=False"))
@@ -3806,6 +3812,22 @@ fn regression_seed_7205() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_7205",
         7205,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 412 (final tree), a gap in the below-minCount invariant: a
+/// composite's child gang, reported `kruntimes.io/BelowMinCount=True` with
+/// its Event at 20.9 s, was struck again at 65.7 s while still reported;
+/// the extender rewrites the condition only when its message changes, and
+/// the invariant wanted a new write. A condition that stands `True` since
+/// before the strike (no `False` since) now counts as the report.
+#[test]
+fn regression_seed_412() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_412",
+        412,
         1000,
         &simulate,
     );

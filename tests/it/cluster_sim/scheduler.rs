@@ -2038,12 +2038,47 @@ impl World {
                 .sum();
             room >= count
         };
+        // Whether some `key` domain, among the schedulable nodes inside
+        // `within` (a composite's fixed domain, `(key, value)`), has room
+        // for `count` pods: a gang with no member bound can go to any of
+        // them, and to none if none holds it.
+        let room_somewhere =
+            |key: &str, within: Option<(&str, String)>, cpu: u64, dra: bool, count: usize| {
+                let mut room: BTreeMap<String, usize> = BTreeMap::new();
+                for (n, v) in &api.nodes {
+                    if v["spec"]["unschedulable"] == true
+                        || within
+                            .as_ref()
+                            .is_some_and(|(k, val)| label(n, k).as_deref() != Some(val.as_str()))
+                    {
+                        continue;
+                    }
+                    let Some(domain) = label(n, key) else {
+                        continue;
+                    };
+                    let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
+                    let by_cpu = usize::try_from(free / cpu.max(1)).unwrap_or(usize::MAX);
+                    let fits = if dra {
+                        by_cpu.min(api.free_devices(n, &taken).len())
+                    } else {
+                        by_cpu
+                    };
+                    *room.entry(domain).or_default() += fits;
+                }
+                room.values().any(|r| *r >= count)
+            };
         let mut out = Vec::new();
         for w in self.workloads.values() {
             if !all && w.priority != Some(TOP_PRIORITY) {
                 continue;
             }
             let all_bound: Vec<&str> = w.pod_names().filter_map(|p| api.node_of(p)).collect();
+            // The composite's domain, once its bound members fix it.
+            let composite_domain = w
+                .composite
+                .as_ref()
+                .and_then(|(_, _, k)| *k)
+                .and_then(|k| Some((k, label(all_bound.first()?, k)?)));
             let mut owed: Vec<bool> = w
                 .groups
                 .iter()
@@ -2053,12 +2088,26 @@ impl World {
                     // its missing members in its domain (it binds none
                     // until they fit together); otherwise for one.
                     let missing = g.min.saturating_sub(bound.len()).max(1);
-                    g.topology
-                        .is_none_or(|k| room_in(k, &bound, g.cpu, w.dra, missing))
-                        && w.composite
-                            .as_ref()
-                            .and_then(|(_, _, k)| *k)
-                            .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra, 1))
+                    // A top-priority gang with none bound is owed anyway:
+                    // it preempts for its room.
+                    g.topology.is_none_or(|k| {
+                        if !bound.is_empty() {
+                            room_in(k, &bound, g.cpu, w.dra, missing)
+                        } else {
+                            w.priority == Some(TOP_PRIORITY)
+                                || room_somewhere(
+                                    k,
+                                    composite_domain.clone(),
+                                    g.cpu,
+                                    w.dra,
+                                    missing,
+                                )
+                        }
+                    }) && w
+                        .composite
+                        .as_ref()
+                        .and_then(|(_, _, k)| *k)
+                        .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra, 1))
                 })
                 .collect();
             // A composite gang binds no child until `minGroupCount`
@@ -3828,6 +3877,22 @@ fn regression_seed_412() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_412",
         412,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 7629 (final tree), a gap in the liveness oracle: a priority-0
+/// composite's child gang of four, none bound, was owed because its
+/// composite's zone had room for one pod; no rack in that zone held four
+/// (3 and 2 pods' room). A gang with no member bound is now owed (below
+/// the top priority, which preempts) only when some domain of its key,
+/// inside its composite's fixed domain, has room for the pods it needs.
+#[test]
+fn regression_seed_7629() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_7629",
+        7629,
         1000,
         &simulate,
     );

@@ -479,29 +479,17 @@ impl ClusterIndex {
     /// [`ClusterIndex::forget_for`] needs to undo this assumption and no
     /// later one (a retried bind of the same pod takes a new token).
     pub fn assume_for(&self, namespace: &str, name: &str, uid: &str, node: &str) -> Option<u64> {
-        self.assume_for_devices(namespace, name, uid, node, false)
-    }
-
-    /// [`ClusterIndex::assume_for`], the assumption marked as waiting for
-    /// the pod's devices when `awaiting` and the pod uses ResourceClaims
-    /// (in one step, so no quorum reads it placed in between).
-    pub fn assume_for_devices(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        node: &str,
-        awaiting: bool,
-    ) -> Option<u64> {
         let no_check = |_: &ClusterState, _: &PodEntry| Ok::<(), std::convert::Infallible>(());
-        match self.assume_checked(namespace, name, uid, node, awaiting, no_check) {
+        match self.assume_checked(namespace, name, uid, node, false, no_check) {
             Ok(token) => token,
             Err(never) => match never {},
         }
     }
 
-    /// [`ClusterIndex::assume_for_devices`] once `check` passes, under the
-    /// same write lock, so two binds to one node cannot both pass on the
+    /// [`ClusterIndex::assume_for`] once `check` passes, the assumption
+    /// marked as waiting for the pod's devices when `awaiting` and the pod
+    /// uses ResourceClaims (in one step, so no quorum reads it placed in
+    /// between); under the same write lock, so two binds to one node cannot both pass on the
     /// room only one of them has. `check` reads the state without the pod
     /// on `node`; it is skipped when the pod is counted there already (a
     /// retried bind of a kept or uncertain pod). `Ok(None)`: the pod is

@@ -1059,6 +1059,8 @@ struct World {
     last_struck: BTreeMap<String, Duration>,
     /// Longest time from a strike to a full gang again.
     longest_repair: Duration,
+    /// The latest window the extender's watch was down: `(from, relist)`.
+    watch_gap: Option<(Duration, Duration)>,
     zones: usize,
     racks: usize,
     drained: BTreeSet<String>,
@@ -1164,6 +1166,7 @@ impl World {
             struck: BTreeMap::new(),
             last_struck: BTreeMap::new(),
             longest_repair: Duration::ZERO,
+            watch_gap: None,
             zones,
             racks,
             drained: BTreeSet::new(),
@@ -1418,7 +1421,7 @@ impl World {
         done.sort_by(|a, b| a.pod.cmp(&b.pod));
         for d in done {
             self.ks.binding.remove(&d.pod);
-            self.ks.inflight.remove(&d.pod);
+            let cycle = self.ks.inflight.remove(&d.pod);
             match d.error {
                 None => sim.event(format_args!(
                     "kube-scheduler: {} bound to {}",
@@ -1429,6 +1432,18 @@ impl World {
                         "kube-scheduler: bind {} ({}) -> {} failed: {e}",
                         d.pod, d.uid, d.node
                     ));
+                    // A bind that ran while the extender's watch was down
+                    // fails closed on what the cache could not see
+                    // (PreBind's claim write, a member's binding): the
+                    // watch fault struck its gang, which may have counted
+                    // it toward a quorum that released the others.
+                    let prebind = cycle.map_or(now, |(_, _, at)| at);
+                    if self
+                        .watch_gap
+                        .is_some_and(|(from, relist)| from <= now && prebind <= relist)
+                    {
+                        self.strike(&d.pod, now);
+                    }
                     self.unreserve(sim, &d.pod, &d.uid);
                     self.clear_nomination(sim, &d.pod, &d.uid);
                     self.ks.backoff(&d.pod, now);
@@ -2896,6 +2911,7 @@ impl World {
                 }
                 api.watch_down_until = Some(now + down);
                 drop(api);
+                self.watch_gap = Some((now, now + down));
                 self.fault(
                     sim,
                     "watch dropped",
@@ -3893,6 +3909,24 @@ fn regression_seed_7629() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_7629",
         7629,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 8551 (final tree), a gap in the invariant: a composite's
+/// child gang released by a quorum that counted two kept members; their
+/// retried binds ran while the extender's watch was down (5.5 s) and
+/// failed closed at the device gate (PreBind's claim writes unseen), so
+/// the gang stood bound 1 of 2 until kube-scheduler retried them after
+/// the relist (2 s later). A bind that runs while the watch is down now
+/// strikes its gang, as a leader kill strikes the binds in flight; the
+/// gang is owed its repair (or report) within the bound.
+#[test]
+fn regression_seed_8551() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_8551",
+        8551,
         1000,
         &simulate,
     );

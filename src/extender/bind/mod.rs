@@ -350,6 +350,15 @@ impl Binder {
         }
         let (ns, name) = (req.namespace.as_str(), req.name.as_str());
         self.caught_up(req).await?;
+        // A member its own PodGroup does not need while its
+        // CompositePodGroup gathers is refused before it is assumed: it
+        // holds no room and waits for no device the other groups need
+        // (the filter rejects it too; this covers a filter that ran before
+        // another member was placed).
+        if let Some(message) = self.permit.surplus_now(&self.nodes, ns, name) {
+            self.metrics.gang_wait(GangWait::Surplus);
+            return Err(BindFailure::Hold(HoldFailure::Surplus(message)));
+        }
         // A pod with claims is assumed as waiting for its devices: counted
         // on the node, not placed for its gang's quorum until the gate
         // lets it through. It is assumed only if the node still holds it

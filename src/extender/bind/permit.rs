@@ -487,6 +487,31 @@ impl Gangs {
         found
     }
 
+    /// Whether a member is surplus now: its unit is a CompositePodGroup
+    /// still gathering and its own PodGroup has its minCount without it.
+    /// Such a member is refused before it is assumed, and a reservation
+    /// still kept for it is dropped (it holds no room). The refusal's text.
+    pub fn surplus_now(&self, nodes: &ClusterIndex, namespace: &str, pod: &str) -> Option<String> {
+        let q = gang::surplus_while_gathering(&nodes.read(), namespace, pod)?;
+        let member = (namespace.to_owned(), pod.to_owned());
+        let mut t = self.table.lock();
+        let mut found = t.reserved.remove(&member).is_some();
+        for u in t.units.values_mut() {
+            found |= u.kept.remove(&member);
+        }
+        if found {
+            t.units.retain(|_, u| u.members() > 0);
+            t.recount();
+            drop(t);
+            nodes.forget(namespace, pod);
+        } else {
+            drop(t);
+        }
+        Some(surplus_message(
+            &q.unit, q.have, q.need, namespace, pod, nodes,
+        ))
+    }
+
     /// Ends the units whose time is up and drops reservations no longer
     /// assumed; what ended, for [`Gangs::record`]. Held binds end their
     /// own units; this covers units left with reserved members only (the
@@ -1324,11 +1349,7 @@ fn surplus_message(
         .pod(namespace, pod)
         .and_then(|p| p.group.clone())
         .unwrap_or_default();
-    bounded(format!(
-        "{unit}: quorum not reached yet ({have} of {need} placed); pod group {namespace}/{group} \
-         has its minCount without this pod, so it holds no room the other groups need: retry it \
-         once the unit is placed"
-    ))
+    gang::surplus_message(unit, have, need, namespace, &group)
 }
 
 /// `(have, need)` of a member's unit.

@@ -1226,6 +1226,39 @@ async fn a_member_its_group_does_not_need_holds_no_room_while_the_unit_gathers()
     assert_eq!(f.writer.bound.lock().len(), 3);
 }
 
+/// A surplus member whose filter ran before its sibling was placed is
+/// refused at the start of its bind: not assumed, and not left waiting at
+/// the device gate for a device the other groups may need.
+#[tokio::test(start_paused = true)]
+async fn a_surplus_member_is_refused_before_it_is_assumed_or_waits_for_devices() {
+    let f = fixture(1, 0, false);
+    let nodes = &f.binder.nodes;
+    nodes.apply_composite(&composite("root", 2, None));
+    for g in ["a", "b"] {
+        nodes.apply_pod_group(&gang(g, 1, Some("root")));
+    }
+    nodes.apply_pod(&pod("a0", Some("a"), &[]));
+    nodes.apply_pod(&pod("a1", Some("a"), &["gpu"]));
+    publish_d0(nodes, "n1");
+    nodes.apply_claim(&gated_claim("gpu", "a1-uid"));
+    let a0 = f.spawn("a0");
+    settle().await;
+    assert!(f.binder.permit.is_held("ns", "a0"));
+    let used = f.cpu_used();
+    let started = tokio::time::Instant::now();
+    let e = f.binder.bind(&req("a1")).await.unwrap_err();
+    assert!(
+        matches!(e, BindFailure::Hold(HoldFailure::Surplus(_))),
+        "{e}"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO, "no wait for its device");
+    assert!(!f.assumed("a1"));
+    assert_eq!(f.cpu_used(), used);
+    assert_eq!(f.failures(BindFailureCause::GangSurplus), 1);
+    assert_eq!(f.waits(GangWait::Surplus), 1);
+    a0.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_bind_the_node_no_longer_has_room_for_is_refused_and_changes_nothing() {
     // n1 holds 8 pods of 1 cpu. kube-scheduler's own fit can pass a node

@@ -140,6 +140,17 @@ pub fn filter_gate_for(
     if let Err(verdict) = enough_pods(snap, planner, &levels, this) {
         return verdict;
     }
+    // A member its own PodGroup does not need while its CompositePodGroup
+    // gathers takes no node: a binding cycle would hold room and a device
+    // the other groups need, round after round, until its bind is refused
+    // (simulation seed 20253). kube-scheduler retries it; once the unit is
+    // placed it is placed like any pod.
+    if let Some(q) = surplus_while_gathering(snap, namespace, name) {
+        return GroupVerdict::reject(
+            surplus_message(&q.unit, q.have, q.need, namespace, group),
+            true,
+        );
+    }
     let mut replanned = false;
     let mut dropped_missed = false;
     loop {

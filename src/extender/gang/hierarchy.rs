@@ -345,6 +345,29 @@ pub fn surplus(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
     m.placed.len() - m.awaiting - usize::from(counted) >= need
 }
 
+/// The quorum of a member that would only take room from its unit's other
+/// groups: its unit is a CompositePodGroup still gathering, and its own
+/// PodGroup has its minCount without it ([`surplus`]). `None` otherwise.
+pub fn surplus_while_gathering(snap: &ClusterState, namespace: &str, pod: &str) -> Option<Quorum> {
+    let q = quorum(snap, namespace, pod).ok().flatten()?;
+    (!q.reached && q.unit.composite && surplus(snap, namespace, pod)).then_some(q)
+}
+
+/// Why such a member is not placed now, for filter and bind alike.
+pub fn surplus_message(
+    unit: &GroupRef,
+    have: usize,
+    need: usize,
+    namespace: &str,
+    group: &str,
+) -> String {
+    bounded(format!(
+        "{unit}: quorum not reached yet ({have} of {need} placed); pod group {namespace}/{group} \
+         has its minCount without this pod, so it holds no room the other groups need: retry it \
+         once the unit is placed"
+    ))
+}
+
 /// The unit whose quorum a member waits for: the outermost gang on the
 /// walk from the group to the root, whatever the policies between (a
 /// `basic` level in the middle does not cut a `gang` root off, as in

@@ -641,3 +641,46 @@ fn a_plan_kube_scheduler_never_offers_is_made_again() {
     // ... and a whole PLAN_TTL of misses since the last offer makes it again.
     assert_eq!(rack(&verdict(&pods[1], &["r2-0"], later(61))), "r2");
 }
+
+/// A member its own PodGroup does not need while its CompositePodGroup
+/// gathers is rejected on every node (unresolvable: preemption cannot
+/// help), so it never starts a binding cycle that holds room and a device
+/// its siblings need; once the composite is placed it is filtered like any
+/// pod. Composite `root` (gang of 2 children) over `a` (1 of 3) and `b`
+/// (1 of 1); `a-0` is placed. (Simulation seed 20253: a child's surplus
+/// members cycled through binds on the rack a sibling gang needed, and
+/// the composite was never placed.)
+#[test]
+fn a_member_its_group_does_not_need_takes_no_node_while_the_composite_gathers() {
+    let c = ClusterIndex::new();
+    c.apply_node(&node("n1"));
+    c.apply_composite(&composite("root", true, 2, None));
+    c.apply_pod_group(&group("a", true, 1, Some("root")));
+    c.apply_pod_group(&group("b", true, 1, Some("root")));
+    c.apply_pod(&pod("a-0", "a", Some("n1")));
+    c.apply_pod(&pod("b-0", "b", None));
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    let gate = |name: &str, group: &str| {
+        let p = pod(name, group, None);
+        c.apply_pod(&p);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate(&c.read(), &planner, &p, &req, &["n1"], now)
+    };
+    let surplus = gate("a-1", "a")
+        .wide
+        .expect("a has its minCount without a-1");
+    assert!(surplus.unresolvable);
+    assert_eq!(
+        surplus.message,
+        "composite pod group ns/root: quorum not reached yet (1 of 2 placed); pod group ns/a \
+         has its minCount without this pod, so it holds no room the other groups need: retry it \
+         once the unit is placed"
+    );
+    // b-0 is what the composite waits for: it passes.
+    assert!(gate("b-0", "b").wide.is_none());
+    // Once b-0 is placed the composite is at quorum: a-1 passes too.
+    c.apply_pod(&pod("b-0", "b", Some("n1")));
+    let after = gate("a-1", "a");
+    assert!(after.wide.is_none(), "{:?}", after.wide);
+}

@@ -3931,3 +3931,24 @@ fn regression_seed_8551() {
         &simulate,
     );
 }
+
+/// Soak seed 20253: a CompositePodGroup of three rack-pinned children
+/// never placed once faults stopped. Child `w46-g2` (1 of 3) had its
+/// minCount held; its two other members, refused as surplus at the hold,
+/// came back round after round, each binding cycle holding cpu and a
+/// device on the rack sibling `w46-g0` (3 of 3) needed ("0 of the 1 pods
+/// it still needs fit"). Filter now rejects a surplus member while its
+/// composite gathers, and bind refuses one before assuming it. The fix
+/// changes the seed's course (its later workloads differ); the unit tests
+/// `a_member_its_group_does_not_need_takes_no_node_while_the_composite_gathers`
+/// and `a_surplus_member_is_refused_before_it_is_assumed_or_waits_for_devices`
+/// hold the mechanism.
+#[test]
+fn regression_seed_20253() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_20253",
+        20253,
+        1000,
+        &simulate,
+    );
+}

@@ -279,7 +279,7 @@ impl NodeVerdicts<'_> {
             .map_err(|r| (r.message.as_str().into(), r.unresolvable))?;
         match node {
             FilterNode::Cached(slot) => match fit::filter(self.snap, slot, resolved) {
-                Fit::Fits => Ok(()),
+                Fit::Fits => self.nominated(name, resolved, None),
                 Fit::Short {
                     short,
                     unresolvable,
@@ -288,8 +288,47 @@ impl NodeVerdicts<'_> {
                 Fit::Other(r) => Err((r.message.into(), r.unresolvable)),
             },
             FilterNode::Full(alloc) => fit::check(self.snap, name, resolved, Some(alloc))
-                .map_err(|r| (r.message.into(), r.unresolvable)),
+                .map_err(|r| (r.message.into(), r.unresolvable))
+                .and_then(|()| self.nominated(name, resolved, Some(alloc))),
         }
+    }
+
+    /// A node that fits the pod, checked again with the pods kube-scheduler
+    /// nominated there counted as its own filter counts them (rare: only
+    /// nodes a preemption made room on).
+    #[cold]
+    fn nominated_fit(
+        &self,
+        name: &str,
+        resolved: &fit::Resolved,
+        alloc: Option<&Amounts>,
+    ) -> Result<(), (Arc<str>, bool)> {
+        let Some((extra, count)) = self.state.nominated.get(name) else {
+            return Ok(());
+        };
+        fit::check_with_nominated(self.snap, name, resolved, extra, *count, alloc).map_err(|r| {
+            (
+                format!(
+                    "{} (counting the pods kube-scheduler nominated to the node)",
+                    r.message
+                )
+                .into(),
+                r.unresolvable,
+            )
+        })
+    }
+
+    #[inline(always)]
+    fn nominated(
+        &self,
+        name: &str,
+        resolved: &fit::Resolved,
+        alloc: Option<&Amounts>,
+    ) -> Result<(), (Arc<str>, bool)> {
+        if self.state.nominated.is_empty() {
+            return Ok(());
+        }
+        self.nominated_fit(name, resolved, alloc)
     }
 }
 

@@ -466,3 +466,52 @@ async fn large_requests_are_accepted_up_to_the_extender_limit() {
     assert_eq!(names, Some(vec![]));
     assert_eq!(unresolvable.len(), 400_000);
 }
+
+/// Filter counts the pending pods kube-scheduler nominated to a node as
+/// its own filter does (`RunFilterPluginsWithNominatedPods`: pods of at
+/// least the filtered pod's priority, not the pod itself). kube-scheduler
+/// cannot see the gang members this extender keeps reserved, and this
+/// cache counted no nominations: each side passed a node both together
+/// overfilled (simulation seed 8854).
+#[tokio::test]
+async fn filter_counts_pods_nominated_to_a_node_as_kube_scheduler_does() {
+    use kruntimes_scheduler::testkit;
+    let app = common::app("");
+    let objects = testkit::list([
+        testkit::node("n1").allocatable("2", "8Gi").value(),
+        testkit::node("n2").allocatable("2", "8Gi").value(),
+        testkit::pod("a").on_node("n1").value(),
+        testkit::pod("big")
+            .priority(100)
+            .set(&["status", "nominatedNodeName"], "n1")
+            .value(),
+    ]);
+    let r = post(&app, "/v1/objects", &objects.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let filter = |name: &str, priority: i32| {
+        let pod = testkit::pod(name).priority(priority).value();
+        json!({"Pod": pod, "NodeNames": ["n1", "n2"]}).to_string()
+    };
+    // Priority 0 and 100: `big` holds the cpu n1 has left.
+    for (name, priority) in [("low", 0), ("peer", 100)] {
+        let r = post(&app, "/scheduler/filter", &filter(name, priority)).await;
+        let (names, _, failed, unresolvable, error) = go_filter_result(&r.body);
+        assert_eq!(error, "");
+        assert_eq!(names, Some(vec!["n2".to_owned()]), "{name}: {failed:?}");
+        assert_eq!(
+            failed["n1"],
+            "Insufficient cpu (counting the pods kube-scheduler nominated to the node)"
+        );
+        assert!(unresolvable.is_empty(), "preemption may still help");
+    }
+    // A higher pod does not see it, nor does `big` itself.
+    for (name, priority) in [("high", 101), ("big", 100)] {
+        let r = post(&app, "/scheduler/filter", &filter(name, priority)).await;
+        let (names, _, failed, ..) = go_filter_result(&r.body);
+        assert_eq!(
+            names,
+            Some(vec!["n1".to_owned(), "n2".to_owned()]),
+            "{name}: {failed:?}"
+        );
+    }
+}

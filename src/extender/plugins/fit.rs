@@ -133,6 +133,44 @@ pub fn check(
     check_slot(snap, snap.slot(node), req, allocatable)
 }
 
+/// [`check`] as kube-scheduler's `RunFilterPluginsWithNominatedPods` runs
+/// it: the pod's request plus `nominated` (the summed requests of the
+/// `count` pending pods nominated to the node whose priority is at least
+/// the pod's). kube-scheduler counts those pods but not the members this
+/// extender keeps reserved; this cache counts the reservations: only both
+/// together keep a node from taking a pod neither side alone would refuse.
+pub fn check_with_nominated(
+    snap: &ClusterState,
+    node: &str,
+    req: &Resolved,
+    nominated: &Amounts,
+    count: u64,
+    allocatable: Option<&Amounts>,
+) -> Result<(), Rejection> {
+    let mut merged = req.clone();
+    for (name, amount) in nominated {
+        if name == fit::PODS {
+            continue;
+        }
+        match merged.entries.iter_mut().find(|e| &e.2 == name) {
+            Some(e) => e.1 = e.1.saturating_add(*amount),
+            None => {
+                let dra = snap.device_classes().backing(name).is_some();
+                merged
+                    .entries
+                    .push((snap.resource_id(name), *amount, name.clone(), dra));
+            }
+        }
+    }
+    check_pods(
+        snap,
+        snap.slot(node),
+        &merged,
+        1u64.saturating_add(count),
+        allocatable,
+    )
+}
+
 /// [`check`] of the cached node at a slot index.
 #[cfg(test)]
 pub fn check_at(snap: &ClusterState, slot: u32, req: &Resolved) -> Result<(), Rejection> {
@@ -168,6 +206,17 @@ fn check_slot(
     snap: &ClusterState,
     slot: Option<&NodeSlot>,
     req: &Resolved,
+    allocatable: Option<&Amounts>,
+) -> Result<(), Rejection> {
+    check_pods(snap, slot, req, 1, allocatable)
+}
+
+/// [`check_slot`] for `pods` pod slots.
+fn check_pods(
+    snap: &ClusterState,
+    slot: Option<&NodeSlot>,
+    req: &Resolved,
+    pods: u64,
     allocatable: Option<&Amounts>,
 ) -> Result<(), Rejection> {
     let cached = slot.and_then(|s| s.node.as_ref());
@@ -206,7 +255,7 @@ fn check_slot(
         .map(|(name, want, alloc, used, _)| (name, want, alloc, used))
         .chain(std::iter::once((
             fit::PODS,
-            1,
+            pods,
             alloc_of(Some(pods_id), fit::PODS),
             used.get(pods_id),
         )));

@@ -20,6 +20,7 @@ use crate::cache::cluster_index::{ClusterState, Rejection};
 use crate::extender::gang::{GangPlanner, GroupVerdict};
 use crate::pods::fit::{self as pod_fit, Amounts};
 use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
 
 /// What the filter plugins need of one pod, built once per request.
 pub struct FilterState {
@@ -29,6 +30,10 @@ pub struct FilterState {
     pub verdict: GroupVerdict,
     /// The pod's requests with its claims' load, per node.
     pub requests: dra::ClaimRequests,
+    /// Per node, the summed requests and count of the pending pods
+    /// kube-scheduler nominated there that it counts against this pod
+    /// ([`nominated_room`]); empty in the usual case.
+    pub nominated: HashMap<String, (Amounts, u64)>,
 }
 
 impl FilterState {
@@ -62,8 +67,50 @@ impl FilterState {
             wide,
             verdict,
             requests: dra::prefilter(snap, &claims, &requests, &level, candidates),
+            nominated: nominated_room(snap, pod),
         })
     }
+}
+
+/// The room the pending pods kube-scheduler nominated to each node hold
+/// against `pod`, as its own filter counts them
+/// (`RunFilterPluginsWithNominatedPods`: pods of at least the pod's
+/// priority, not the pod itself). kube-scheduler knows nothing of the
+/// members this extender keeps reserved, and the fit here counts those, so
+/// the nominations must be counted here too: each side alone passed a node
+/// that both together overfill (simulation seed 8854: a kept member's room
+/// went to another pod, and its gang stood below minCount).
+fn nominated_room(snap: &ClusterState, pod: &Pod) -> HashMap<String, (Amounts, u64)> {
+    let mut out: HashMap<String, (Amounts, u64)> = HashMap::new();
+    let mut nominated = snap.nominated_pods().peekable();
+    if nominated.peek().is_none() {
+        return out;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    // The cache's view of the pod (its priority class resolved); a pod it
+    // does not know is rejected by the gang gate or counted at the
+    // priority its spec declares.
+    let floor = match snap.pod(namespace, name) {
+        Some(p) => priority_of(snap, p),
+        None => pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+    };
+    for ((ns, n), p, node) in nominated {
+        if (ns.as_str(), n.as_str()) == (namespace, name) || priority_of(snap, p) < floor {
+            continue;
+        }
+        let (sum, count) = out.entry(node.to_owned()).or_default();
+        for (resource, amount) in p.requests.iter().flatten() {
+            let v = sum.entry(resource.clone()).or_default();
+            *v = v.saturating_add(*amount);
+        }
+        *count += 1;
+    }
+    out
+}
+
+fn priority_of(snap: &ClusterState, p: &crate::cache::cluster_index::PodEntry) -> i32 {
+    crate::pods::priority::resolve(p.declared(), snap.classes()).priority
 }
 
 /// What the score plugins need of one pod, built once per request.

@@ -3952,3 +3952,21 @@ fn regression_seed_20253() {
         &simulate,
     );
 }
+
+/// Soak seed 8854: a composite's child gang stood bound 3 of its 4. Its
+/// fourth member was kept (reserved) on a node when the quorum released
+/// the others; kube-scheduler then nominated a preemptor (2 cpu) to that
+/// node, and a sibling's pod took the last cpu there: kube-scheduler
+/// counted the nomination but not the reservation, the extender the
+/// reservation but not the nomination, and each passed the node. The
+/// returning member found no room in its zone. The extender's filter now
+/// counts nominated pods as kube-scheduler's does.
+#[test]
+fn regression_seed_8854() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_8854",
+        8854,
+        1000,
+        &simulate,
+    );
+}

@@ -233,6 +233,9 @@ pub struct ClusterIndex {
     claim_changes: tokio::sync::Notify,
     /// Woken after every Pod change (the `All`-disruption evictor).
     pod_changes: tokio::sync::Notify,
+    /// Pod relists completed: what happened between two of them, and was
+    /// undone before the second, was never seen.
+    pod_relists: std::sync::atomic::AtomicU64,
 }
 
 /// The write lock of the state; releasing it sweeps interned names that

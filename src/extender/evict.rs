@@ -13,9 +13,10 @@
 //! ```text
 //!   preempt ──Intent──▶ pending (bounded, expires after intent_ttl)
 //!                          │ kube-scheduler chose the node (the preemptor's
-//!                          │ nominatedNodeName, or it is bound there) and
-//!                          │ every victim on it is deleted (gone, replaced,
-//!                          │ finished or terminating)
+//!                          │ nominatedNodeName, or it is bound there, seen
+//!                          │ since; after a relist, unless it is nominated
+//!                          │ elsewhere) and every victim on it is deleted
+//!                          │ (gone, replaced, finished or terminating)
 //!                          ▼
 //!                       job: condition DisruptionTarget=True on the groups,
 //!                          │ evict each remaining running member through
@@ -139,6 +140,15 @@ struct Pending {
     /// The watch has shown the preemptor (under its uid) since: only then
     /// does its absence mean it was deleted rather than not seen yet.
     seen: bool,
+    /// The watch has shown kube-scheduler choosing the node ([`chosen`])
+    /// since. It need not show it still when the victims' deletion
+    /// arrives: after a relist the preemptor may be nominated nowhere (a
+    /// failed binding cycle clears it) or bound on another node, its
+    /// victims here deleted all the same (simulation seed 40124).
+    chose: bool,
+    /// Pod relists the cache had completed when the evictor first saw the
+    /// intent ([`ClusterIndex::pod_relists`]).
+    relists: Option<u64>,
 }
 
 impl Pending {
@@ -232,6 +242,15 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
             .is_some_and(|e| same(e) && e.node.as_deref() == here)
 }
 
+/// Whether the watch shows the preemptor (same uid) nominated to a node
+/// other than the intent's.
+fn nominated_elsewhere(snap: &ClusterState, i: &Intent) -> bool {
+    let p = &i.preemptor;
+    snap.watched_pod(&p.namespace, &p.name).is_some_and(|e| {
+        (p.uid.is_empty() || e.uid == p.uid) && e.nominated.as_deref().is_some_and(|n| n != i.node)
+    })
+}
+
 /// Whether a victim has been deleted as far as the watch shows: gone,
 /// replaced (another uid), finished or terminating.
 fn deleted(snap: &ClusterState, p: &PodId) -> bool {
@@ -282,6 +301,8 @@ impl Evictions {
                     intent,
                     expires,
                     seen: false,
+                    chose: false,
+                    relists: None,
                 });
             }
             let over = t.pending.len().saturating_sub(self.config.max_intents);
@@ -379,15 +400,28 @@ impl Evictions {
     fn fire(&self, nodes: &ClusterIndex, jobs: &mut Vec<Job>, now: Instant) -> Vec<usize> {
         let snap = nodes.read();
         let mut t = self.table.lock();
+        let relists = nodes.pod_relists();
+        for p in t.pending.iter_mut() {
+            p.chose = p.chose || chosen(&snap, &p.intent);
+            // A relist since the intent may have hidden the choice: the
+            // nomination and its clearing (a failed binding cycle) both
+            // fell in the watch's gap. The victims on the node all deleted
+            // are then the choice's trace, unless the preemptor is
+            // nominated to another node now.
+            let first = *p.relists.get_or_insert(relists);
+            p.chose = p.chose || (relists > first && !nominated_elsewhere(&snap, &p.intent));
+        }
+        // Fires once kube-scheduler chose the node (now or before) and the
+        // victims there are deleted, wherever the preemptor went since.
+        let (fired, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut t.pending).into_iter().partition(|p| {
+                p.expires > now && p.chose && p.intent.victims.iter().all(|v| deleted(&snap, v))
+            });
+        t.pending = rest;
         // Expired, or never to fire: the preemptor is gone, finished or
         // terminating, or bound on another node.
         t.pending
             .retain_mut(|p| p.expires > now && !p.moved_on(&snap));
-        let (fired, rest): (Vec<Pending>, Vec<Pending>) =
-            std::mem::take(&mut t.pending).into_iter().partition(|p| {
-                chosen(&snap, &p.intent) && p.intent.victims.iter().all(|v| deleted(&snap, v))
-            });
-        t.pending = rest;
         // kube-scheduler preempts on one node: the preemptor's other
         // candidates were not chosen.
         let chosen: BTreeSet<(&str, &str)> = fired

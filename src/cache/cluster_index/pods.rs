@@ -422,7 +422,15 @@ impl ClusterIndex {
             s.remove_pod(&k);
         }
         drop(s);
+        self.pod_relists
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         self.pod_changes.notify_waiters();
+    }
+    /// Pod relists completed so far ([`ClusterIndex::reset_pods`],
+    /// [`ClusterIndex::retain_pods`]): changes made and undone between two
+    /// of them were never seen.
+    pub fn pod_relists(&self) -> u64 {
+        self.pod_relists.load(std::sync::atomic::Ordering::Acquire)
     }
     pub fn reset_pods(&self, pods: Vec<(Key, PodEntry)>) {
         let mut s = self.write();
@@ -440,6 +448,8 @@ impl ClusterIndex {
             s.put_pod(k, e);
         }
         drop(s);
+        self.pod_relists
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         self.pod_changes.notify_waiters();
     }
 

@@ -508,3 +508,67 @@ async fn a_nomination_counts_while_an_earlier_bind_keeps_the_preemptor_assumed()
     assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
     task.abort();
 }
+
+/// The watch dropped right after the preemption: kube-scheduler's
+/// nomination of the preemptor and its clearing (a failed binding cycle)
+/// both fell in the gap, and the relist shows the victims on the node
+/// replaced and the preemptor bound on another node. The victims' deletion
+/// is the choice's trace once a relist may have hidden it; without a
+/// relist a deletion the watch showed while the preemptor was never
+/// nominated there fires nothing (simulation seed 40124).
+#[tokio::test(start_paused = true)]
+async fn a_choice_a_relist_hid_is_read_from_the_victims_deleted() {
+    let nodes = cluster();
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    settle(Duration::from_millis(10)).await;
+    // The relist: sp0 replaced (another uid, pending), big bound on n2,
+    // nominated nowhere.
+    let mut replaced: Pod = testkit::pod("sp0")
+        .namespace("ns")
+        .requests(&[])
+        .priority(10)
+        .group("spread")
+        .phase("Pending")
+        .typed();
+    replaced.metadata.uid = Some("sp0-new".into());
+    let bound: Pod = testkit::pod("big")
+        .namespace("ns")
+        .requests(&[])
+        .priority(1000)
+        .on_node("n2")
+        .typed();
+    let mut pods = vec![replaced, bound];
+    for (p, n) in [("sp1", "n2"), ("sp2", "n3")] {
+        pods.push(pod(p, n, "spread"));
+    }
+    crate::cache::index::Index::<Pod>::reset(nodes.as_ref(), pods);
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
+    task.abort();
+
+    // The same deletion seen by the watch, no relist: not chosen, and the
+    // intent goes once the preemptor binds elsewhere.
+    let nodes = cluster();
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    settle(Duration::from_millis(10)).await;
+    nodes.delete_pod("ns", "sp0");
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 1, "a deletion kube-scheduler did not make");
+    nodes.apply_pod(
+        &testkit::pod("big")
+            .namespace("ns")
+            .requests(&[])
+            .priority(1000)
+            .on_node("n2")
+            .typed(),
+    );
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
+    assert!(writer.evicted.lock().is_empty());
+    task.abort();
+}

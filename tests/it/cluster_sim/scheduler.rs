@@ -3970,3 +3970,22 @@ fn regression_seed_8854() {
         &simulate,
     );
 }
+
+/// Soak seed 40124: an `All` group preempted (two members on the chosen
+/// node) kept four members running. The extender's watch dropped 0.4 s
+/// after the preemption, before it showed the preemptor's nomination; the
+/// preemptor's next binding cycle failed (its nomination cleared) and it
+/// was bound on another node, so the relist showed the victims replaced
+/// and the preemptor elsewhere, never nominated: the evictor dropped the
+/// intent. A choice seen once now counts, and after a relist the victims
+/// all deleted count as the choice unless the preemptor is nominated to
+/// another node.
+#[test]
+fn regression_seed_40124() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_40124",
+        40124,
+        1000,
+        &simulate,
+    );
+}

@@ -473,6 +473,7 @@ fn assemble(
     let queue = Arc::new(WorkQueue::default());
     let cache = Arc::new(RunCache::new(config, queue, Arc::clone(&metrics)));
     let nodes = Arc::new(ClusterIndex::new());
+    nodes.set_store_backed();
     let store = Arc::new(StandaloneStore::with_nodes(
         Arc::clone(&cache),
         Arc::clone(&nodes),

@@ -236,6 +236,9 @@ pub struct ClusterIndex {
     /// Pod relists completed: what happened between two of them, and was
     /// undone before the second, was never seen.
     pod_relists: std::sync::atomic::AtomicU64,
+    /// Fed by the standalone store, which writes through it: it never lags
+    /// behind the objects (no watch), so nothing waits for it to catch up.
+    store_backed: std::sync::atomic::AtomicBool,
 }
 
 /// The write lock of the state; releasing it sweeps interned names that

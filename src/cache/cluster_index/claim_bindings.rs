@@ -151,11 +151,42 @@ impl ClusterState {
     pub(super) fn set_claim_binding(&mut self, qualified: &str, claim: &ResourceClaim) {
         match ClaimBinding::from_claim(claim) {
             Some(b) => {
+                self.follow_remembered(qualified, Some(&b));
                 self.claim_bindings.insert(qualified.to_owned(), b);
             }
             None => {
+                self.follow_remembered(qualified, None);
                 self.claim_bindings.remove(qualified);
             }
         }
+    }
+
+    /// A gated claim's new version against the versions remembered for
+    /// pods whose earlier bind ended ([`ClusterIndex::record_passed`],
+    /// [`ClusterIndex::record_bind_ended`]): once it shows the pod no
+    /// longer reserved (kube-scheduler's Unreserve) or the claim no longer
+    /// gated, the cache has caught up with that bind and the memory goes;
+    /// a version that still shows the pod reserved (the driver's condition
+    /// written before the Unreserve, delivered after it) is remembered in
+    /// its place: the Unreserve is still to come.
+    pub(super) fn follow_remembered(&mut self, qualified: &str, b: Option<&ClaimBinding>) {
+        if self.passed.is_empty() {
+            return;
+        }
+        self.passed.retain(|_, (uid, _, claims)| {
+            claims.retain_mut(|(c, rv)| {
+                if c != qualified {
+                    return true;
+                }
+                match b {
+                    Some(b) if b.reserved_for.iter().any(|r| r == uid) => {
+                        rv.clone_from(&b.resource_version);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            !claims.is_empty()
+        });
     }
 }

@@ -316,6 +316,7 @@ impl ClusterIndex {
             let q = format!("{namespace}/{name}");
             s.claims.remove(&q);
             s.claim_bindings.remove(&q);
+            s.follow_remembered(&q, None);
             s.recompute_claim_users(&q);
         }
         self.claim_changes.notify_waiters();

@@ -479,6 +479,71 @@ impl ClusterIndex {
         s.passed.insert(k, (uid.to_owned(), until, claims));
     }
 
+    /// Remembers, for pod `uid` whose bind just failed, the versions of its
+    /// gated claims the cache shows reserved for it, while the pod is
+    /// cached, pending, under that uid, until `until`. kube-scheduler's
+    /// Unreserve takes the pod out of each claim's `reservedFor` before its
+    /// next binding cycle reserves it again, so a cache that has not shown
+    /// that yet is behind (a watch gap may hide a deallocation and a new
+    /// allocation, while the old one's conditions read `True`): the next
+    /// bind's device gate decides nothing on it
+    /// ([`ClusterState::passed_version`]; simulation seed 8862). Nothing is
+    /// remembered for an index the standalone store feeds: it shows every
+    /// write as it is made, and no kube-scheduler unreserves there.
+    pub fn record_bind_ended(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        until: tokio::time::Instant,
+    ) {
+        if self.store_backed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let k = (namespace.to_owned(), pod.to_owned());
+        let mut s = self.write();
+        let Some(p) = s.pods.get(&k) else {
+            return;
+        };
+        if p.uid != uid || p.node.is_some() || p.terminal {
+            return;
+        }
+        let mut claims: Vec<(String, String)> = p
+            .claims
+            .iter()
+            .filter_map(|c| {
+                let b = s.claim_binding(&c.claim)?;
+                b.reserved_for
+                    .iter()
+                    .any(|r| r == uid)
+                    .then(|| (c.claim.clone(), b.resource_version.clone()))
+            })
+            .collect();
+        if claims.is_empty() {
+            return;
+        }
+        if let Some((u, t, old)) = s.passed.get(&k)
+            && u == uid
+        {
+            let until = until.max(*t);
+            for (c, rv) in old {
+                if !claims.iter().any(|(n, _)| n == c) {
+                    claims.push((c.clone(), rv.clone()));
+                }
+            }
+            s.passed.insert(k, (uid.to_owned(), until, claims));
+            return;
+        }
+        s.passed.insert(k, (uid.to_owned(), until, claims));
+    }
+
+    /// The index is fed by the standalone store, which writes through it
+    /// (no watch, so it never lags): see [`ClusterIndex::record_bind_ended`].
+    pub fn set_store_backed(&self) {
+        self.store_backed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts a pod on `node` until the watch shows it bound (or gone).
     /// False when the pod is not cached (nothing to count).
     pub fn assume(&self, namespace: &str, name: &str, uid: &str, node: &str) -> bool {

@@ -361,7 +361,7 @@ impl BindingGate {
                     {
                         waiting.push((
                             format!(
-                                "claim {}: the cache shows the version an earlier bind of the pod passed on",
+                                "claim {}: the cache has not shown kube-scheduler's Unreserve of an earlier bind of the pod yet",
                                 c.claim
                             ),
                             call_deadline,
@@ -450,6 +450,15 @@ impl BindingGate {
                 _ = tokio::time::sleep_until(call_deadline.min(expires)) => {}
             }
         }
+    }
+
+    /// A bind of the pod ended without a Binding: kube-scheduler's
+    /// Unreserve comes next, and the pod's next bind waits until the cache
+    /// shows it ([`ClusterIndex::record_bind_ended`]), for at most two
+    /// calls' waits (an Unreserve write that failed leaves the claim as it
+    /// was).
+    pub fn bind_ended(&self, nodes: &ClusterIndex, namespace: &str, pod: &str, uid: &str) {
+        nodes.record_bind_ended(namespace, pod, uid, Instant::now() + 2 * self.config.wait);
     }
 
     /// The bind error naming every settled claim.

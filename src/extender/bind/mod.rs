@@ -209,6 +209,8 @@ struct Assumption {
     binder: Binder,
     namespace: String,
     name: String,
+    /// The pod's uid, as the bind request names it.
+    uid: String,
     /// This bind's assumption (a retry of the same pod has its own): what
     /// is forgotten is this one only.
     token: u64,
@@ -244,6 +246,9 @@ impl Drop for Assumption {
         self.binder
             .metrics
             .bind_failure(BindFailureCause::Cancelled);
+        self.binder
+            .devices
+            .bind_ended(&self.binder.nodes, &self.namespace, &self.name, &self.uid);
         if self.stage == Stage::Held {
             self.binder.metrics.gang_wait(GangWait::Cancelled);
         }
@@ -340,6 +345,8 @@ impl Binder {
         let r = self.sequence(req, park).await;
         if let Err(e) = &r {
             self.metrics.bind_failure(e.cause());
+            self.devices
+                .bind_ended(&self.nodes, &req.namespace, &req.name, &req.uid);
         }
         r
     }
@@ -404,6 +411,7 @@ impl Binder {
             binder: self.clone(),
             namespace: ns.to_owned(),
             name: name.to_owned(),
+            uid: req.uid.clone(),
             token,
             stage: Stage::Devices,
             live: true,

@@ -162,6 +162,20 @@ fn gated_claim(name: &str, pod_uid: &str) -> k8s_openapi::api::resource::v1::Res
         .typed()
 }
 
+/// kube-scheduler's Unreserve after a failed bind (the pod leaves the
+/// claim's `reservedFor`) and its next PreBind (reserved again), as the
+/// watch shows them: two newer versions of [`gated_claim`].
+fn rereserved(nodes: &ClusterIndex, name: &str, pod_uid: &str) {
+    let mut c = gated_claim(name, pod_uid);
+    let status = c.status.as_mut().expect("status");
+    let reserved = status.reserved_for.take();
+    c.metadata.resource_version = Some("2".into());
+    nodes.apply_claim(&c);
+    c.status.as_mut().expect("status").reserved_for = reserved;
+    c.metadata.resource_version = Some("3".into());
+    nodes.apply_claim(&c);
+}
+
 /// A node `n1`, a gang `g` of `min` pods `p0..p<pods>`, and the binder.
 struct Fixture {
     binder: Binder,
@@ -680,8 +694,10 @@ async fn a_claim_allocated_off_the_node_in_the_cache_is_not_caught_up() {
         "no wait on the old allocation"
     );
     // The same device published on n1: the allocation reaches the node,
-    // and the gate decides on it.
+    // and the gate decides on it (once the cache has shown
+    // kube-scheduler's Unreserve after the failed binds and its PreBind).
     publish_d0(&f.binder.nodes, "n1");
+    rereserved(&f.binder.nodes, "gpu", "x-uid");
     let task = f.spawn("x");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished(), "waits for Attached on n1");
@@ -1257,6 +1273,52 @@ async fn a_surplus_member_is_refused_before_it_is_assumed_or_waits_for_devices()
     assert_eq!(f.failures(BindFailureCause::GangSurplus), 1);
     assert_eq!(f.waits(GangWait::Surplus), 1);
     a0.abort();
+}
+
+/// A bind failed at the gate (`Attached` not yet True); the driver's
+/// `Attached=True` arrived after it, the pod still reserved, then the watch
+/// dropped: kube-scheduler's Unreserve, a deallocation and a new
+/// allocation went unseen. The next bind decides nothing on the claim
+/// until the cache shows the Unreserve (simulation seed 8862: a pod bound
+/// on the old allocation's `Attached`).
+#[tokio::test(start_paused = true)]
+async fn a_bind_after_a_failed_one_waits_for_the_cache_to_show_the_unreserve() {
+    let f = fixture(1, 0, false);
+    let nodes = &f.binder.nodes;
+    nodes.apply_pod(&pod("x", None, &["gpu"]));
+    publish_d0(nodes, "n1");
+    nodes.apply_claim(&gated_claim("gpu", "x-uid"));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert!(e.to_string().contains("needs Attached"), "{e}");
+    // The driver's write, made before kube-scheduler's Unreserve.
+    let attached = |rv: &str, reserved: bool| {
+        let c = testkit::claim("gpu", "c")
+            .namespace("ns")
+            .uid("gpu-uid")
+            .set(&["metadata", "resourceVersion"], rv)
+            .allocated(&[("drv", "pool", "d0")])
+            .binding_conditions(0, &["Attached"], &[])
+            .device_status(("drv", "pool", "d0"), &["Attached"], "2026-01-01T00:00:00Z");
+        let c = if reserved {
+            c.reserved_for(&[("x", "x-uid")])
+        } else {
+            c
+        };
+        c.typed()
+    };
+    nodes.apply_claim(&attached("2", true));
+    let e = f.binder.bind(&req("x")).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "waiting for device binding conditions: claim ns/gpu: the cache has not shown \
+         kube-scheduler's Unreserve of an earlier bind of the pod yet; retry"
+    );
+    assert!(f.writer.bound.lock().is_empty());
+    // The Unreserve, then PreBind reserving it again: decided on.
+    nodes.apply_claim(&attached("3", false));
+    nodes.apply_claim(&attached("4", true));
+    f.binder.bind(&req("x")).await.expect("Attached, caught up");
+    assert_eq!(f.writer.bound.lock().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -3989,3 +3989,21 @@ fn regression_seed_40124() {
         &simulate,
     );
 }
+
+/// Soak seed 8862: a pod bound before its device was attached. Its bind
+/// failed at the device gate (`Attached` not yet True); the driver's
+/// `Attached=True` reached the cache after the failure, and the watch then
+/// dropped, hiding kube-scheduler's Unreserve, PostFilter's deallocation
+/// and a new allocation of another device. The next bind passed on the
+/// old allocation's conditions (the memory of seed 173 covered only binds
+/// that had passed the gate). Every failed or cancelled bind now leaves
+/// its claims' versions remembered until the cache shows the Unreserve.
+#[test]
+fn regression_seed_8862() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_8862",
+        8862,
+        1000,
+        &simulate,
+    );
+}

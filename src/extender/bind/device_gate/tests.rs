@@ -678,7 +678,7 @@ async fn a_pod_bound_again_waits_for_a_newer_claim_than_the_last_bind_passed_on(
     let (r, waited) = f.gate().await;
     assert_eq!(
         r,
-        Err("waiting for device binding conditions: claim ns/gpu: the cache shows the version an earlier bind of the pod passed on; retry".into())
+        Err("waiting for device binding conditions: claim ns/gpu: the cache has not shown kube-scheduler's Unreserve of an earlier bind of the pod yet; retry".into())
     );
     assert_eq!(waited, Duration::from_secs(10), "--binding-wait");
     // The cache catches up with kube-scheduler's later writes.

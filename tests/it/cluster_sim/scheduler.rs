@@ -2053,35 +2053,69 @@ impl World {
                 .sum();
             room >= count
         };
+        // Per node, the cpu and the number of pods below each priority:
+        // what preempting for a pod of that priority could free.
+        let mut below: BTreeMap<&str, Vec<(i32, u64)>> = BTreeMap::new();
+        for pod in api.pods.values() {
+            if let Some(n) = pod["spec"]["nodeName"].as_str() {
+                below
+                    .entry(n)
+                    .or_default()
+                    .push((priority_of(pod), cpu_of(pod)));
+            }
+        }
         // Whether some `key` domain, among the schedulable nodes inside
         // `within` (a composite's fixed domain, `(key, value)`), has room
         // for `count` pods: a gang with no member bound can go to any of
-        // them, and to none if none holds it.
-        let room_somewhere =
-            |key: &str, within: Option<(&str, String)>, cpu: u64, dra: bool, count: usize| {
-                let mut room: BTreeMap<String, usize> = BTreeMap::new();
-                for (n, v) in &api.nodes {
-                    if v["spec"]["unschedulable"] == true
-                        || within
-                            .as_ref()
-                            .is_some_and(|(k, val)| label(n, k).as_deref() != Some(val.as_str()))
-                    {
-                        continue;
-                    }
-                    let Some(domain) = label(n, key) else {
-                        continue;
-                    };
-                    let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
-                    let by_cpu = usize::try_from(free / cpu.max(1)).unwrap_or(usize::MAX);
-                    let fits = if dra {
-                        by_cpu.min(api.free_devices(n, &taken).len())
-                    } else {
-                        by_cpu
-                    };
-                    *room.entry(domain).or_default() += fits;
+        // them, and to none if none holds it. `preempting`: the gang's
+        // priority, when it may preempt. kube-scheduler's preemption is per
+        // pod: it names victims only on a node where the pod does not fit
+        // as it is (a node where it fits has none to take), and an
+        // extender may narrow its candidates but not add nodes
+        // (`ProcessPreemption`'s contract). So a node where one pod fits
+        // counts its free room only, and a full one the room its
+        // lower-priority pods would free.
+        let room_somewhere = |key: &str,
+                              within: Option<(&str, String)>,
+                              cpu: u64,
+                              dra: bool,
+                              count: usize,
+                              preempting: Option<i32>| {
+            let mut room: BTreeMap<String, usize> = BTreeMap::new();
+            for (n, v) in &api.nodes {
+                if v["spec"]["unschedulable"] == true
+                    || within
+                        .as_ref()
+                        .is_some_and(|(k, val)| label(n, k).as_deref() != Some(val.as_str()))
+                {
+                    continue;
                 }
-                room.values().any(|r| *r >= count)
-            };
+                let Some(domain) = label(n, key) else {
+                    continue;
+                };
+                let slots = |free_cpu: u64, devices: usize| {
+                    let by_cpu = usize::try_from(free_cpu / cpu.max(1)).unwrap_or(usize::MAX);
+                    if dra { by_cpu.min(devices) } else { by_cpu }
+                };
+                let devices = api.free_devices(n, &taken).len();
+                let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
+                let mut fits = slots(free, devices);
+                if fits == 0
+                    && let Some(mine) = preempting
+                {
+                    let lower: Vec<u64> = below
+                        .get(n.as_str())
+                        .into_iter()
+                        .flatten()
+                        .filter(|(p, _)| *p < mine)
+                        .map(|(_, c)| *c)
+                        .collect();
+                    fits = slots(free + lower.iter().sum::<u64>(), devices + lower.len());
+                }
+                *room.entry(domain).or_default() += fits;
+            }
+            room.values().any(|r| *r >= count)
+        };
         let mut out = Vec::new();
         for w in self.workloads.values() {
             if !all && w.priority != Some(TOP_PRIORITY) {
@@ -2103,20 +2137,21 @@ impl World {
                     // its missing members in its domain (it binds none
                     // until they fit together); otherwise for one.
                     let missing = g.min.saturating_sub(bound.len()).max(1);
-                    // A top-priority gang with none bound is owed anyway:
-                    // it preempts for its room.
+                    // A top-priority gang with none bound may preempt for
+                    // its room, as far as kube-scheduler's per-pod
+                    // preemption reaches.
                     g.topology.is_none_or(|k| {
                         if !bound.is_empty() {
                             room_in(k, &bound, g.cpu, w.dra, missing)
                         } else {
-                            w.priority == Some(TOP_PRIORITY)
-                                || room_somewhere(
-                                    k,
-                                    composite_domain.clone(),
-                                    g.cpu,
-                                    w.dra,
-                                    missing,
-                                )
+                            room_somewhere(
+                                k,
+                                composite_domain.clone(),
+                                g.cpu,
+                                w.dra,
+                                missing,
+                                w.priority.filter(|p| *p == TOP_PRIORITY),
+                            )
                         }
                     }) && w
                         .composite
@@ -4003,6 +4038,26 @@ fn regression_seed_8862() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_8862",
         8862,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 40259, a gap in the liveness oracle: a top-priority
+/// composite's child gang (`w43-g0`, 5 of 5 in one rack, none bound) was
+/// owed unconditionally ("it preempts for its room"). Its zone's racks
+/// held 4 more pods as they were and 7 once lower-priority pods were gone,
+/// but every node with lower-priority pods still fit one more pod as it
+/// was, and kube-scheduler's per-pod preemption names victims only on a
+/// node where the pod does not fit; an extender may narrow its candidates,
+/// not add nodes. Such a gang is now owed only when some domain holds it
+/// counting, on a node where no member fits as it is, the room its
+/// lower-priority pods would free.
+#[test]
+fn regression_seed_40259() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_40259",
+        40259,
         1000,
         &simulate,
     );

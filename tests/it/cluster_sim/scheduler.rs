@@ -2140,24 +2140,30 @@ impl World {
                     // A top-priority gang with none bound may preempt for
                     // its room, as far as kube-scheduler's per-pod
                     // preemption reaches.
-                    g.topology.is_none_or(|k| {
-                        if !bound.is_empty() {
-                            room_in(k, &bound, g.cpu, w.dra, missing)
-                        } else {
+                    let preempting = w.priority.filter(|p| *p == TOP_PRIORITY);
+                    // Its own domain, then its CompositePodGroup's: both
+                    // must hold the members it misses (a child without a
+                    // topology of its own is placed whole in the
+                    // composite's domain; seed 61715).
+                    let within = |k: &str| {
+                        if bound.is_empty() {
                             room_somewhere(
                                 k,
                                 composite_domain.clone(),
                                 g.cpu,
                                 w.dra,
                                 missing,
-                                w.priority.filter(|p| *p == TOP_PRIORITY),
+                                preempting,
                             )
+                        } else {
+                            room_in(k, &bound, g.cpu, w.dra, missing)
                         }
-                    }) && w
-                        .composite
-                        .as_ref()
-                        .and_then(|(_, _, k)| *k)
-                        .is_none_or(|k| room_in(k, &all_bound, g.cpu, w.dra, 1))
+                    };
+                    g.topology.is_none_or(within)
+                        && w.composite
+                            .as_ref()
+                            .and_then(|(_, _, k)| *k)
+                            .is_none_or(within)
                 })
                 .collect();
             // A composite gang binds no child until `minGroupCount`
@@ -4058,6 +4064,21 @@ fn regression_seed_40259() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_40259",
         40259,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 61715, a gap in the liveness oracle: a composite's child gang
+/// without a topology of its own (`w2-g0`, 4 of 4, none bound) was owed
+/// while its composite's fixed zone held only 3 of its pods: the oracle
+/// asked that zone for one pod's room. A child is placed whole in its
+/// composite's domain; that domain must now hold the members it misses.
+#[test]
+fn regression_seed_61715() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_61715",
+        61715,
         1000,
         &simulate,
     );

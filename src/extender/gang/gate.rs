@@ -420,6 +420,19 @@ pub(super) fn remaining_fit(
     // member (see [`filter_gate_for`]); kube-scheduler's nominated pods
     // hold theirs against every member.
     if returning {
+        // The siblings in its own unit whose placed members fix their
+        // domain still come first: the unit's quorum needs them as much
+        // as it, and they cannot move (simulation seed 62206: a returning
+        // member held the rack room its fixed sibling needed, round after
+        // round, and the composite never formed).
+        if let Some(unit) = unit_of(levels)
+            .map(|u| &levels[u].group)
+            .filter(|u| u.composite && placed_nodes(snap, &levels[0].group).is_empty())
+        {
+            planner.with_plans(|plans| {
+                reserve_fixed_siblings(snap, plans, unit, &own, &axes, &mut free, now);
+            });
+        }
         hold_nominated(snap, &axes, &mut free, floor, |k, p| {
             itself(k) || planned_member(&HashMap::new(), &own, k, p, now)
         });

@@ -684,3 +684,50 @@ fn a_member_its_group_does_not_need_takes_no_node_while_the_composite_gathers() 
     let after = gate("a-1", "a");
     assert!(after.wide.is_none(), "{:?}", after.wide);
 }
+
+/// A returning member keeps its room against other groups' plans, not
+/// against a sibling in its own unit whose placed members fix its domain:
+/// the unit's quorum needs that sibling, which cannot move. Composite
+/// `root` (gang of 2) over `a` (1, by rack) and `b` (3, by rack, b-0 bound
+/// in r1). (Simulation seed 62206: a returning member held the room its
+/// fixed sibling needed, round after round, and the composite never
+/// formed.)
+#[test]
+fn a_returning_member_yields_to_a_fixed_sibling_of_its_unit() {
+    let c = ClusterIndex::new();
+    c.apply_node(&rack_node("n1", "r1", "4"));
+    c.apply_node(&rack_node("n2", "r2", "4"));
+    c.apply_composite(&composite("root", true, 2, None));
+    c.apply_pod_group(&rack_gang("a", 1, Some("root")));
+    c.apply_pod_group(&rack_gang("b", 3, Some("root")));
+    c.apply_pod(&pod("b-0", "b", Some("n1")));
+    for p in ["b-1", "b-2"] {
+        c.apply_pod(&pod(p, "b", None));
+    }
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    let gate = |offered: &[&str], returning: bool| {
+        let p = pod("a-0", "a", None);
+        c.apply_pod(&p);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate_for(&c.read(), &planner, &p, &req, offered, returning, now)
+    };
+    // r1 holds a-0 and b's two: a plans r1.
+    let first = gate(&["n1"], false);
+    assert!(first.wide.is_none(), "{:?}", first.wide);
+    assert_eq!(first.domain(), [("rack".to_owned(), "r1".to_owned())]);
+    // Another pod takes a cpu there: r1 now holds b's two only.
+    c.apply_pod(&testkit::pod("x").namespace("ns").on_node("n1").typed());
+    // a-0 returns: its plan no longer holds once b's need is reserved, so
+    // it is planned again (this cycle answers a resolvable rejection, as
+    // any plan made again does) and its next filter goes to r2.
+    let back = gate(&["n1", "n2"], true);
+    assert!(
+        back.wide.as_ref().is_some_and(|w| !w.unresolvable),
+        "{:?}",
+        back.wide
+    );
+    let next = gate(&["n1", "n2"], false);
+    assert!(next.wide.is_none(), "{:?}", next.wide);
+    assert_eq!(next.domain(), [("rack".to_owned(), "r2".to_owned())]);
+}

@@ -4083,3 +4083,22 @@ fn regression_seed_61715() {
         &simulate,
     );
 }
+
+/// Soak seed 62206: a priority-0 CompositePodGroup (three rack-pinned
+/// children), partly preempted by higher workloads, never formed again
+/// once faults stopped. Child `w17-g0` (1 pod, none bound) returned round
+/// after round to the rack where its sibling `w17-g1` was fixed by a bound
+/// member, and its held bind took the room `w17-g1` needed there ("2 of
+/// the 3 pods it still needs fit"), while another rack of the zone had
+/// room for it: a returning member kept its room against every plan,
+/// its fixed siblings' included. It now yields to the siblings of its
+/// own unit whose placed members fix their domain.
+#[test]
+fn regression_seed_62206() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_62206",
+        62206,
+        1000,
+        &simulate,
+    );
+}

@@ -2100,7 +2100,11 @@ impl World {
                 let devices = api.free_devices(n, &taken).len();
                 let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
                 let mut fits = slots(free, devices);
+                // DynamicResources' Filter answers UnschedulableAndUnresolvable
+                // where no device is free, so preemption never runs on such a
+                // node, and frees no device it would count (seed 1046).
                 if fits == 0
+                    && (!dra || devices > 0)
                     && let Some(mine) = preempting
                 {
                     let lower: Vec<u64> = below
@@ -2110,7 +2114,7 @@ impl World {
                         .filter(|(p, _)| *p < mine)
                         .map(|(_, c)| *c)
                         .collect();
-                    fits = slots(free + lower.iter().sum::<u64>(), devices + lower.len());
+                    fits = slots(free + lower.iter().sum::<u64>(), devices);
                 }
                 *room.entry(domain).or_default() += fits;
             }
@@ -4098,6 +4102,25 @@ fn regression_seed_62206() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_62206",
         62206,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 1046 (final tree), a gap in the liveness oracle: a
+/// top-priority composite's child gang (`w36-g0`, 6 of 6 in one rack,
+/// none bound) was owed by counting the room of a full node whose devices
+/// were all taken. kube-scheduler's DynamicResources Filter answers
+/// `UnschedulableAndUnresolvable` there (`statusUnschedulable`), so
+/// DefaultPreemption never considers the node; its only candidate lay in
+/// another zone, which the extender dropped. The oracle now counts
+/// preemptible room only on nodes with a free device, and no device
+/// freed by it.
+#[test]
+fn regression_seed_1046() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1046",
+        1046,
         1000,
         &simulate,
     );

@@ -295,9 +295,10 @@ impl NodeVerdicts<'_> {
 
     /// A node that fits the pod, checked again with the pods kube-scheduler
     /// nominated there counted as its own filter counts them (rare: only
-    /// nodes a preemption made room on).
-    #[cold]
-    fn nominated_fit(
+    /// nodes a preemption made room on; with none in the cluster the map is
+    /// empty and the lookup returns before hashing).
+    #[inline]
+    fn nominated(
         &self,
         name: &str,
         resolved: &fit::Resolved,
@@ -316,19 +317,6 @@ impl NodeVerdicts<'_> {
                 r.unresolvable,
             )
         })
-    }
-
-    #[inline(always)]
-    fn nominated(
-        &self,
-        name: &str,
-        resolved: &fit::Resolved,
-        alloc: Option<&Amounts>,
-    ) -> Result<(), (Arc<str>, bool)> {
-        if self.state.nominated.is_empty() {
-            return Ok(());
-        }
-        self.nominated_fit(name, resolved, alloc)
     }
 }
 

@@ -14,8 +14,8 @@
 //!   preempt ──Intent──▶ pending (bounded, expires after intent_ttl)
 //!                          │ kube-scheduler chose the node (the preemptor's
 //!                          │ nominatedNodeName, or it is bound there, seen
-//!                          │ since; after a relist, unless it is nominated
-//!                          │ elsewhere) and every victim on it is deleted
+//!                          │ since; or a relist since the answer) and
+//!                          │ every victim on it is deleted
 //!                          │ (gone, replaced, finished or terminating)
 //!                          ▼
 //!                       job: condition DisruptionTarget=True on the groups,
@@ -29,7 +29,9 @@
 //!
 //! Candidates kube-scheduler did not choose never see their victims
 //! deleted and expire; once one intent of a preemptor fires, its intents
-//! on other nodes are dropped (kube-scheduler preempts on one node).
+//! on other nodes are dropped (kube-scheduler preempts on one node at a
+//! time) unless kube-scheduler was seen choosing them too, or a relist
+//! may have hidden that.
 //! The disruption is eventual, not atomic: between the victims' deletion
 //! and the last eviction the group runs partly.
 
@@ -242,15 +244,6 @@ fn chosen(snap: &ClusterState, i: &Intent) -> bool {
             .is_some_and(|e| same(e) && e.node.as_deref() == here)
 }
 
-/// Whether the watch shows the preemptor (same uid) nominated to a node
-/// other than the intent's.
-fn nominated_elsewhere(snap: &ClusterState, i: &Intent) -> bool {
-    let p = &i.preemptor;
-    snap.watched_pod(&p.namespace, &p.name).is_some_and(|e| {
-        (p.uid.is_empty() || e.uid == p.uid) && e.nominated.as_deref().is_some_and(|n| n != i.node)
-    })
-}
-
 /// Whether a victim has been deleted as far as the watch shows: gone,
 /// replaced (another uid), finished or terminating.
 fn deleted(snap: &ClusterState, p: &PodId) -> bool {
@@ -405,11 +398,12 @@ impl Evictions {
             p.chose = p.chose || chosen(&snap, &p.intent);
             // A relist since the intent may have hidden the choice: the
             // nomination and its clearing (a failed binding cycle) both
-            // fell in the watch's gap. The victims on the node all deleted
-            // are then the choice's trace, unless the preemptor is
-            // nominated to another node now.
+            // fell in the watch's gap, and kube-scheduler may since have
+            // preempted for the same pod on another node (seed 2077). The
+            // victims on the node all deleted are then the choice's trace,
+            // whatever the preemptor's nomination now.
             let first = *p.relists.get_or_insert(relists);
-            p.chose = p.chose || (relists > first && !nominated_elsewhere(&snap, &p.intent));
+            p.chose = p.chose || relists > first;
         }
         // Fires once kube-scheduler chose the node (now or before) and the
         // victims there are deleted, wherever the preemptor went since.
@@ -422,17 +416,21 @@ impl Evictions {
         // terminating, or bound on another node.
         t.pending
             .retain_mut(|p| p.expires > now && !p.moved_on(&snap));
-        // kube-scheduler preempts on one node: the preemptor's other
-        // candidates were not chosen.
-        let chosen: BTreeSet<(&str, &str)> = fired
+        // kube-scheduler preempts on one node at a time: the preemptor's
+        // other candidates were not chosen, unless the watch showed it
+        // choosing one of them too (it preempted again after its
+        // nomination was cleared) or a relist may have hidden that
+        // (seed 2077); those wait for their own victims.
+        let fired_for: BTreeSet<(&str, &str)> = fired
             .iter()
             .filter(|p| !p.intent.preemptor.uid.is_empty())
             .map(|p| (p.intent.preemptor.uid.as_str(), p.intent.node.as_str()))
             .collect();
         t.pending.retain(|p| {
-            !chosen
-                .iter()
-                .any(|(uid, node)| p.intent.preemptor.uid == *uid && p.intent.node != *node)
+            p.chose
+                || !fired_for
+                    .iter()
+                    .any(|(uid, node)| p.intent.preemptor.uid == *uid && p.intent.node != *node)
         });
         drop(t);
         let mut started = Vec::new();

@@ -572,3 +572,62 @@ async fn a_choice_a_relist_hid_is_read_from_the_victims_deleted() {
     assert!(writer.evicted.lock().is_empty());
     task.abort();
 }
+
+/// kube-scheduler preempted for a pod on one node while the watch was
+/// down, cleared its nomination (its next cycle found the node taken) and
+/// preempted for it again on another node before the relist, which shows
+/// the first node's victims replaced and the preemptor nominated to the
+/// second. Both were choices: the first fires from the victims deleted,
+/// the second waits for its own (simulation seed 2077: the first intent
+/// was dropped, and its `All` group ran on partly).
+#[tokio::test(start_paused = true)]
+async fn a_second_preemption_before_the_relist_keeps_the_first_choice() {
+    let nodes = cluster();
+    let g: PodGroup = testkit::pod_group("wide")
+        .namespace("ns")
+        .uid("wide-uid")
+        .set(&["spec", "priority"], 10)
+        .gang(2)
+        .disrupt_all()
+        .typed();
+    nodes.apply_pod_group(&g);
+    for (p, n) in [("w0", "n3"), ("w1", "n1")] {
+        nodes.apply_pod(&pod(p, n, "wide"));
+    }
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    settle(Duration::from_millis(10)).await;
+    let mut second = intent("n3", &["w0"], &["w1"]);
+    second.scope = Scope::Group("wide".into());
+    ev.expect(vec![second]);
+    settle(Duration::from_millis(10)).await;
+    // The relist: sp0 replaced (pending, another uid), big nominated to
+    // n3, w0 still running.
+    let mut replaced: Pod = testkit::pod("sp0")
+        .namespace("ns")
+        .requests(&[])
+        .priority(10)
+        .group("spread")
+        .phase("Pending")
+        .typed();
+    replaced.metadata.uid = Some("sp0-new".into());
+    let mut pods = vec![replaced, preemptor(Some("n3"))];
+    for (p, n, g) in [
+        ("sp1", "n2", "spread"),
+        ("sp2", "n3", "spread"),
+        ("w0", "n3", "wide"),
+        ("w1", "n1", "wide"),
+    ] {
+        pods.push(pod(p, n, g));
+    }
+    crate::cache::index::Index::<Pod>::reset(nodes.as_ref(), pods);
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
+    assert_eq!(ev.pending(), 1, "the second choice waits for its victim");
+    nodes.delete_pod("ns", "w0");
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2"), id("w1")]);
+    task.abort();
+}

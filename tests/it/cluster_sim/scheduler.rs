@@ -4125,3 +4125,24 @@ fn regression_seed_1046() {
         &simulate,
     );
 }
+
+/// Soak seed 2077 (final tree): an `All` PodGroup (`w25-g`) preempted at
+/// 186.8 s while the extender's watch was down (186.0–195.2 s) kept three
+/// members running on other nodes. kube-scheduler cleared the preemptor's
+/// nomination (189.1 s) and preempted for it again on another node
+/// (193.7 s) before the relist, which showed the first node's victims
+/// replaced and the preemptor nominated to the second: seed 40124's rule
+/// took the victims' deletion as the choice only when the preemptor was
+/// nominated nowhere else, and the first intent was dropped. After a
+/// relist the victims deleted are now the choice whatever the
+/// nomination, and a choice fired drops only the preemptor's candidates
+/// not chosen themselves.
+#[test]
+fn regression_seed_2077() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_2077",
+        2077,
+        1000,
+        &simulate,
+    );
+}

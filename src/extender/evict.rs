@@ -156,16 +156,22 @@ struct Pending {
 impl Pending {
     /// Whether the preemptor can no longer choose the intent's node, as
     /// the watch shows it (an assumption, a bind in flight or one whose
-    /// outcome is unknown, is not a pod bound elsewhere): gone (once the
-    /// watch has shown it, else it may not be seen yet), finished or
+    /// outcome is unknown, is not a pod bound elsewhere): gone or replaced
+    /// by another pod under its name (once the watch has shown it, else it
+    /// may not be seen yet), finished or
     /// terminating, or (the same pod) bound on another node. Notes when
     /// the watch shows it.
     fn moved_on(&mut self, snap: &ClusterState) -> bool {
         let p = &self.intent.preemptor;
         match snap.watched_pod(&p.namespace, &p.name) {
             None => self.seen,
-            // Another pod under its name is left to expire.
-            Some(e) if !p.uid.is_empty() && e.uid != p.uid => false,
+            // Another pod under its name: once the watch has shown the
+            // preemptor, it was deleted (a name holds one pod at a time,
+            // and the watch does not go back), as when it is absent; else
+            // the preemptor may not be seen yet, and is left to expire
+            // (simulation seed 67059: replaced between two reads of the
+            // watch, its intent outlived it by the intent's whole TTL).
+            Some(e) if !p.uid.is_empty() && e.uid != p.uid => self.seen,
             Some(e) => {
                 self.seen = true;
                 e.terminal || e.deleting || e.node.as_deref().is_some_and(|n| n != self.intent.node)

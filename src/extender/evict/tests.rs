@@ -386,13 +386,6 @@ async fn victims_deleted_for_another_reason_fire_nothing() {
     settle(Duration::from_secs(5)).await;
     assert!(writer.attempts.lock().is_empty());
     assert_eq!(ev.pending(), 1);
-    // Another pod under the preemptor's name (another uid) nominated on n1
-    // is not the preemptor either.
-    let mut impostor = preemptor(Some("n1"));
-    impostor.metadata.uid = Some("other-uid".into());
-    nodes.apply_pod(&impostor);
-    settle(Duration::from_secs(5)).await;
-    assert!(writer.attempts.lock().is_empty());
     // Nominated on n1: this candidate was chosen.
     nodes.apply_pod(&preemptor(Some("n1")));
     settle(Duration::from_millis(10)).await;
@@ -405,6 +398,26 @@ async fn victims_deleted_for_another_reason_fire_nothing() {
     nodes.delete_pod("ns", "sp1");
     settle(Duration::from_millis(10)).await;
     assert_eq!(ev.pending(), 0);
+    task.abort();
+
+    // Another pod under the preemptor's name (another uid, an older one:
+    // the watch has not shown the preemptor yet) nominated on n1 is not
+    // the preemptor either.
+    let nodes = cluster();
+    nodes.delete_pod("ns", "big");
+    let writer = Arc::new(Recorder::default());
+    let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
+    ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
+    nodes.delete_pod("ns", "sp0");
+    let mut impostor = preemptor(Some("n1"));
+    impostor.metadata.uid = Some("other-uid".into());
+    nodes.apply_pod(&impostor);
+    settle(Duration::from_secs(5)).await;
+    assert!(writer.attempts.lock().is_empty());
+    assert_eq!(ev.pending(), 1);
+    nodes.apply_pod(&preemptor(Some("n1")));
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(*writer.evicted.lock(), vec![id("sp1"), id("sp2")]);
     task.abort();
 }
 
@@ -451,6 +464,24 @@ async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
     ev.expect(vec![intent("n3", &["sp2"], &[])]);
     settle(Duration::from_secs(1)).await;
     assert_eq!(ev.pending(), 1);
+    // Nor is another pod under its name before the watch has shown it
+    // (that may be an older one).
+    let mut older = preemptor(None);
+    older.metadata.uid = Some("big-older".into());
+    nodes.apply_pod(&older);
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(ev.pending(), 1);
+    // Once shown, a preemptor replaced by another pod under its name
+    // (deleted and created again between two reads) takes its intents
+    // with it, as a deleted one does.
+    nodes.apply_pod(&preemptor(None));
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 1);
+    let mut replaced = preemptor(None);
+    replaced.metadata.uid = Some("big-new".into());
+    nodes.apply_pod(&replaced);
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(ev.pending(), 0);
     task.abort();
 }
 

@@ -4146,3 +4146,19 @@ fn regression_seed_2077() {
         &simulate,
     );
 }
+
+/// Soak seed 67059: one `All`-disruption intent outlived every workload's
+/// placement (the memory invariant at the end). Its preemptor (`w44-g-4`)
+/// was deleted mid-gang and created again under its name before the
+/// watch showed its nomination; the evictor took the new pod for one it
+/// might not have seen yet and left the intent to its TTL. Once the
+/// preemptor has been shown, another pod under its name means it is gone.
+#[test]
+fn regression_seed_67059() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_67059",
+        67059,
+        1000,
+        &simulate,
+    );
+}

@@ -116,6 +116,19 @@ fn preemptor(nominated: Option<&str>) -> Pod {
         .typed()
 }
 
+/// `sp0` as its controller created it again: another uid, pending.
+fn sp0_replaced() -> Pod {
+    let mut p: Pod = testkit::pod("sp0")
+        .namespace("ns")
+        .requests(&[])
+        .priority(10)
+        .group("spread")
+        .phase("Pending")
+        .typed();
+    p.metadata.uid = Some("sp0-new".into());
+    p
+}
+
 fn id(name: &str) -> PodId {
     PodId {
         namespace: "ns".into(),
@@ -556,14 +569,7 @@ async fn a_choice_a_relist_hid_is_read_from_the_victims_deleted() {
     settle(Duration::from_millis(10)).await;
     // The relist: sp0 replaced (another uid, pending), big bound on n2,
     // nominated nowhere.
-    let mut replaced: Pod = testkit::pod("sp0")
-        .namespace("ns")
-        .requests(&[])
-        .priority(10)
-        .group("spread")
-        .phase("Pending")
-        .typed();
-    replaced.metadata.uid = Some("sp0-new".into());
+    let replaced = sp0_replaced();
     let bound: Pod = testkit::pod("big")
         .namespace("ns")
         .requests(&[])
@@ -635,14 +641,7 @@ async fn a_second_preemption_before_the_relist_keeps_the_first_choice() {
     settle(Duration::from_millis(10)).await;
     // The relist: sp0 replaced (pending, another uid), big nominated to
     // n3, w0 still running.
-    let mut replaced: Pod = testkit::pod("sp0")
-        .namespace("ns")
-        .requests(&[])
-        .priority(10)
-        .group("spread")
-        .phase("Pending")
-        .typed();
-    replaced.metadata.uid = Some("sp0-new".into());
+    let replaced = sp0_replaced();
     let mut pods = vec![replaced, preemptor(Some("n3"))];
     for (p, n, g) in [
         ("sp1", "n2", "spread"),

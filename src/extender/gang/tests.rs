@@ -731,3 +731,53 @@ fn a_returning_member_yields_to_a_fixed_sibling_of_its_unit() {
     assert!(next.wide.is_none(), "{:?}", next.wide);
     assert_eq!(next.domain(), [("rack".to_owned(), "r2".to_owned())]);
 }
+
+/// A gang short in its domain only by room pods of lower priority hold
+/// lets its members in where they fit as they are: each binds and is held
+/// at the gang's Permit, its reservation keeping the room, while its
+/// siblings preempt. Rejected instead, a member that fits as it is has no
+/// victims, kube-scheduler clears its nomination, and the victims created
+/// again take the room back (simulation seed 67445). Rack r1: n1 (2 cpu)
+/// with g-0 bound, n2 (1 cpu) held by `low` at priority 0; gang `g` needs
+/// g-1 and g-2 (1 cpu each) and only n1's last cpu is free.
+#[test]
+fn a_gang_short_only_by_lower_priority_room_lets_its_members_in() {
+    let c = ClusterIndex::new();
+    c.apply_node(&rack_node("n1", "r1", "2"));
+    c.apply_node(&rack_node("n2", "r1", "1"));
+    c.apply_pod(
+        &testkit::pod("low")
+            .namespace("ns")
+            .priority(0)
+            .set(&["spec", "nodeName"], "n2")
+            .typed(),
+    );
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    // The group's priority is its members' (effective priority).
+    let gate = |priority: i32, policy: Option<&str>| {
+        let mut g = rack_gang("g", 3, None);
+        g.spec.priority = Some(priority);
+        g.spec.preemption_policy = policy.map(str::to_owned);
+        c.apply_pod_group(&g);
+        c.apply_pod(&pod("g-0", "g", Some("n1")));
+        c.apply_pod(&pod("g-2", "g", None));
+        let p = pod("g-1", "g", None);
+        c.apply_pod(&p);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate_for(&c.read(), &planner, &p, &req, &["n1"], false, now)
+    };
+    // Above `low`: its room counts, and g-1 may take n1's last cpu.
+    let v = gate(100, None);
+    assert!(v.wide.is_none(), "{:?}", v.wide);
+    assert_eq!(v.domain(), [("rack".to_owned(), "r1".to_owned())]);
+    // Of `low`'s priority, or not allowed to preempt: short, and said so.
+    for (priority, policy) in [(0, None), (100, Some("Never"))] {
+        let v = gate(priority, policy);
+        let wide = v.wide.expect("short without preemption");
+        assert_eq!(
+            wide.message,
+            "pod group ns/g: 1 of the 2 pods it still needs fit in rack=r1"
+        );
+    }
+}

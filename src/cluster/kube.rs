@@ -2,8 +2,8 @@
 //! subresource with a resourceVersion precondition, and Events.
 
 use super::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, EvictError, ObjectRef,
-    PodBinding, PodId, WriteError,
+    BindError, ClaimAllocationRef, ClaimRead, ClusterWriter, EventKind, EventReason, EvictError,
+    ObjectRef, PodBinding, PodId, WriteError,
 };
 use crate::crd::{Run, RunStatus};
 use crate::model::refs::GroupRef;
@@ -154,6 +154,24 @@ impl ClusterWriter for KubeWriter {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Err(WriteError::Conflict),
                 Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
+                Err(e) => Err(WriteError::Other(e.to_string())),
+            }
+        })
+    }
+
+    fn read_claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ClaimRead, WriteError>> {
+        Box::pin(async move {
+            let api: Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+                Api::namespaced(self.client.clone(), namespace);
+            match api.get(name).await {
+                Ok(c) => Ok(ClaimRead::Version(
+                    c.metadata.resource_version.unwrap_or_default(),
+                )),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(ClaimRead::Gone),
                 Err(e) => Err(WriteError::Other(e.to_string())),
             }
         })

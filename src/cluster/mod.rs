@@ -31,6 +31,17 @@ pub enum WriteError {
     Other(String),
 }
 
+/// What [`ClusterWriter::read_claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRead {
+    /// The claim at this `metadata.resourceVersion`.
+    Version(String),
+    /// It does not exist.
+    Gone,
+    /// No source fresher than the cache: what it shows is the truth.
+    CacheIsTruth,
+}
+
 /// Why a `pods/binding` was not created.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BindError {
@@ -325,6 +336,20 @@ pub trait ClusterWriter: Send + Sync + 'static {
         group: &'a GroupRef,
         condition: &'a Condition,
     ) -> BoxFuture<'a, Result<(), WriteError>>;
+
+    /// The ResourceClaim as the API server holds it now (a GET without a
+    /// resourceVersion: a consistent read). The device gate passes a bind
+    /// only on a claim its cache shows at that version. A writer with no
+    /// source fresher than the cache (the in-memory store, writers made
+    /// for tests) answers [`ClaimRead::CacheIsTruth`].
+    fn read_claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ClaimRead, WriteError>> {
+        let _ = (namespace, name);
+        Box::pin(async { Ok(ClaimRead::CacheIsTruth) })
+    }
 
     /// Evicts a pod through the Eviction API (`pods/{name}/eviction`,
     /// `policy/v1`), its uid as precondition; the API server checks

@@ -675,6 +675,16 @@ async fn extender_clears_a_failed_claim_allocation_through_the_api() {
         vec![("ns/web".to_owned(), "n1".to_owned())]
     );
     assert_eq!(api.inner.lock().claim_status_patches.len(), 1);
+    // Before it passed, the gate read the claim to check its cache was
+    // current (a GET, not served from the watch).
+    assert!(
+        api.inner.lock().requests.iter().any(|r| r.verb == "get"
+            && r.group == "resource.k8s.io"
+            && r.resource == "resourceclaims"
+            && r.namespace == "ns"
+            && r.name == "gpu"),
+        "no GET of the claim"
+    );
     for w in c.watchers {
         w.abort();
     }

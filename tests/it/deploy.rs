@@ -1452,6 +1452,10 @@ const UNUSED_BUT_NEEDED: &[(&str, &str)] = &[
         "a claim whose devices failed to bind, or not within --binding-timeout, is cleared (tests/it/binding.rs)",
     ),
     (
+        "ClusterRole/kruntimes-scheduler-extender resource.k8s.io/resourceclaims get",
+        "a bind passes the device gate only once a read of each gated claim shows the cache current (tests/it/cluster.rs)",
+    ),
+    (
         "ClusterRole/kruntimes-scheduler-extender scheduling.k8s.io/compositepodgroups/status patch",
         "a gang of gangs reaching quorum sets CompositePodGroupInitiallyScheduled (tests/it/gang.rs, cluster mode)",
     ),

@@ -30,6 +30,16 @@
 //! is behind that write, and may still hold an older allocation of the same
 //! device whose conditions were `True`.
 //!
+//! Before it passes, the gate reads each gated claim from the API server
+//! (a GET, a consistent read) and passes only if the cache shows that
+//! version; otherwise it waits for the watch, like a condition. A cache
+//! behind the API server (a watch down, or a new leader's first list
+//! taken before a deallocation) can show an earlier allocation of the same
+//! device with that allocation's conditions `True`, reserved for the same
+//! pod (simulation seed 101357: after a leader kill, the claim was
+//! deallocated and allocated again on the same device while the watch was
+//! down). A failed read passes nothing either.
+//!
 //! The first wait of each allocation without a timestamp is remembered
 //! until the allocation is ready, cleared here, or gone from the cache
 //! ([`BindingGate::sweep`], every second).
@@ -41,7 +51,7 @@
 
 use crate::cache::cluster_index::{ClaimBinding, ClusterIndex};
 use crate::cluster::{
-    ClaimAllocationRef, ClusterWriter, EventKind, EventReason, ObjectRef, WriteError,
+    ClaimAllocationRef, ClaimRead, ClusterWriter, EventKind, EventReason, ObjectRef, WriteError,
 };
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
@@ -53,6 +63,8 @@ use tokio::time::Instant;
 pub const DEFAULT_BINDING_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default `--binding-wait`: well below the 30s extender `httpTimeout`.
 pub const DEFAULT_BINDING_WAIT: Duration = Duration::from_secs(5);
+/// How soon a claim read that failed is tried again within a call.
+const READ_RETRY: Duration = Duration::from_millis(250);
 
 /// How long binds wait for device binding conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,6 +312,8 @@ impl BindingGate {
         loop {
             // The versions of the pod's gated claims this round decides on.
             let mut versions: Vec<(String, String)> = Vec::new();
+            // Their `(namespace, name)`, in the same order.
+            let mut decided: Vec<(String, String)> = Vec::new();
             let mut pod_uid_seen = String::new();
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
@@ -370,6 +384,7 @@ impl BindingGate {
                     }
                     pod_uid_seen = uid.to_owned();
                     versions.push((c.claim.clone(), b.resource_version.clone()));
+                    decided.push((b.key.0.clone(), b.key.1.clone()));
                     let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
@@ -432,14 +447,25 @@ impl BindingGate {
                 return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
-                nodes.record_passed(
-                    namespace,
-                    pod_name,
-                    &pod_uid_seen,
-                    now + 2 * self.config.wait,
-                    versions,
-                );
-                return Ok(());
+                let behind = behind(writer, &decided, &versions).await;
+                if behind.is_empty() {
+                    nodes.record_passed(
+                        namespace,
+                        pod_name,
+                        &pod_uid_seen,
+                        now + 2 * self.config.wait,
+                        versions,
+                    );
+                    return Ok(());
+                }
+                if Instant::now() >= call_deadline {
+                    return Err(DeviceFailure::NotReady(behind.join("; ")));
+                }
+                tokio::select! {
+                    _ = &mut changed => {}
+                    _ = tokio::time::sleep_until(call_deadline.min(Instant::now() + READ_RETRY)) => {}
+                }
+                continue;
             };
             if now >= call_deadline {
                 let what: Vec<String> = waiting.into_iter().map(|(w, _)| w).collect();
@@ -527,3 +553,37 @@ impl BindingGate {
 
 #[cfg(test)]
 mod tests;
+
+/// Why the cache cannot be trusted for each decided claim (empty: it
+/// can): the API server holds a newer version, or the claim is gone, or it
+/// could not be read. `decided[i]` is the `(namespace, name)` of
+/// `versions[i]`, the claim and the version the cache decided on.
+async fn behind(
+    writer: &dyn ClusterWriter,
+    decided: &[(String, String)],
+    versions: &[(String, String)],
+) -> Vec<String> {
+    let reads = futures::future::join_all(
+        decided
+            .iter()
+            .map(|(namespace, name)| writer.read_claim(namespace, name)),
+    )
+    .await;
+    let mut out = Vec::new();
+    for (read, (claim, seen)) in reads.into_iter().zip(versions) {
+        match read {
+            Ok(ClaimRead::CacheIsTruth) => {}
+            Ok(ClaimRead::Version(v)) if v == *seen => {}
+            Ok(ClaimRead::Version(v)) => out.push(format!(
+                "claim {claim}: the cache shows resourceVersion {seen}, the API server {v}; waiting for the watch"
+            )),
+            Ok(ClaimRead::Gone) => out.push(format!(
+                "claim {claim}: gone from the API server; waiting for the watch"
+            )),
+            Err(e) => out.push(format!(
+                "claim {claim}: could not read it to check the cache is current: {e}"
+            )),
+        }
+    }
+    out
+}

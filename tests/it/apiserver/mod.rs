@@ -248,6 +248,22 @@ async fn get_pod(
     }
 }
 
+/// `GET` of one ResourceClaim (the device gate reads each gated claim
+/// before a bind passes).
+async fn get_claim(
+    State(api): State<FakeApi>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    match api.get(Res::ResourceClaims, &ns, &name) {
+        Some(claim) => axum::Json(claim).into_response(),
+        None => status(
+            404,
+            "NotFound",
+            &format!("resourceclaims.resource.k8s.io \"{name}\" not found"),
+        ),
+    }
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code});
@@ -321,6 +337,10 @@ impl FakeApi {
                 axum::routing::post(create_eviction),
             )
             .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
+            .route(
+                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}",
+                get(get_claim),
+            )
             .merge(table_routes())
             .merge(webhook_routes())
             .fallback(|| async {

@@ -35,8 +35,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
 use kruntimes_scheduler::cache::index::Index;
 use kruntimes_scheduler::cluster::{
-    BindError, ClaimAllocationRef, ClusterWriter, EventKind, EventReason, EvictError, ObjectRef,
-    PodBinding, PodId, WriteError,
+    BindError, ClaimAllocationRef, ClaimRead, ClusterWriter, EventKind, EventReason, EvictError,
+    ObjectRef, PodBinding, PodId, WriteError,
 };
 use kruntimes_scheduler::crd::RunStatus;
 use kruntimes_scheduler::extender::bind::device_gate::{
@@ -582,6 +582,31 @@ impl ClusterWriter for SimWriter {
                 return Err(answered(504, "the server answered 504 (the write landed)"));
             }
             Ok(())
+        })
+    }
+
+    /// A GET of the claim: the API server's current version, as a
+    /// consistent read gives it (answered at once, and drawing nothing from
+    /// the seed, so it leaves every other draw where it was).
+    fn read_claim<'a>(
+        &'a self,
+        _namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ClaimRead, WriteError>> {
+        Box::pin(async move {
+            if !self.sent() {
+                return Err(WriteError::Other("the extender's process is gone".into()));
+            }
+            let api = lock(&self.0);
+            Ok(match api.claims.get(name) {
+                Some(c) => ClaimRead::Version(
+                    c["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+                None => ClaimRead::Gone,
+            })
         })
     }
 
@@ -4177,6 +4202,25 @@ fn regression_seed_67445() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_67445",
         67445,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 101357 (a safety finding): a pod bound before its device was
+/// attached. Its claim was allocated and `Attached=True` before a leader
+/// kill; the new leader listed it so, its watch then dropped, and
+/// kube-scheduler deallocated the claim and allocated it again on the same
+/// device, reserved for the same pod. The gate passed on the cached, older
+/// allocation's `True`, with no memory of an earlier bind to hold it back
+/// (the memories of seeds 173 and 8862 are the old leader's). The gate
+/// now reads each gated claim before it passes, and passes only on the
+/// version the API server holds.
+#[test]
+fn regression_seed_101357() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_101357",
+        101357,
         1000,
         &simulate,
     );

@@ -19,6 +19,9 @@ struct Recorder {
     /// Clears preconditioned on this resourceVersion answer 409 (the
     /// claim changed since).
     stale: Mutex<Option<String>>,
+    /// What a read of a claim answers (`None`: the cache is the truth);
+    /// `Some(Err(..))`: the read fails.
+    server: Mutex<Option<Result<ClaimRead, String>>>,
 }
 
 impl ClusterWriter for Recorder {
@@ -60,6 +63,17 @@ impl ClusterWriter for Recorder {
             }
             Ok(())
         })
+    }
+    fn read_claim<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<ClaimRead, WriteError>> {
+        let answer = match self.server.lock().clone() {
+            None => Ok(ClaimRead::CacheIsTruth),
+            Some(r) => r.map_err(WriteError::Other),
+        };
+        Box::pin(async move { answer })
     }
     fn write_group_condition<'a>(
         &'a self,
@@ -715,4 +729,72 @@ async fn a_passed_version_is_remembered_for_two_waits_only() {
     assert!(f.gate().await.0.is_err());
     // ...and decided on once two waits have passed.
     assert_eq!(f.gate().await, (Ok(()), Duration::from_secs(10)));
+}
+
+/// A cache behind the API server may show an earlier allocation of the
+/// same device, its conditions `True`, reserved for the same pod (the
+/// claim deallocated and allocated again while the watch was down, or
+/// before a new leader's first list). The gate passes only on the version
+/// a read of the claim finds, and waits for the watch otherwise; a read
+/// that fails passes nothing (simulation seed 101357).
+#[tokio::test(start_paused = true)]
+async fn a_cache_behind_the_api_server_passes_nothing() {
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    ));
+    // The API server holds version 9 (a new allocation, nothing True).
+    *f.writer.server.lock() = Some(Ok(ClaimRead::Version("9".into())));
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains(
+            "claim ns/gpu: the cache shows resourceVersion 7, the API server 9; waiting for the watch"
+        ),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::from_secs(10));
+    assert!(f.clears().is_empty(), "nothing is cleared on a stale cache");
+    // The watch delivers version 9: its device not attached yet, so the
+    // gate waits for the condition, and passes once the cache shows it.
+    let task = f.gate_task();
+    let mut newer = claim("gpu", &[GPU], &[], &["p-uid"]);
+    newer.metadata.resource_version = Some("9".into());
+    f.nodes.apply_claim(&newer);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!task.is_finished());
+    let mut ready = claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    );
+    ready.metadata.resource_version = Some("10".into());
+    *f.writer.server.lock() = Some(Ok(ClaimRead::Version("10".into())));
+    f.nodes.apply_claim(&ready);
+    let (r, elapsed) = task.await.unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(elapsed, Duration::from_secs(1));
+    // A read that fails, or a claim gone, passes nothing (a fresh gate:
+    // this one remembers the version it passed on).
+    for (answer, says) in [
+        (
+            Err("connection refused".to_owned()),
+            "could not read it to check the cache is current: connection refused",
+        ),
+        (
+            Ok(ClaimRead::Gone),
+            "gone from the API server; waiting for the watch",
+        ),
+    ] {
+        let f = fixture(600, 10);
+        f.nodes.apply_claim(&ready);
+        *f.writer.server.lock() = Some(answer);
+        let (r, _) = f.gate().await;
+        let err = r.unwrap_err();
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -4188,25 +4188,6 @@ fn regression_seed_67059() {
     );
 }
 
-/// Soak seed 67445: a top-priority composite's child gang (`w62-g1`, five
-/// 2-cpu pods with a device each, in the zone its bound sibling fixed)
-/// never placed once faults stopped, though priority-0 pods held the room
-/// it lacked. Its members preempted one victim at a time; each then fitted
-/// as it was on its nominated node while the gang was still short, so the
-/// filter rejected it, DefaultPreemption found no victims there and
-/// cleared the nomination, and the victims, created again, took the room
-/// back. A gang short only by lower-priority room now lets its members in
-/// where they fit, to be held at its Permit while the rest preempt.
-#[test]
-fn regression_seed_67445() {
-    harness::run_one(
-        "cluster_sim::scheduler::regression_seed_67445",
-        67445,
-        1000,
-        &simulate,
-    );
-}
-
 /// Soak seed 101357 (a safety finding): a pod bound before its device was
 /// attached. Its claim was allocated and `Attached=True` before a leader
 /// kill; the new leader listed it so, its watch then dropped, and

@@ -447,7 +447,17 @@ impl BindingGate {
                 return Err(Self::failed(&settled));
             }
             let Some(expires) = waiting.iter().map(|(_, e)| *e).min() else {
-                let behind = behind(writer, &decided, &versions).await;
+                // The reads are bounded by the call's wait (at least one
+                // retry interval), like every other wait of the gate.
+                let limit = call_deadline.max(Instant::now() + READ_RETRY);
+                let behind = tokio::time::timeout_at(limit, behind(writer, &decided, &versions))
+                    .await
+                    .unwrap_or_else(|_| {
+                        vec![
+                            "the API server did not answer the reads of the pod's claims in time"
+                                .to_owned(),
+                        ]
+                    });
                 if behind.is_empty() {
                     nodes.record_passed(
                         namespace,

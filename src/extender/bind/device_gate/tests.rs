@@ -22,6 +22,8 @@ struct Recorder {
     /// What a read of a claim answers (`None`: the cache is the truth);
     /// `Some(Err(..))`: the read fails.
     server: Mutex<Option<Result<ClaimRead, String>>>,
+    /// Reads never answer (an API server that hangs).
+    hang: Mutex<bool>,
 }
 
 impl ClusterWriter for Recorder {
@@ -73,7 +75,13 @@ impl ClusterWriter for Recorder {
             None => Ok(ClaimRead::CacheIsTruth),
             Some(r) => r.map_err(WriteError::Other),
         };
-        Box::pin(async move { answer })
+        let hang = *self.hang.lock();
+        Box::pin(async move {
+            if hang {
+                futures::future::pending::<()>().await;
+            }
+            answer
+        })
     }
     fn write_group_condition<'a>(
         &'a self,
@@ -797,4 +805,15 @@ async fn a_cache_behind_the_api_server_passes_nothing() {
         let err = r.unwrap_err();
         assert!(err.contains(says), "{err}");
     }
+    // Nor does a read that never answers: the call's wait bounds it.
+    let f = fixture(600, 10);
+    f.nodes.apply_claim(&ready);
+    *f.writer.hang.lock() = true;
+    let (r, elapsed) = f.gate().await;
+    let err = r.unwrap_err();
+    assert!(
+        err.contains("the API server did not answer the reads of the pod's claims in time"),
+        "{err}"
+    );
+    assert_eq!(elapsed, Duration::from_secs(10));
 }

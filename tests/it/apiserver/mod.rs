@@ -242,9 +242,15 @@ async fn get_pod(
     State(api): State<FakeApi>,
     axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
 ) -> Response {
-    match api.get(Res::Pods, &ns, &name) {
-        Some(pod) => axum::Json(pod).into_response(),
-        None => status(404, "NotFound", &format!("pods \"{name}\" not found")),
+    get_one(&api, Res::Pods, "pods", &ns, &name)
+}
+
+/// One stored object, or the API server's 404 Status naming `resource`
+/// (`plural` or `plural.group`).
+fn get_one(api: &FakeApi, res: Res, resource: &str, ns: &str, name: &str) -> Response {
+    match api.get(res, ns, name) {
+        Some(o) => axum::Json(o).into_response(),
+        None => status(404, "NotFound", &format!("{resource} \"{name}\" not found")),
     }
 }
 
@@ -254,14 +260,13 @@ async fn get_claim(
     State(api): State<FakeApi>,
     axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
 ) -> Response {
-    match api.get(Res::ResourceClaims, &ns, &name) {
-        Some(claim) => axum::Json(claim).into_response(),
-        None => status(
-            404,
-            "NotFound",
-            &format!("resourceclaims.resource.k8s.io \"{name}\" not found"),
-        ),
-    }
+    get_one(
+        &api,
+        Res::ResourceClaims,
+        "resourceclaims.resource.k8s.io",
+        &ns,
+        &name,
+    )
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Response {
@@ -985,14 +990,7 @@ async fn get_lease(
     State(api): State<FakeApi>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    match api.get(Res::Leases, &ns, &name) {
-        Some(l) => axum::Json(l).into_response(),
-        None => status(
-            404,
-            "NotFound",
-            &format!("leases.coordination.k8s.io \"{name}\" not found"),
-        ),
-    }
+    get_one(&api, Res::Leases, "leases.coordination.k8s.io", &ns, &name)
 }
 
 async fn create_lease(State(api): State<FakeApi>, Path(ns): Path<String>, body: Bytes) -> Response {

@@ -312,8 +312,6 @@ impl BindingGate {
         loop {
             // The versions of the pod's gated claims this round decides on.
             let mut versions: Vec<(String, String)> = Vec::new();
-            // Their `(namespace, name)`, in the same order.
-            let mut decided: Vec<(String, String)> = Vec::new();
             let mut pod_uid_seen = String::new();
             // Registered before reading, so no change is missed.
             let changed = nodes.claim_changes().notified();
@@ -384,7 +382,6 @@ impl BindingGate {
                     }
                     pod_uid_seen = uid.to_owned();
                     versions.push((c.claim.clone(), b.resource_version.clone()));
-                    decided.push((b.key.0.clone(), b.key.1.clone()));
                     let (reason, timed_out) = match claim_verdict(b) {
                         Verdict::Ready => {
                             self.forget(b);
@@ -450,7 +447,7 @@ impl BindingGate {
                 // The reads are bounded by the call's wait (at least one
                 // retry interval), like every other wait of the gate.
                 let limit = call_deadline.max(Instant::now() + READ_RETRY);
-                let behind = tokio::time::timeout_at(limit, behind(writer, &decided, &versions))
+                let behind = tokio::time::timeout_at(limit, behind(writer, &versions))
                     .await
                     .unwrap_or_else(|_| {
                         vec![
@@ -566,18 +563,13 @@ mod tests;
 
 /// Why the cache cannot be trusted for each decided claim (empty: it
 /// can): the API server holds a newer version, or the claim is gone, or it
-/// could not be read. `decided[i]` is the `(namespace, name)` of
-/// `versions[i]`, the claim and the version the cache decided on.
-async fn behind(
-    writer: &dyn ClusterWriter,
-    decided: &[(String, String)],
-    versions: &[(String, String)],
-) -> Vec<String> {
-    let reads = futures::future::join_all(
-        decided
-            .iter()
-            .map(|(namespace, name)| writer.read_claim(namespace, name)),
-    )
+/// could not be read. `versions`: each claim (`namespace/name`) and the
+/// version the cache decided on.
+async fn behind(writer: &dyn ClusterWriter, versions: &[(String, String)]) -> Vec<String> {
+    let reads = futures::future::join_all(versions.iter().map(|(claim, _)| {
+        let (namespace, name) = claim.split_once('/').unwrap_or(("", claim));
+        writer.read_claim(namespace, name)
+    }))
     .await;
     let mut out = Vec::new();
     for (read, (claim, seen)) in reads.into_iter().zip(versions) {

@@ -129,6 +129,13 @@ fn sp0_replaced() -> Pod {
     p
 }
 
+/// Another pod under the preemptor's name: [`preemptor`] with `uid`.
+fn preemptor_as(uid: &str, nominated: Option<&str>) -> Pod {
+    let mut p = preemptor(nominated);
+    p.metadata.uid = Some(uid.into());
+    p
+}
+
 fn id(name: &str) -> PodId {
     PodId {
         namespace: "ns".into(),
@@ -422,9 +429,7 @@ async fn victims_deleted_for_another_reason_fire_nothing() {
     let (ev, task) = start(EvictConfig::default(), &nodes, &writer);
     ev.expect(vec![intent("n1", &["sp0"], &["sp1", "sp2"])]);
     nodes.delete_pod("ns", "sp0");
-    let mut impostor = preemptor(Some("n1"));
-    impostor.metadata.uid = Some("other-uid".into());
-    nodes.apply_pod(&impostor);
+    nodes.apply_pod(&preemptor_as("other-uid", Some("n1")));
     settle(Duration::from_secs(5)).await;
     assert!(writer.attempts.lock().is_empty());
     assert_eq!(ev.pending(), 1);
@@ -479,9 +484,7 @@ async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
     assert_eq!(ev.pending(), 1);
     // Nor is another pod under its name before the watch has shown it
     // (that may be an older one).
-    let mut older = preemptor(None);
-    older.metadata.uid = Some("big-older".into());
-    nodes.apply_pod(&older);
+    nodes.apply_pod(&preemptor_as("big-older", None));
     settle(Duration::from_secs(1)).await;
     assert_eq!(ev.pending(), 1);
     // Once shown, a preemptor replaced by another pod under its name
@@ -490,9 +493,7 @@ async fn an_intent_whose_preemptor_went_elsewhere_or_away_goes() {
     nodes.apply_pod(&preemptor(None));
     settle(Duration::from_millis(10)).await;
     assert_eq!(ev.pending(), 1);
-    let mut replaced = preemptor(None);
-    replaced.metadata.uid = Some("big-new".into());
-    nodes.apply_pod(&replaced);
+    nodes.apply_pod(&preemptor_as("big-new", None));
     settle(Duration::from_millis(10)).await;
     assert_eq!(ev.pending(), 0);
     task.abort();

@@ -204,6 +204,17 @@ impl Fixture {
 
 const GPU: Dev<'static> = ("gpu-0", &["Attached", "Healthy"], &["AttachFailed"]);
 
+/// Claim `gpu` with [`GPU`] ready (every binding condition True), reserved
+/// for the pod.
+fn ready_gpu() -> ResourceClaim {
+    claim(
+        "gpu",
+        &[GPU],
+        &[("gpu-0", &["Attached", "Healthy"])],
+        &["p-uid"],
+    )
+}
+
 #[test]
 fn verdicts() {
     let b = |c: &ResourceClaim| ClaimBinding::from_claim(c).unwrap();
@@ -278,12 +289,7 @@ async fn ready_devices_and_ungated_pods_pass_at_once() {
     let f = fixture(600, 10);
     // No claim known yet: nothing gates.
     assert_eq!(f.gate().await, (Ok(()), Duration::ZERO));
-    f.nodes.apply_claim(&claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    ));
+    f.nodes.apply_claim(&ready_gpu());
     f.nodes
         .apply_claim(&claim("nic", &[("nic-0", &[], &[])], &[], &[]));
     assert_eq!(f.gate().await, (Ok(()), Duration::ZERO));
@@ -314,12 +320,7 @@ async fn the_bind_proceeds_exactly_when_the_last_condition_turns_true() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!task.is_finished());
     // Both, four (virtual) seconds in.
-    f.nodes.apply_claim(&claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    ));
+    f.nodes.apply_claim(&ready_gpu());
     let (r, elapsed) = task.await.unwrap();
     assert_eq!(r, Ok(()));
     assert_eq!(elapsed, Duration::from_secs(4));
@@ -448,12 +449,7 @@ async fn a_claim_in_use_by_other_pods_is_not_cleared() {
 #[tokio::test(start_paused = true)]
 async fn every_claim_of_the_pod_must_be_ready() {
     let f = fixture(600, 10);
-    f.nodes.apply_claim(&claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    ));
+    f.nodes.apply_claim(&ready_gpu());
     f.nodes.apply_claim(&claim(
         "nic",
         &[("nic-0", &["Linked"], &[])],
@@ -726,12 +722,7 @@ async fn a_pod_bound_again_waits_for_a_newer_claim_than_the_last_bind_passed_on(
 #[tokio::test(start_paused = true)]
 async fn a_passed_version_is_remembered_for_two_waits_only() {
     let f = fixture(600, 10);
-    f.nodes.apply_claim(&claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    ));
+    f.nodes.apply_claim(&ready_gpu());
     assert_eq!(f.gate().await.0, Ok(()));
     // The same version: held back through the first call...
     assert!(f.gate().await.0.is_err());
@@ -748,12 +739,7 @@ async fn a_passed_version_is_remembered_for_two_waits_only() {
 #[tokio::test(start_paused = true)]
 async fn a_cache_behind_the_api_server_passes_nothing() {
     let f = fixture(600, 10);
-    f.nodes.apply_claim(&claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    ));
+    f.nodes.apply_claim(&ready_gpu());
     // The API server holds version 9 (a new allocation, nothing True).
     *f.writer.server.lock() = Some(Ok(ClaimRead::Version("9".into())));
     let (r, elapsed) = f.gate().await;
@@ -774,12 +760,7 @@ async fn a_cache_behind_the_api_server_passes_nothing() {
     f.nodes.apply_claim(&newer);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!task.is_finished());
-    let mut ready = claim(
-        "gpu",
-        &[GPU],
-        &[("gpu-0", &["Attached", "Healthy"])],
-        &["p-uid"],
-    );
+    let mut ready = ready_gpu();
     ready.metadata.resource_version = Some("10".into());
     *f.writer.server.lock() = Some(Ok(ClaimRead::Version("10".into())));
     f.nodes.apply_claim(&ready);

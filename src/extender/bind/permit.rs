@@ -145,6 +145,14 @@ struct Unit {
     started: Instant,
     /// When a member it had not seen arrived last.
     progress: Instant,
+    /// Every member it has held, so a member coming back (kept, filtered
+    /// again by kube-scheduler's retry, held again) is not progress:
+    /// members cycling through their own waits must not keep a unit
+    /// alive that no new member joins (simulation seed 69648: a
+    /// composite's members held in a zone its third child did not fit
+    /// re-held each other's wait until `--gang-wait-max`). Bounded by the
+    /// unit's pods.
+    seen: BTreeSet<Member>,
     /// Members whose bind is held now.
     held: BTreeSet<Member>,
     /// Members whose bind answered (its own wait ran out while the unit
@@ -475,10 +483,10 @@ impl Gangs {
             && let Some(g) = t.unit_of(&member)
             && let Some(u) = t.units.get_mut(&g)
         {
+            // The unit stays, empty or not: the member is coming back to
+            // it, and its clock (and what it has seen) must not restart.
+            // It ends at its time like any unit if nothing comes.
             found = u.kept.remove(&member);
-            if u.members() == 0 {
-                t.units.remove(&g);
-            }
         }
         if found {
             t.recount();
@@ -726,11 +734,13 @@ impl Gangs {
                 generation,
                 started: now,
                 progress: now,
+                seen: BTreeSet::new(),
                 held: BTreeSet::new(),
                 kept: BTreeSet::new(),
                 tx: watch::channel(Outcome::Waiting).0,
             });
-            if !u.kept.remove(&member) && !u.held.contains(&member) {
+            u.kept.remove(&member);
+            if u.seen.insert(member.clone()) {
                 // A member the unit had not seen: progress.
                 u.progress = now;
             }
@@ -886,7 +896,12 @@ impl Gangs {
         }
         let u = t.units.remove(unit)?;
         t.recount();
-        let first = u.held.first().or_else(|| u.kept.first()).cloned();
+        let first = u
+            .held
+            .first()
+            .or_else(|| u.kept.first())
+            .or_else(|| u.seen.first())
+            .cloned();
         let (have, need) = first.map_or((0, 0), |m| placed(nodes, &m));
         // Under the lock: a bind evaluating quorum next sees them gone.
         for (ns, name) in u.held.iter().chain(u.kept.iter()) {

@@ -906,6 +906,97 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
     assert_eq!(f.waits(GangWait::Expired), 0);
 }
 
+/// Members coming back are not progress: a unit no new member joins ends
+/// `--gang-wait` after the last new one, however its members cycle
+/// through their own waits (kept, retried, held again). Simulation seed
+/// 69648: a composite's members held in a zone its third child could not
+/// fit re-held each other's wait for the whole `--gang-wait-max`, and the
+/// composite was never planned again where all its children fit.
+#[tokio::test(start_paused = true)]
+async fn members_coming_back_do_not_keep_a_unit_alive() {
+    let f = fixture_with(
+        4,
+        4,
+        false,
+        GangConfig {
+            wait: Duration::from_secs(2),
+            wait_max: Duration::from_secs(60),
+            max_held: 100,
+        },
+    );
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The last new member: the unit ends at 3.5s unless another joins.
+    let p1 = f.spawn("p1");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
+    // kube-scheduler retries p0 at 2s: held again, the same member.
+    let p0 = retry(&f, "p0");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // At 3.5s the unit ended: both binds answer its end, nothing stays
+    // reserved or assumed, and the unit is gone.
+    for (name, h) in [("p1", p1), ("p0", p0)] {
+        assert!(h.is_finished(), "{name} still held");
+        let e = h.await.unwrap().unwrap_err();
+        assert!(
+            matches!(e, BindFailure::Hold(HoldFailure::Expired(_))),
+            "{name}: {e}"
+        );
+        assert!(!f.assumed(name), "{name} still assumed");
+    }
+    assert_eq!(f.binder.permit.units(), 0);
+    assert_eq!(f.binder.permit.kept(), 0);
+}
+
+/// The unit a member comes back to keeps its clock while the member is
+/// between its kept answer and its retried bind, even with no other
+/// member in it: it is not started afresh by the member's return.
+#[tokio::test(start_paused = true)]
+async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
+    let f = fixture_with(
+        3,
+        3,
+        false,
+        GangConfig {
+            wait: Duration::from_secs(2),
+            wait_max: Duration::from_secs(60),
+            max_held: 100,
+        },
+    );
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The last new member: the unit ends at 3.5s unless another joins.
+    let p1 = f.spawn("p1");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
+    // p1's bind is cancelled at 2.5s: p0, kept, is the unit's only member.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    p1.abort();
+    assert!(p1.await.unwrap_err().is_cancelled());
+    assert!(!f.assumed("p1"));
+    // p0 is filtered again: no longer reserved, and its unit stays.
+    assert!(f.binder.permit.returning(&f.binder.nodes, "ns", "p0"));
+    assert_eq!((f.binder.permit.units(), f.binder.permit.kept()), (1, 0));
+    // Its retried bind joins that unit, which ends at 3.5s (a fresh unit
+    // would have held it until 4.5s and kept it).
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(p0.is_finished(), "p0 still held at 3.6s");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Expired(_))),
+        "{e0}"
+    );
+    assert!(!f.assumed("p0"));
+    assert_eq!(f.binder.permit.units(), 0);
+}
+
 /// A kept member whose node is cordoned (or deleted) cannot be bound
 /// there on kube-scheduler's retry: the sweep drops it, so it no longer
 /// counts toward its unit's quorum and its room is free. (Simulation seed

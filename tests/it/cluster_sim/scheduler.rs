@@ -4239,3 +4239,23 @@ fn regression_seed_69638() {
         &simulate,
     );
 }
+
+/// Soak of `3b1636d`, 12 s in from seed 69639: a CompositePodGroup
+/// (`w49-c`, zone; three rack-pinned children) never placed. Two
+/// children's members were held in zone `z1` before the watch showed the
+/// third child's pods, which fit no rack of `z1`. Each held member's own
+/// wait ran out, kube-scheduler retried it, and the hold counted the
+/// member coming back as progress, so the unit never ended within
+/// `--gang-wait` and the composite was not planned again until
+/// `--gang-wait-max`. A member the unit has held before is no longer
+/// progress: the unit ends 20 s after its last new member and the
+/// composite is placed in a zone all three children fit.
+#[test]
+fn regression_seed_69648() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_69648",
+        69648,
+        1000,
+        &simulate,
+    );
+}

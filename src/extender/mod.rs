@@ -263,6 +263,13 @@ impl NodeVerdicts<'_> {
     #[inline(always)]
     fn verdict(&mut self, name: &str, node: FilterNode<'_>) -> Result<(), (Arc<str>, bool)> {
         if let Some(w) = &self.wide {
+            // Outside the group's domain no preemption helps, whatever the
+            // pod-wide reason: the node fails unresolvable.
+            if !w.1
+                && let Some(level) = plugins::gang::filter(&self.state.verdict, name)
+            {
+                return Err((self.outside.get(&self.state.verdict, level), true));
+            }
             return Err((Arc::clone(&w.0), w.1));
         }
         if let Some(level) = plugins::gang::filter(&self.state.verdict, name) {

@@ -716,6 +716,50 @@ async fn a_recreated_member_returns_to_its_rack_or_stays_pending() {
     assert!(!bound(&a).await.contains_key("g-2"));
 }
 
+/// A gang whose placed member fixes its rack, short of room there: the
+/// rack's nodes fail resolvable (preemption there may free the room), every
+/// other node unresolvable (outside the domain no preemption helps), so
+/// kube-scheduler's preemption looks for victims only in the rack, and with
+/// none there clears the member's nomination instead of keeping it for a
+/// preemption that can never come (simulation seed 103560).
+#[tokio::test(start_paused = true)]
+async fn a_gang_short_in_its_fixed_rack_fails_other_racks_unresolvable() {
+    let mut objs = nodes(2, 2, 4, 1);
+    objs.push(gang("g", 3, Some(RACK), None));
+    let mut first = pod("g-0", Some("g"), 2);
+    first["spec"]["nodeName"] = json!("r0-n0");
+    objs.push(first);
+    let rest = [pod("g-1", Some("g"), 2), pod("g-2", Some("g"), 2)];
+    objs.extend(rest.iter().cloned());
+    // r0's other node is taken: the two members left fit in r0 only
+    // once it is freed.
+    let mut hog = pod("hog", None, 4);
+    hog["spec"]["nodeName"] = json!("r0-n1");
+    objs.push(hog);
+    let a = cluster(objs, Duration::from_secs(20)).await;
+    let all = node_names(&a).await;
+    let f = filter(&a, &rest[0], &all).await;
+    assert!(f.passed.is_empty(), "{:?}", f.passed);
+    let short =
+        "pod group ml/g: 1 of the 2 pods it still needs fit in topology.kubernetes.io/rack=r0";
+    let outside = "node is outside the pod group's topology domain topology.kubernetes.io/rack=r0";
+    assert_eq!(
+        f.failed,
+        BTreeMap::from([
+            ("r0-n0".to_owned(), short.to_owned()),
+            ("r0-n1".to_owned(), short.to_owned()),
+        ])
+    );
+    assert_eq!(
+        f.unresolvable,
+        BTreeMap::from([
+            ("r1-n0".to_owned(), outside.to_owned()),
+            ("r1-n1".to_owned(), outside.to_owned()),
+        ])
+    );
+    assert!(f.error.is_empty(), "{}", f.error);
+}
+
 #[tokio::test(start_paused = true)]
 async fn members_beyond_quorum_are_placed_individually() {
     let mut objs = nodes(1, 2, 8, 1);

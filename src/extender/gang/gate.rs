@@ -233,7 +233,21 @@ pub fn filter_gate_for(
                 let message =
                     format!("{leaf}: {placed} of the {required} pods it still needs fit{where_}");
                 note(snap, planner, leaf, &message);
-                return GroupVerdict::reject(message, fits_empty < required);
+                let mut verdict = GroupVerdict::reject(message, fits_empty < required);
+                // A domain its placed members fix is kept with the
+                // rejection: a node outside it fails unresolvable, so
+                // kube-scheduler's preemption looks for victims only where
+                // they could help (simulation seed 103560: every node
+                // failed resolvable, preemption found victims only outside
+                // the rack, the extender dropped them all, and
+                // kube-scheduler, answered no candidate, kept a nomination
+                // that no preemption could ever complete, its room lost to
+                // every pod of its priority for good; upstream clears the
+                // nomination when no node has victims).
+                if !from_plan {
+                    verdict.domain = domain;
+                }
+                return verdict;
             }
         }
     }

@@ -2026,6 +2026,34 @@ impl World {
 
     // === invariants ===
 
+    /// `SIM_DEBUG_DUMP`: the nodes with their labels and pods (cpu and
+    /// priority), and the pending pods with their nominations, on stderr.
+    fn dump(&self) {
+        let api = lock(&self.api);
+        for (n, v) in &api.nodes {
+            let on: Vec<String> = api
+                .pods
+                .iter()
+                .filter(|(_, p)| p["spec"]["nodeName"] == n.as_str())
+                .map(|(k, p)| format!("{k}:{}m/p{}", cpu_of(p), priority_of(p)))
+                .collect();
+            eprintln!(
+                "DUMP node {n} unsched={} labels={} pods={on:?}",
+                v["spec"]["unschedulable"], v["metadata"]["labels"]
+            );
+        }
+        for (k, p) in &api.pods {
+            if p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+                eprintln!(
+                    "DUMP pending {k} {}m p{} nominated={}",
+                    cpu_of(p),
+                    priority_of(p),
+                    p["status"]["nominatedNodeName"]
+                );
+            }
+        }
+    }
+
     /// Pods of live workloads not bound, of the workloads liveness is
     /// owed to: every one while all of them fit in half the cluster (as
     /// they always do without priorities); else those of the top priority
@@ -3249,6 +3277,9 @@ fn simulate_with(sim: &mut Sim, steps: u64, knobs: Knobs) -> Figures {
             }
         }
         let unplaced = world.unplaced();
+        if std::env::var("SIM_DEBUG_DUMP").is_ok() {
+            world.dump();
+        }
         sim.check(
             placed_at.is_some_and(|t| t - quiet_from <= LIVENESS_BOUND),
             "liveness: every workload that fits is placed once faults stop",
@@ -4255,6 +4286,27 @@ fn regression_seed_69648() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_69648",
         69648,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak of `0c7a2e0`, after seeds 101358..103559 passed: one member of a
+/// priority-1000 gang (`w6-g1-4`, its rack fixed by its placed members)
+/// stayed pending though its rack had room for it. The room was held by
+/// the nomination of another gang's member (`w4-g2-0`, same priority),
+/// nominated by an earlier preemption: its gang was short in its own
+/// fixed rack, filter failed every node resolvable, kube-scheduler found
+/// victims only outside that rack, the extender dropped them all, and
+/// kube-scheduler, answered no candidate, kept the nomination for good.
+/// Filter now fails nodes outside a domain the placed members fix
+/// unresolvable, so preemption looks only inside it and, with no victim
+/// there, clears the nomination as upstream does.
+#[test]
+fn regression_seed_103560() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_103560",
+        103560,
         1000,
         &simulate,
     );

@@ -1641,6 +1641,9 @@ impl World {
                 error.to_owned()
             };
             sim.event(format_args!("filter {name}: unschedulable: {why}"));
+            if std::env::var("SIM_DEBUG_POD").is_ok_and(|p| p == name) {
+                eprintln!("DUMP filter {name} at {:?}: {}", sim.now(), r.body);
+            }
             if let Some(c) = &claim {
                 self.post_filter(sim, c, &uid);
             }
@@ -2026,11 +2029,14 @@ impl World {
 
     // === invariants ===
 
-    /// `SIM_DEBUG_DUMP`: the nodes with their labels and pods (cpu and
-    /// priority), and the pending pods with their nominations, on stderr.
+    /// `SIM_DEBUG_DUMP`: the nodes with their labels, free devices and
+    /// pods (cpu and priority), and the pending pods with their
+    /// nominations, on stderr.
     fn dump(&self) {
         let api = lock(&self.api);
+        let taken = api.taken();
         for (n, v) in &api.nodes {
+            let free = api.free_devices(n, &taken);
             let on: Vec<String> = api
                 .pods
                 .iter()
@@ -2038,7 +2044,7 @@ impl World {
                 .map(|(k, p)| format!("{k}:{}m/p{}", cpu_of(p), priority_of(p)))
                 .collect();
             eprintln!(
-                "DUMP node {n} unsched={} labels={} pods={on:?}",
+                "DUMP node {n} unsched={} labels={} free devices={free:?} pods={on:?}",
                 v["spec"]["unschedulable"], v["metadata"]["labels"]
             );
         }

@@ -182,7 +182,7 @@ impl Staircase {
 }
 
 /// The preemptor's effective priority; `None` when it may not preempt.
-fn preemptor_priority(snap: &ClusterState, pod: &Pod) -> Option<i32> {
+pub(crate) fn preemptor_priority(snap: &ClusterState, pod: &Pod) -> Option<i32> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let spec = pod.spec.as_ref();
     let own = priority::resolve(
@@ -208,7 +208,7 @@ fn preemptor_priority(snap: &ClusterState, pod: &Pod) -> Option<i32> {
 }
 
 /// A cached pod's effective priority: its PodGroup's when the group is known.
-fn effective_priority(snap: &ClusterState, key: &Key, pod: &PodEntry) -> i32 {
+pub(crate) fn effective_priority(snap: &ClusterState, key: &Key, pod: &PodEntry) -> i32 {
     pod.group
         .as_deref()
         .and_then(|g| snap.group_priority(&key.0, g))

@@ -203,6 +203,17 @@ impl<'s> FreeRooms<'s> {
         nodes: impl IntoIterator<Item = &'n str>,
         need: &Demand,
     ) -> (usize, Vec<&'n str>) {
+        self.fill_capped(nodes, need, |_| usize::MAX)
+    }
+
+    /// [`FreeRooms::fill`] with at most `cap(node)` pods on a node (the
+    /// devices free there, for pods that each claim one).
+    pub(super) fn fill_capped<'n>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'n str>,
+        need: &Demand,
+        cap: impl Fn(&str) -> usize,
+    ) -> (usize, Vec<&'n str>) {
         let mut classes = need.classes.clone();
         let mut left = need.total();
         let mut placed = 0;
@@ -214,12 +225,15 @@ impl<'s> FreeRooms<'s> {
             let Some(mut room) = self.get(node) else {
                 continue;
             };
+            let cap = cap(node);
             let mut here = 0;
             for (class, (shape, count)) in classes.iter_mut().enumerate() {
                 if *count == 0 || !need.allows(class, node) {
                     continue;
                 }
-                let fits = max_fit(&room, shape).min(*count as u64) as usize;
+                let fits = max_fit(&room, shape)
+                    .min(*count as u64)
+                    .min(cap.saturating_sub(here) as u64) as usize;
                 if fits == 0 {
                     continue;
                 }

@@ -731,3 +731,119 @@ fn a_returning_member_yields_to_a_fixed_sibling_of_its_unit() {
     assert!(next.wide.is_none(), "{:?}", next.wide);
     assert_eq!(next.domain(), [("rack".to_owned(), "r2".to_owned())]);
 }
+
+/// A gang short in its domain only by room pods of lower priority hold
+/// lets its members in where they fit as they are: each binds and is held
+/// at the gang's Permit, its reservation keeping the room, while its
+/// siblings preempt. Rejected instead, a member that fits as it is has no
+/// victims, kube-scheduler clears its nomination, and the victims created
+/// again take the room back (simulation seed 67445). Rack r1: n1 (2 cpu)
+/// with g-0 bound, n2 (1 cpu) held by `low` at priority 0; gang `g` needs
+/// g-1 and g-2 (1 cpu each) and only n1's last cpu is free.
+#[test]
+fn a_gang_short_only_by_lower_priority_room_lets_its_members_in() {
+    let c = ClusterIndex::new();
+    c.apply_node(&rack_node("n1", "r1", "2"));
+    c.apply_node(&rack_node("n2", "r1", "1"));
+    c.apply_pod(
+        &testkit::pod("low")
+            .namespace("ns")
+            .priority(0)
+            .set(&["spec", "nodeName"], "n2")
+            .typed(),
+    );
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    // The group's priority is its members' (effective priority).
+    let gate = |priority: i32, policy: Option<&str>| {
+        let mut g = rack_gang("g", 3, None);
+        g.spec.priority = Some(priority);
+        g.spec.preemption_policy = policy.map(str::to_owned);
+        c.apply_pod_group(&g);
+        c.apply_pod(&pod("g-0", "g", Some("n1")));
+        c.apply_pod(&pod("g-2", "g", None));
+        let p = pod("g-1", "g", None);
+        c.apply_pod(&p);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate_for(&c.read(), &planner, &p, &req, &["n1"], false, now)
+    };
+    // Above `low`: its room counts, and g-1 may take n1's last cpu.
+    let v = gate(100, None);
+    assert!(v.wide.is_none(), "{:?}", v.wide);
+    assert_eq!(v.domain(), [("rack".to_owned(), "r1".to_owned())]);
+    // Of `low`'s priority, or not allowed to preempt: short, and said so.
+    for (priority, policy) in [(0, None), (100, Some("Never"))] {
+        let v = gate(priority, policy);
+        let wide = v.wide.expect("short without preemption");
+        assert_eq!(
+            wide.message,
+            "pod group ns/g: 1 of the 2 pods it still needs fit in rack=r1"
+        );
+    }
+}
+
+/// The room preemption would free counts for pods that claim devices only
+/// up to the devices free on each node: preemption frees its victims' cpu
+/// and memory, but a device only once their claims are deallocated
+/// (simulation seed 67629: a rack with four free devices let in a gang of
+/// six, whose members, held there, never completed). Rack r1: n1 (2 cpu,
+/// g-0 bound with 1) and n2 (4 cpu, all held by `low` at priority 0); g
+/// needs g-1..g-3, 1 cpu and one device each.
+#[test]
+fn room_freed_by_preemption_counts_only_the_free_devices() {
+    let c = ClusterIndex::new();
+    c.apply_node(&rack_node("n1", "r1", "2"));
+    c.apply_node(&rack_node("n2", "r1", "4"));
+    c.apply_pod(
+        &testkit::pod("low")
+            .namespace("ns")
+            .priority(0)
+            .requests(&[("cpu", "4")])
+            .set(&["spec", "nodeName"], "n2")
+            .typed(),
+    );
+    let mut g = rack_gang("g", 4, None);
+    g.spec.priority = Some(100);
+    c.apply_pod_group(&g);
+    let member = |name: &str, node: Option<&str>| {
+        let p = testkit::pod(name)
+            .namespace("ns")
+            .group("g")
+            .requests(&[("cpu", "1")])
+            .uses_claim("gpu", Some(&format!("{name}-gpu")), None);
+        match node {
+            Some(n) => p.set(&["spec", "nodeName"], n),
+            None => p,
+        }
+        .typed::<Pod>()
+    };
+    c.apply_pod(&member("g-0", Some("n1")));
+    for name in ["g-1", "g-2", "g-3"] {
+        c.apply_pod(&member(name, None));
+    }
+    let publish = |node: &str, devices: &[&str]| {
+        c.apply_slice(&testkit::slice(&format!("s-{node}"), "drv", node, devices).typed());
+    };
+    publish("n1", &["d0"]);
+    publish("n2", &["d0"]);
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    let gate = || {
+        let p = member("g-1", None);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate_for(&c.read(), &planner, &p, &req, &["n1"], false, now)
+    };
+    // One free device a node: two of the three fit, preempting or not
+    // (the message counts the room free now: n1's one cpu).
+    let v = gate();
+    let wide = v.wide.expect("two devices for three members");
+    assert_eq!(
+        wide.message,
+        "pod group ns/g: 1 of the 3 pods it still needs fit in rack=r1"
+    );
+    // Three on n2: preempting `low` frees room for the two n1 cannot hold.
+    publish("n2", &["d0", "d1", "d2"]);
+    let v = gate();
+    assert!(v.wide.is_none(), "{:?}", v.wide);
+    assert_eq!(v.domain(), [("rack".to_owned(), "r1".to_owned())]);
+}

@@ -4338,7 +4338,8 @@ fn regression_seed_103560() {
 /// filter rejected it, DefaultPreemption found no victims there and
 /// cleared the nomination, and the victims, created again, took the room
 /// back. A gang short only by lower-priority room now lets its members in
-/// where they fit, to be held at its Permit while the rest preempt.
+/// where they fit, to be held at its Permit while the rest preempt (each
+/// node's freed room counted up to its free devices, seed 67629).
 #[test]
 fn regression_seed_67445() {
     harness::run_one(

@@ -525,12 +525,13 @@ fn reserved_rooms<'s>(
 
 /// Whether the pods the pod's group still needs fit `domain` once
 /// kube-scheduler's preemption frees what pods of lower effective priority
-/// than the pod's hold there (never for a pod that may not preempt). A
-/// node counts such room only while a device is free on it when the pod
-/// claims devices: DynamicResources' Filter fails a node whose devices
+/// than the pod's hold there (never for a pod that may not preempt). When
+/// the pod claims devices a node holds at most as many of the pods as it
+/// has devices free: DynamicResources' Filter fails a node whose devices
 /// are all taken as unresolvable, so DefaultPreemption never frees room
-/// there (simulation seed 1046). The group's own members are its demand,
-/// not victims.
+/// there (simulation seed 1046), and a victim's device is free only once
+/// its claim is deallocated (seed 67629). The group's own members are its
+/// demand, not victims.
 #[allow(clippy::too_many_arguments)]
 fn fits_preempting(
     snap: &ClusterState,

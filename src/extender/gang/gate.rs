@@ -417,17 +417,15 @@ pub(super) fn remaining_fit(
     returning: bool,
     now: Instant,
 ) -> RemainingFit {
-    let (reqs, required) = leaf_need(snap, &levels[0].group, this);
-    if required == 0 {
+    let Some(Remaining {
+        axes,
+        demand,
+        all_nodes,
+    }) = remaining(snap, levels, domain, this)
+    else {
         return RemainingFit::Fits;
-    }
-    let all_nodes = if domain.is_empty() {
-        snap.node_names()
-    } else {
-        Vec::new()
     };
-    let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
-    let demand = Demand::new(&axes, &reqs, required);
+    let required = demand.required;
     let nodes = domain_nodes(domain, &all_nodes);
     let mut free = reserved_rooms(snap, planner, levels, this, returning, &axes, &nodes, now);
     let (placed, _) = free.fill(nodes.iter().copied(), &demand);
@@ -442,6 +440,39 @@ pub(super) fn remaining_fit(
         required,
         fits_empty,
     }
+}
+
+/// The pods a group still needs in its domain: the axes they are counted
+/// on, their demand, and every cached node when the group has no domain.
+struct Remaining {
+    axes: ResourceAxes,
+    demand: Demand,
+    all_nodes: Vec<String>,
+}
+
+/// [`Remaining`] for the pod's leaf group; `None` when it needs none.
+fn remaining(
+    snap: &ClusterState,
+    levels: &[Level],
+    domain: &DomainChain,
+    this: FilteredPod<'_, '_>,
+) -> Option<Remaining> {
+    let (reqs, required) = leaf_need(snap, &levels[0].group, this);
+    if required == 0 {
+        return None;
+    }
+    let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
+    let demand = Demand::new(&axes, &reqs, required);
+    let all_nodes = if domain.is_empty() {
+        snap.node_names()
+    } else {
+        Vec::new()
+    };
+    Some(Remaining {
+        axes,
+        demand,
+        all_nodes,
+    })
 }
 
 /// The nodes of `domain` (every cached node, `all`, without one).
@@ -547,17 +578,15 @@ fn fits_preempting(
         return false;
     };
     let leaf = &levels[0].group;
-    let (reqs, required) = leaf_need(snap, leaf, this);
-    if required == 0 {
+    let Some(Remaining {
+        axes,
+        demand,
+        all_nodes,
+    }) = remaining(snap, levels, domain, this)
+    else {
         return true;
-    }
-    let all_nodes = if domain.is_empty() {
-        snap.node_names()
-    } else {
-        Vec::new()
     };
-    let axes = ResourceAxes::of(snap, reqs.iter().map(|(r, _)| *r));
-    let demand = Demand::new(&axes, &reqs, required);
+    let required = demand.required;
     let nodes = domain_nodes(domain, &all_nodes);
     let mut free = reserved_rooms(snap, planner, levels, this, returning, &axes, &nodes, now);
     let name = pod.metadata.name.as_deref().unwrap_or_default();

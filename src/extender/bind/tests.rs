@@ -847,6 +847,14 @@ async fn failures_keep_their_texts_and_causes() {
 
 // === large gangs: slow arrival, the held-bind ceiling, size refusals ===
 
+/// Waits short enough to run out in a test: `--gang-wait` 2s,
+/// `--gang-wait-max` 60s.
+const SHORT_WAITS: GangConfig = GangConfig {
+    wait: Duration::from_secs(2),
+    wait_max: Duration::from_secs(60),
+    max_held: 100,
+};
+
 /// kube-scheduler's retry of a member whose bind answered: filter (which
 /// drops the reservation kept for it), then bind.
 fn retry(f: &Fixture, name: &str) -> tokio::task::JoinHandle<Result<(), BindFailure>> {
@@ -856,17 +864,7 @@ fn retry(f: &Fixture, name: &str) -> tokio::task::JoinHandle<Result<(), BindFail
 
 #[tokio::test(start_paused = true)]
 async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
-    let wait = Duration::from_secs(2);
-    let f = fixture_with(
-        4,
-        4,
-        false,
-        GangConfig {
-            wait,
-            wait_max: Duration::from_secs(60),
-            max_held: 100,
-        },
-    );
+    let f = fixture_with(4, 4, false, SHORT_WAITS);
     // Members reach the extender 1.5s apart: the last one 4.5s after the
     // first, more than --gang-wait.
     let p0 = f.spawn("p0");
@@ -914,16 +912,7 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
 /// composite was never planned again where all its children fit.
 #[tokio::test(start_paused = true)]
 async fn members_coming_back_do_not_keep_a_unit_alive() {
-    let f = fixture_with(
-        4,
-        4,
-        false,
-        GangConfig {
-            wait: Duration::from_secs(2),
-            wait_max: Duration::from_secs(60),
-            max_held: 100,
-        },
-    );
+    let f = fixture_with(4, 4, false, SHORT_WAITS);
     let p0 = f.spawn("p0");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The last new member: the unit ends at 3.5s unless another joins.
@@ -956,16 +945,7 @@ async fn members_coming_back_do_not_keep_a_unit_alive() {
 /// member in it: it is not started afresh by the member's return.
 #[tokio::test(start_paused = true)]
 async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
-    let f = fixture_with(
-        3,
-        3,
-        false,
-        GangConfig {
-            wait: Duration::from_secs(2),
-            wait_max: Duration::from_secs(60),
-            max_held: 100,
-        },
-    );
+    let f = fixture_with(3, 3, false, SHORT_WAITS);
     let p0 = f.spawn("p0");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The last new member: the unit ends at 3.5s unless another joins.
@@ -1004,16 +984,7 @@ async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
 /// a child gang was bound short of its minCount.)
 #[tokio::test(start_paused = true)]
 async fn a_kept_member_on_a_cordoned_node_stops_counting() {
-    let f = fixture_with(
-        3,
-        3,
-        false,
-        GangConfig {
-            wait: Duration::from_secs(2),
-            wait_max: Duration::from_secs(60),
-            max_held: 100,
-        },
-    );
+    let f = fixture_with(3, 3, false, SHORT_WAITS);
     let p0 = f.spawn("p0");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let p1 = f.spawn("p1");

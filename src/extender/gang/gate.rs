@@ -417,24 +417,18 @@ pub(super) fn remaining_fit(
     returning: bool,
     now: Instant,
 ) -> RemainingFit {
-    let Some(Remaining {
-        axes,
-        demand,
-        all_nodes,
-    }) = remaining(snap, levels, domain, this)
-    else {
+    let Some(rest) = remaining(snap, levels, domain, this) else {
         return RemainingFit::Fits;
     };
-    let required = demand.required;
-    let nodes = domain_nodes(domain, &all_nodes);
-    let mut free = reserved_rooms(snap, planner, levels, this, returning, &axes, &nodes, now);
-    let (placed, _) = free.fill(nodes.iter().copied(), &demand);
+    let required = rest.demand.required;
+    let (nodes, mut free) = rest.rooms(snap, planner, levels, domain, this, returning, now);
+    let (placed, _) = free.fill(nodes.iter().copied(), &rest.demand);
     if placed >= required {
         return RemainingFit::Fits;
     }
     // Would they fit on empty nodes? Then removing pods could help.
-    let mut empty = FreeRooms::new(snap, &axes, true);
-    let (fits_empty, _) = empty.fill(nodes.iter().copied(), &demand);
+    let mut empty = FreeRooms::new(snap, &rest.axes, true);
+    let (fits_empty, _) = empty.fill(nodes.iter().copied(), &rest.demand);
     RemainingFit::Short {
         placed,
         required,
@@ -448,6 +442,28 @@ struct Remaining {
     axes: ResourceAxes,
     demand: Demand,
     all_nodes: Vec<String>,
+}
+
+impl Remaining {
+    /// The domain's nodes (every cached node without one), and their free
+    /// room less what others hold against the group ([`reserved_rooms`]).
+    #[allow(clippy::too_many_arguments)]
+    fn rooms<'r, 's>(
+        &'r self,
+        snap: &'s ClusterState,
+        planner: &GangPlanner,
+        levels: &[Level],
+        domain: &'r DomainChain,
+        this: FilteredPod<'_, '_>,
+        returning: bool,
+        now: Instant,
+    ) -> (Vec<&'r str>, FreeRooms<'s>) {
+        let nodes = domain_nodes(domain, &self.all_nodes);
+        let free = reserved_rooms(
+            snap, planner, levels, this, returning, &self.axes, &nodes, now,
+        );
+        (nodes, free)
+    }
 }
 
 /// [`Remaining`] for the pod's leaf group; `None` when it needs none.
@@ -578,17 +594,11 @@ fn fits_preempting(
         return false;
     };
     let leaf = &levels[0].group;
-    let Some(Remaining {
-        axes,
-        demand,
-        all_nodes,
-    }) = remaining(snap, levels, domain, this)
-    else {
+    let Some(rest) = remaining(snap, levels, domain, this) else {
         return true;
     };
-    let required = demand.required;
-    let nodes = domain_nodes(domain, &all_nodes);
-    let mut free = reserved_rooms(snap, planner, levels, this, returning, &axes, &nodes, now);
+    let required = rest.demand.required;
+    let (nodes, mut free) = rest.rooms(snap, planner, levels, domain, this, returning, now);
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let claims = snap
         .pod(&leaf.namespace, name)
@@ -624,7 +634,7 @@ fn fits_preempting(
                 continue;
             }
             if let Some(r) = &entry.requests {
-                for (have, freed) in room.iter_mut().zip(axes.shape(r)) {
+                for (have, freed) in room.iter_mut().zip(rest.axes.shape(r)) {
                     *have = have.saturating_add(freed);
                 }
             }
@@ -644,7 +654,7 @@ fn fits_preempting(
             usize::MAX
         }
     };
-    free.fill_capped(nodes.iter().copied(), &demand, cap).0 >= required
+    free.fill_capped(nodes.iter().copied(), &rest.demand, cap).0 >= required
 }
 
 /// Chooses and records domains for `levels[at]` and every keyed group below

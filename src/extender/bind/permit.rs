@@ -318,6 +318,23 @@ impl Table {
         self.count = self.units.values().map(Unit::members).sum::<usize>() + self.reserved.len();
     }
 
+    /// Drops a member's reservation, or its place among its unit's kept
+    /// members; the unit goes if that leaves it empty (nothing is coming
+    /// back to it). Other units are untouched: one emptied for a moment by
+    /// a member coming back keeps its clock ([`Gangs::returning`]).
+    /// Whether the member was kept at all.
+    fn drop_kept(&mut self, m: &Member) -> bool {
+        let mut found = self.reserved.remove(m).is_some();
+        self.units.retain(|_, u| {
+            if !u.kept.remove(m) {
+                return true;
+            }
+            found = true;
+            u.members() > 0
+        });
+        found
+    }
+
     /// The unit that holds or keeps a member.
     fn unit_of(&self, m: &Member) -> Option<GroupRef> {
         self.units
@@ -503,12 +520,7 @@ impl Gangs {
         let q = gang::surplus_while_gathering(&nodes.read(), namespace, pod)?;
         let member = (namespace.to_owned(), pod.to_owned());
         let mut t = self.table.lock();
-        let mut found = t.reserved.remove(&member).is_some();
-        for u in t.units.values_mut() {
-            found |= u.kept.remove(&member);
-        }
-        if found {
-            t.units.retain(|_, u| u.members() > 0);
+        if t.drop_kept(&member) {
             t.recount();
             drop(t);
             nodes.forget(namespace, pod);
@@ -547,13 +559,9 @@ impl Gangs {
                 stranded.dedup();
                 drop(snap);
                 for m in &stranded {
-                    t.reserved.remove(m);
-                    for u in t.units.values_mut() {
-                        u.kept.remove(m);
-                    }
+                    t.drop_kept(m);
                     nodes.forget(&m.0, &m.1);
                 }
-                t.units.retain(|_, u| u.members() > 0);
                 let now_kept =
                     t.reserved.len() + t.units.values().map(|u| u.kept.len()).sum::<usize>();
                 if now_kept != kept {

@@ -862,6 +862,21 @@ fn retry(f: &Fixture, name: &str) -> tokio::task::JoinHandle<Result<(), BindFail
     f.spawn(name)
 }
 
+/// With [`SHORT_WAITS`]: p0 binds at 0s and p1 at 1.5s (the unit's last
+/// new member, so it ends at 3.5s); at 2s p0's own wait runs out and it is
+/// kept. p1's bind, still held.
+async fn p0_kept_while_p1_held(f: &Fixture) -> tokio::task::JoinHandle<Result<(), BindFailure>> {
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let p1 = f.spawn("p1");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
+        "{e0}"
+    );
+    p1
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
     let f = fixture_with(4, 4, false, SHORT_WAITS);
@@ -913,15 +928,8 @@ async fn a_gang_arriving_slower_than_the_wait_binds_through_kept_members() {
 #[tokio::test(start_paused = true)]
 async fn members_coming_back_do_not_keep_a_unit_alive() {
     let f = fixture_with(4, 4, false, SHORT_WAITS);
-    let p0 = f.spawn("p0");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // The last new member: the unit ends at 3.5s unless another joins.
-    let p1 = f.spawn("p1");
-    let e0 = p0.await.unwrap().unwrap_err();
-    assert!(
-        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
-        "{e0}"
-    );
+    // p1 is the last new member: the unit ends at 3.5s.
+    let p1 = p0_kept_while_p1_held(&f).await;
     // kube-scheduler retries p0 at 2s: held again, the same member.
     let p0 = retry(&f, "p0");
     tokio::time::sleep(Duration::from_millis(1600)).await;
@@ -946,15 +954,8 @@ async fn members_coming_back_do_not_keep_a_unit_alive() {
 #[tokio::test(start_paused = true)]
 async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
     let f = fixture_with(3, 3, false, SHORT_WAITS);
-    let p0 = f.spawn("p0");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // The last new member: the unit ends at 3.5s unless another joins.
-    let p1 = f.spawn("p1");
-    let e0 = p0.await.unwrap().unwrap_err();
-    assert!(
-        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
-        "{e0}"
-    );
+    // p1 is the last new member: the unit ends at 3.5s.
+    let p1 = p0_kept_while_p1_held(&f).await;
     // p1's bind is cancelled at 2.5s: p0, kept, is the unit's only member.
     tokio::time::sleep(Duration::from_millis(500)).await;
     p1.abort();
@@ -977,6 +978,64 @@ async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
     assert_eq!(f.binder.permit.units(), 0);
 }
 
+/// Dropping one unit's kept member (stranded on a cordoned node, or
+/// surplus) leaves every other unit as it is: a unit empty for a moment,
+/// its only member between its kept answer and its retry, keeps its clock.
+/// (Before, those paths swept every empty unit, so another group's
+/// stranded member restarted this one's clock.)
+#[tokio::test(start_paused = true)]
+async fn dropping_another_units_kept_member_leaves_an_empty_unit_its_clock() {
+    let f = fixture_with(3, 3, false, SHORT_WAITS);
+    let nodes = &f.binder.nodes;
+    nodes.apply_node(&node("n2"));
+    nodes.apply_pod_group(&gang("h", 3, None));
+    for q in ["q0", "q1", "q2"] {
+        nodes.apply_pod(&pod(q, Some("h"), &[]));
+    }
+    // A bind of `name` to n2 issued `after` from now.
+    let on_n2 = |name: &str, after: u64| {
+        let binder = f.binder.clone();
+        let r = BindRequest {
+            node: "n2".into(),
+            ..req(name)
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            binder.bind(&r).await
+        })
+    };
+    // h: q0 at 0s and q1 at 1.5s on n2; g: p0 and p1 the same on n1.
+    let q0 = on_n2("q0", 0);
+    let _q1 = on_n2("q1", 1500);
+    let p1 = p0_kept_while_p1_held(&f).await;
+    let e = q0.await.unwrap().unwrap_err();
+    assert!(matches!(e, BindFailure::Hold(HoldFailure::Kept(_))), "{e}");
+    // At 2s g is emptied for a moment: p1 cancelled, p0 filtered again.
+    p1.abort();
+    assert!(p1.await.unwrap_err().is_cancelled());
+    assert!(f.binder.permit.returning(nodes, "ns", "p0"));
+    assert_eq!(f.binder.permit.units(), 2);
+    // n2 cordoned: h's kept q0 is dropped by the sweep; g stays.
+    nodes.apply_node(
+        &testkit::node("n2")
+            .allocatable("8", "16Gi")
+            .set(&["spec", "unschedulable"], true)
+            .typed(),
+    );
+    f.binder.permit.sweep(nodes);
+    assert!(!f.binder.permit.is_kept("ns", "q0"));
+    assert_eq!(f.binder.permit.units(), 2, "g's empty unit and h's");
+    // g's unit still ends at 3.5s: p0's retried bind answers its end.
+    let p0 = f.spawn("p0");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(p0.is_finished(), "p0 still held at 3.6s");
+    let e0 = p0.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e0, BindFailure::Hold(HoldFailure::Expired(_))),
+        "{e0}"
+    );
+}
+
 /// A kept member whose node is cordoned (or deleted) cannot be bound
 /// there on kube-scheduler's retry: the sweep drops it, so it no longer
 /// counts toward its unit's quorum and its room is free. (Simulation seed
@@ -985,14 +1044,7 @@ async fn a_unit_keeps_its_clock_while_its_only_member_comes_back() {
 #[tokio::test(start_paused = true)]
 async fn a_kept_member_on_a_cordoned_node_stops_counting() {
     let f = fixture_with(3, 3, false, SHORT_WAITS);
-    let p0 = f.spawn("p0");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let p1 = f.spawn("p1");
-    let e0 = p0.await.unwrap().unwrap_err();
-    assert!(
-        matches!(e0, BindFailure::Hold(HoldFailure::Kept(_))),
-        "{e0}"
-    );
+    let p1 = p0_kept_while_p1_held(&f).await;
     assert!(f.binder.permit.is_kept("ns", "p0"));
     // Nothing changed on the node: the sweep keeps it.
     f.binder.permit.sweep(&f.binder.nodes);

@@ -134,8 +134,8 @@ type Serial = Arc<tokio::sync::Mutex<Conn>>;
 /// One member's bind as its binding goroutine issues it, on its own
 /// connection; a bind answering that the member stays reserved (its own
 /// wait ran out while the gang gathered) or that its node no longer has
-/// room is requeued by kube-scheduler: filtered again in the serial loop
-/// and bound again. The attempts.
+/// room is requeued by kube-scheduler ([`Loop::requeue`]): filtered again
+/// in the serial loop and bound again. The attempts.
 async fn bind_member(s: Loop, nodes: Vec<String>, i: usize, node: String) -> usize {
     let mut node = node;
     let me = format!("m{i}");
@@ -155,7 +155,7 @@ async fn bind_member(s: Loop, nodes: Vec<String>, i: usize, node: String) -> usi
             error.contains("stays reserved") || error.contains("no longer has room"),
             "m{i} attempt {attempt} on {node}: {error}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        s.requeue(attempt).await;
         node = s.cycle(&nodes, i).await;
     }
     panic!("m{i} never bound");
@@ -169,6 +169,8 @@ struct Loop {
     serial: Serial,
     ks: SchedulerCache,
     store: Arc<StandaloneStore>,
+    /// Whether every member has had its first cycle.
+    first_pass: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Loop {
@@ -180,7 +182,26 @@ impl Loop {
             )),
             ks: SchedulerCache::default(),
             store: Arc::clone(&s.app.store),
+            first_pass: Arc::new(tokio::sync::watch::channel(false).0),
         }
+    }
+
+    /// Every member has had its first cycle: requeued ones may go now.
+    fn first_pass_done(&self) {
+        self.first_pass.send_replace(true);
+    }
+
+    /// A failed bind's requeue as kube-scheduler's queue does it: the pod
+    /// waits out its backoff (`podInitialBackoffSeconds` 1s, doubled per
+    /// attempt, at most `podMaxBackoffSeconds` 10s), then goes back to the
+    /// active queue behind every pod queued before it (PrioritySort: equal
+    /// priority, earlier timestamp first). The members were all created
+    /// before, so each one's first cycle comes before any retry.
+    async fn requeue(&self, attempt: usize) {
+        let backoff = Duration::from_secs(1 << (attempt - 1).min(4)).min(Duration::from_secs(10));
+        tokio::time::sleep(backoff).await;
+        let mut done = self.first_pass.subscribe();
+        let _ = done.wait_for(|d| *d).await;
     }
 
     /// One scheduling cycle of member `i`: kube-scheduler's own fit, the
@@ -210,6 +231,7 @@ async fn schedule(s: &Served, nodes: &[String], n: usize) -> Vec<tokio::task::Jo
             node,
         )));
     }
+    l.first_pass_done();
     binds
 }
 
@@ -309,6 +331,7 @@ async fn a_gang_delivered_slower_than_the_wait_binds() {
         members.push(tokio::spawn(bind_member(l.clone(), nodes.clone(), i, node)));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    l.first_pass_done();
     let retried = all_bound(members).await;
     assert!(retried > 0, "the first members outlived their own wait");
     assert_eq!(bound_in_store(&s), size);

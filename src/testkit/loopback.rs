@@ -10,25 +10,56 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// One keep-alive HTTP/1.1 connection.
+/// One keep-alive HTTP/1.1 connection, replaced when the server closed it
+/// while it was idle, as Go's transport does: its read loop sees the close
+/// of a pooled connection and the next request dials a new one.
 pub struct Conn {
+    addr: SocketAddr,
     stream: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> std::io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
         Ok(Conn {
-            stream,
+            addr,
+            stream: Self::dial(addr).await?,
             buf: Vec::new(),
         })
     }
 
+    async fn dial(addr: SocketAddr) -> std::io::Result<TcpStream> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// Dials again if the server closed the idle connection (hyper closes
+    /// a keep-alive connection with no new request within its header
+    /// read timeout).
+    async fn redial_if_closed(&mut self) -> std::io::Result<()> {
+        let mut probe = [0u8; 1];
+        match self.stream.try_read(&mut probe) {
+            Ok(0) => {
+                self.stream = Self::dial(self.addr).await?;
+                self.buf.clear();
+            }
+            // Bytes while idle: answered below as whatever they are.
+            Ok(_) => self.buf.push(probe[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                self.stream = Self::dial(self.addr).await?;
+                self.buf.clear();
+            }
+        }
+        Ok(())
+    }
+
     /// POSTs JSON to `path`: the status and the body. An error when the
-    /// server closed the connection or answered what this cannot read.
+    /// server closed the connection during the request or answered what
+    /// this cannot read.
     pub async fn post(&mut self, path: &str, body: &str) -> std::io::Result<(u16, Vec<u8>)> {
+        self.redial_if_closed().await?;
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             body.len()

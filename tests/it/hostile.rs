@@ -128,6 +128,40 @@ async fn an_idle_connection_is_closed() {
     read_to_close(&mut s).await;
 }
 
+/// hyper starts its header read timeout as soon as a keep-alive
+/// connection goes idle, so an HTTP/1 connection with no new request
+/// within `--header-read-timeout` is closed even when `--idle-timeout` is
+/// longer. kube-scheduler's client (Go's transport) sees the close of its
+/// pooled connection and dials a new one for the next request; the
+/// loopback client the large-gang tests use does the same.
+#[tokio::test]
+async fn a_keep_alive_connection_idle_past_the_header_timeout_is_closed_and_dialled_again() {
+    let limits = ConnLimits {
+        header_read_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(30),
+        ..tight()
+    };
+    let router = Router::new().route("/echo", axum::routing::post(|b: String| async move { b }));
+    let addr = start(router, limits).await;
+    // The raw connection: closed after the header timeout, not the idle one.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(GET).await.unwrap();
+    assert!(response_within(&mut s, PATIENCE).await.is_some());
+    let waited = std::time::Instant::now();
+    read_to_close(&mut s).await;
+    assert!(
+        waited.elapsed() < Duration::from_secs(10),
+        "closed well before --idle-timeout"
+    );
+    // The client: the same connection object answers after the close.
+    let mut c = kruntimes_scheduler::testkit::loopback::Conn::connect(addr)
+        .await
+        .unwrap();
+    assert_eq!(c.post("/echo", "{}").await.unwrap(), (200, b"{}".to_vec()));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(c.post("/echo", "{}").await.unwrap(), (200, b"{}".to_vec()));
+}
+
 #[tokio::test]
 async fn a_slow_body_fails_the_request() {
     let router = Router::new().route(

@@ -2305,6 +2305,18 @@ impl World {
                 undelivered.get(kind).copied().unwrap_or(0)
             }
         };
+        // Claims whose last change the watch has not delivered yet: the
+        // cache shows them as they were (a workload held back keeps
+        // kube-scheduler allocating and clearing its claims to the last
+        // step; seed 72370). At the end each of them may count or not.
+        let in_flight: BTreeSet<&str> = api
+            .watch
+            .iter()
+            .filter_map(|(_, change)| match change {
+                Change::Claim(name, _) => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
         let pods = api.pods.len();
         // At the end every pod is placed but those of a workload that
         // cannot be whole (a composite held back by a child stuck short of
@@ -2333,7 +2345,7 @@ impl World {
                 if end {
                     api.claims
                         .keys()
-                        .filter(|c| api.allocated(c).is_some())
+                        .filter(|c| api.allocated(c).is_some() && !in_flight.contains(c.as_str()))
                         .count()
                 } else {
                     api.claims.len() + slack("ResourceClaim")
@@ -2342,7 +2354,9 @@ impl World {
             ("ResourceSlice", api.slices.len() + slack("ResourceSlice")),
         ];
         for (kind, n) in want {
-            let ok = if end && kind != "AssumedPod" {
+            let ok = if end && kind == "ResourceClaim" {
+                (n..=n + in_flight.len()).contains(&sizes[kind])
+            } else if end && kind != "AssumedPod" {
                 sizes[kind] == n
             } else {
                 sizes[kind] <= n
@@ -4345,6 +4359,22 @@ fn regression_seed_67445() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_67445",
         67445,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak of `98d59c5`, after seeds 71064..72369 passed (33 minutes): a gap
+/// in the memory invariant's end check (no extender bug). A composite held
+/// back (not owed liveness) kept kube-scheduler allocating its members'
+/// claims to the last step, and the end check counted an allocation the
+/// watch had not delivered yet. Claims with a change in flight may now
+/// count or not at the end.
+#[test]
+fn regression_seed_72370() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_72370",
+        72370,
         1000,
         &simulate,
     );

@@ -293,11 +293,15 @@ pub fn group_condition_apply(group: &GroupRef, condition: &Condition) -> Value {
 }
 
 /// The `Binding` object the API server expects; `metadata.uid` is the
-/// precondition that the pod was not replaced meanwhile.
+/// precondition that the pod was not replaced meanwhile; its annotations
+/// land on the pod with the node (the API server copies them).
 pub fn binding_body(b: &PodBinding) -> Value {
     let mut meta = json!({ "name": b.name, "namespace": b.namespace });
     if !b.uid.is_empty() {
         meta["uid"] = json!(b.uid);
+    }
+    if !b.annotations.is_empty() {
+        meta["annotations"] = json!(b.annotations);
     }
     json!({
         "apiVersion": "v1",
@@ -391,6 +395,7 @@ mod tests {
             name: "p".into(),
             uid: "u".into(),
             node: "n".into(),
+            annotations: Default::default(),
         };
         for code in [500, 503, 504] {
             assert!(

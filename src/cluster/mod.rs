@@ -18,6 +18,7 @@ use crate::model::refs::GroupRef;
 use crate::model::refs::RunRef;
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::BTreeMap;
 
 /// Why a write did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +88,9 @@ pub struct PodBinding {
     /// Precondition: the pod still has this uid (empty: no precondition).
     pub uid: String,
     pub node: String,
+    /// `metadata.annotations` of the Binding: the API server copies them
+    /// onto the pod in the same write that sets `spec.nodeName`.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// A pod by name, with the uid a write to it takes as precondition.

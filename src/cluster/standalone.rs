@@ -816,6 +816,21 @@ impl ClusterWriter for StandaloneStore {
                 *spec = json!({});
             }
             spec["nodeName"] = json!(b.node);
+            let meta = o.entry("metadata").or_insert_with(|| json!({}));
+            if !meta.is_object() {
+                *meta = json!({});
+            }
+            // The Binding's annotations land on the pod, as the API
+            // server's binding storage copies them.
+            if !b.annotations.is_empty() {
+                let annotations = &mut meta["annotations"];
+                if !annotations.is_object() {
+                    *annotations = json!({});
+                }
+                for (k, v) in &b.annotations {
+                    annotations[k.as_str()] = json!(v);
+                }
+            }
             obj["metadata"]["resourceVersion"] = json!(rv);
             inner.objects.insert(key, Stored::new(&obj));
             self.observe(Kind::Pod, &obj);

@@ -10,6 +10,14 @@ pub struct RunRef {
     pub uid: String,
 }
 
+/// Pod annotation: the CompositePodGroup the pod's PodGroup named as its
+/// parent when the extender bound the pod (set through the Binding, so in
+/// the same write as `spec.nodeName`). A pod names only its PodGroup; when
+/// that group is deleted while the pod stays bound, this is what still ties
+/// the pod to the composite whose topology domain it fixes, for an
+/// extender that never saw the group (a standby taking over, a restart).
+pub const PARENT_COMPOSITE_ANNOTATION: &str = "kruntimes.io/parent-composite-pod-group";
+
 /// A PodGroup or CompositePodGroup.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupRef {

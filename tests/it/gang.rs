@@ -1299,6 +1299,117 @@ async fn cluster_mode_binds_a_gang_and_patches_the_pod_group_condition() {
     }
 }
 
+/// A standby taking over after a child group was deleted, through the real
+/// client: the leader binds `a-0` (child `a` of composite `root`, over
+/// zones) in zone-2, and the Binding's annotation lands on the pod. `a` is
+/// deleted before the standby's first list, so the standby never sees it;
+/// `a-0`'s annotation still ties it to `root`, and `b`'s pod is offered
+/// zone-2 alone (the rest fail as outside the composite's domain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_never_saw_a_deleted_child_group_keeps_its_composite_in_one_zone() {
+    use apiserver::{FakeApi, Res};
+    use kruntimes_scheduler::cache::CacheConfig;
+    let api = FakeApi::start().await;
+    // zone-1 is the tighter fit: a plan of its own would choose it.
+    for (n, zone, cpu) in [("z1-n", "zone-1", "4"), ("z2-n", "zone-2", "64")] {
+        api.put(
+            Res::Nodes,
+            testkit::node(n)
+                .allocatable(cpu, "64Gi")
+                .label(ZONE, zone)
+                .value(),
+        );
+    }
+    api.put(Res::CompositePodGroups, composite("root", 1, Some(ZONE)));
+    api.put(Res::PodGroups, gang("a", 1, None, Some("root")));
+    api.put(Res::PodGroups, gang("b", 1, None, Some("root")));
+    for p in ["a-0", "b-0"] {
+        let g = &p[..1];
+        api.put(
+            Res::Pods,
+            testkit::pod(p).requests(&[("cpu", "1")]).group(g).value(),
+        );
+    }
+    let ready = |c: &kruntimes_scheduler::serve::Cluster, groups: &[&str]| {
+        (c.state.extender.synced)() && {
+            let s = c.state.extender.nodes.read();
+            s.has_node("z2-n")
+                && groups.iter().all(|g| s.group("ml", g).is_some())
+                && s.pod("ml", "b-0").is_some()
+        }
+    };
+    let leader =
+        kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "leader").await;
+    for _ in 0..400 {
+        if ready(&leader, &["a", "b"]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let bind = post_json(
+        router(leader.state.clone()),
+        "/scheduler/bind",
+        json!({"PodName": "a-0", "PodNamespace": "ml", "PodUID": "uid-Pod-ml-a-0", "Node": "z2-n"}),
+    )
+    .await;
+    assert_eq!(bind["Error"], "", "{bind}");
+    let a0 = api.get(Res::Pods, "ml", "a-0").expect("a-0");
+    assert_eq!(a0["spec"]["nodeName"], "z2-n");
+    assert_eq!(
+        a0["metadata"]["annotations"]["kruntimes.io/parent-composite-pod-group"], "root",
+        "{a0}"
+    );
+    for w in leader.watchers {
+        w.abort();
+    }
+
+    api.delete(Res::PodGroups, "ml", "a");
+    let standby =
+        kruntimes_scheduler::serve::cluster(CacheConfig::default(), api.client(), "standby").await;
+    for _ in 0..400 {
+        if ready(&standby, &["b"])
+            && standby
+                .state
+                .extender
+                .nodes
+                .read()
+                .pod("ml", "a-0")
+                .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        standby
+            .state
+            .extender
+            .nodes
+            .read()
+            .group("ml", "a")
+            .is_none()
+    );
+    let f = post_json(
+        router(standby.state.clone()),
+        "/scheduler/filter",
+        json!({
+            "Pod": testkit::pod("b-0").uid("uid-Pod-ml-b-0").requests(&[("cpu", "1")]).group("b"),
+            "NodeNames": ["z1-n", "z2-n"],
+        }),
+    )
+    .await;
+    assert_eq!(f["NodeNames"], json!(["z2-n"]), "{f}");
+    assert!(
+        f["FailedAndUnresolvableNodes"]["z1-n"]
+            .as_str()
+            .is_some_and(|m| m.contains("outside")),
+        "{f}"
+    );
+    for w in standby.watchers {
+        w.abort();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_readme_example_places_the_gang_in_the_rack_it_fills_exactly() {
     let objects = kruntimes_scheduler::cluster::load::load_path(

@@ -347,6 +347,17 @@ impl ClusterState {
         v
     }
 
+    /// The CompositePodGroup a pod's PodGroup names as its parent (what a
+    /// bind records on the pod: [`refs::PARENT_COMPOSITE_ANNOTATION`]).
+    pub fn pod_parent(&self, namespace: &str, pod: &str) -> Option<&str> {
+        let group = self.pod(namespace, pod)?.group.as_deref()?;
+        self.group(namespace, group)?
+            .spec
+            .parent_composite_pod_group_name
+            .as_deref()
+            .filter(|p| !p.is_empty())
+    }
+
     /// A PodGroup.
     pub fn group(&self, namespace: &str, name: &str) -> Option<&PodGroup> {
         self.groups.get(&(namespace.to_owned(), name.to_owned()))

@@ -6,6 +6,7 @@
 use super::nodes::{Load, USED};
 use super::{ClusterIndex, ClusterState, Key, key_of};
 use crate::cache::index::Index;
+use crate::model::refs::PARENT_COMPOSITE_ANNOTATION;
 use crate::model::resources::ResourceVec;
 use crate::pods::fit::{self, Amounts, ClaimRef, PodLevel, PodLoad};
 use crate::pods::priority::Declared;
@@ -27,6 +28,10 @@ pub struct PodEntry {
     pub level: PodLevel,
     /// `spec.schedulingGroup.podGroupName`.
     pub group: Option<String>,
+    /// Annotation [`PARENT_COMPOSITE_ANNOTATION`]: the parent its PodGroup
+    /// named when the pod was bound. Read only while the PodGroup is
+    /// missing ([`ClusterState::departed_groups`]).
+    pub bound_parent: Option<String>,
     /// `spec.priority`.
     pub priority: Option<i32>,
     /// `spec.priorityClassName`.
@@ -74,6 +79,13 @@ impl PodEntry {
             group: spec
                 .and_then(|s| s.scheduling_group.as_ref())
                 .and_then(|g| g.pod_group_name.clone()),
+            bound_parent: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PARENT_COMPOSITE_ANNOTATION))
+                .filter(|p| !p.is_empty())
+                .cloned(),
             priority: spec.and_then(|s| s.priority),
             priority_class: spec.and_then(|s| s.priority_class_name.clone()),
             preemption_policy: spec.and_then(|s| s.preemption_policy.clone()),
@@ -312,6 +324,17 @@ impl ClusterState {
         if let Some(g) = &p.group {
             let gk = (k.0.clone(), g.clone());
             if add {
+                // A bound member of a PodGroup this cache does not hold
+                // departs under the parent it was bound under: the group
+                // was deleted before this process saw it go.
+                if let Some(parent) = &p.bound_parent
+                    && p.node.is_some()
+                    && !self.groups.contains_key(&gk)
+                {
+                    self.departed
+                        .entry(gk.clone())
+                        .or_insert_with(|| parent.clone());
+                }
                 self.members
                     .entry(gk)
                     .or_default()

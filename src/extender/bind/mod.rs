@@ -51,7 +51,7 @@ use crate::cluster::{BindError, ClusterWriter, PodBinding};
 use crate::extender::gang;
 use crate::extender::plugins::fit;
 use crate::metrics::{BindFailureCause, GangWait, Metrics};
-use crate::model::refs::GroupRef;
+use crate::model::refs::{GroupRef, PARENT_COMPOSITE_ANNOTATION};
 use crate::tls::park::Park;
 use device_gate::{BindingGate, DeviceFailure};
 use permit::{Gangs, Held, HoldFailure};
@@ -426,11 +426,22 @@ impl Binder {
             return Err(e);
         }
         assumption.stage = Stage::Binding;
+        // The pod keeps its group's parent: should the group be deleted
+        // while the pod stays bound, an extender that never saw the group
+        // still knows which composite's domain the pod fixes.
+        let annotations = self
+            .nodes
+            .read()
+            .pod_parent(ns, name)
+            .map(|p| (PARENT_COMPOSITE_ANNOTATION.to_owned(), p.to_owned()))
+            .into_iter()
+            .collect();
         let binding = PodBinding {
             namespace: ns.to_owned(),
             name: name.to_owned(),
             uid: req.uid.clone(),
             node: req.node.clone(),
+            annotations,
         };
         // The task owns the assumption from here: the caller may go, the
         // outcome of the call still decides whether the pod stays assumed.

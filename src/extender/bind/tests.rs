@@ -27,6 +27,8 @@ struct SlowWriter {
     answer: Mutex<Result<(), BindError>>,
     /// Bindings created, `ns/name → node`.
     bound: Mutex<Vec<(String, String)>>,
+    /// The Bindings created, whole.
+    bindings: Mutex<Vec<PodBinding>>,
 }
 
 impl SlowWriter {
@@ -37,6 +39,7 @@ impl SlowWriter {
             started: AtomicUsize::new(0),
             answer: Mutex::new(Ok(())),
             bound: Mutex::new(Vec::new()),
+            bindings: Mutex::new(Vec::new()),
         })
     }
 
@@ -74,6 +77,7 @@ impl ClusterWriter for SlowWriter {
                 self.bound
                     .lock()
                     .push((format!("{}/{}", b.namespace, b.name), b.node.clone()));
+                self.bindings.lock().push(b.clone());
             }
             answer
         })
@@ -644,6 +648,41 @@ async fn a_pod_whose_parent_composite_is_not_cached_is_not_bound() {
     assert_eq!(f.writer.started(), 0);
     f.binder.nodes.apply_composite(&composite("c0", 1, None));
     assert_eq!(f.binder.bind(&req("x")).await, Ok(()));
+}
+
+/// The Binding carries the parent the pod's PodGroup names (the API
+/// server copies it onto the pod): should the group be deleted while the
+/// pod stays bound, an extender that never saw the group still ties the
+/// pod to its composite. A group without a parent adds nothing.
+#[tokio::test(start_paused = true)]
+async fn a_binding_records_the_groups_parent_composite_on_the_pod() {
+    let f = fixture(1, 1, false);
+    f.binder.nodes.apply_pod_group(&gang("g2", 1, Some("c1")));
+    f.binder
+        .nodes
+        .apply_composite(&composite("c1", 1, Some("c0")));
+    f.binder.nodes.apply_composite(&composite("c0", 1, None));
+    f.binder.nodes.apply_pod(&pod("x", Some("g2"), &[]));
+    assert_eq!(f.binder.bind(&req("x")).await, Ok(()));
+    assert_eq!(f.binder.bind(&req("p0")).await, Ok(()));
+    let bindings = f.writer.bindings.lock().clone();
+    let annotations: Vec<(&str, Vec<(&str, &str)>)> = bindings
+        .iter()
+        .map(|b| {
+            let a = b.annotations.iter();
+            (
+                b.name.as_str(),
+                a.map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        annotations,
+        [
+            ("x", vec![("kruntimes.io/parent-composite-pod-group", "c1")]),
+            ("p0", vec![]),
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]

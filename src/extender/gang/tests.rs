@@ -424,6 +424,73 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
     assert_ne!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
 }
 
+/// The same composite, seen by an extender that never held group `a` (a
+/// standby that took over after `a` was deleted): `a-0` carries the parent
+/// its group named when it was bound (the Binding's annotation), which is
+/// all that still ties it to `root`. It fixes the zone the same way, until
+/// `a` comes back naming no parent. A pod not bound, or whose group is
+/// cached, is not taken at its annotation's word.
+#[test]
+fn a_cold_cache_ties_a_missing_groups_bound_pods_to_the_parent_they_were_bound_under() {
+    let c = ClusterIndex::new();
+    for (n, z, cpu) in [("z1-n", "zone-1", "8"), ("z2-n", "zone-2", "64")] {
+        c.apply_node(
+            &testkit::node(n)
+                .label("zone", z)
+                .allocatable(cpu, "64Gi")
+                .typed(),
+        );
+    }
+    c.apply_composite(
+        &testkit::composite("root")
+            .namespace("ns")
+            .topology("zone")
+            .typed(),
+    );
+    c.apply_pod_group(&group("b", false, 1, Some("root")));
+    let annotated = |name: &str, node: Option<&str>| {
+        let mut p = pod(name, "a", node);
+        p.metadata.annotations = Some(
+            [(
+                crate::model::refs::PARENT_COMPOSITE_ANNOTATION.to_owned(),
+                "root".to_owned(),
+            )]
+            .into(),
+        );
+        p
+    };
+    // Pending, the annotation says nothing: the pod fixes no domain.
+    c.apply_pod(&annotated("a-0", None));
+    assert!(!c.read().any_departed());
+    c.apply_pod(&annotated("a-0", Some("z2-n")));
+    c.apply_pod(&pod("b-0", "b", None));
+    assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
+
+    let filter = |c: &ClusterIndex| {
+        let p = pod("b-0", "b", None);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        let snap = c.read();
+        let v = filter_gate(
+            &snap,
+            &GangPlanner::new(),
+            &p,
+            &req,
+            &["z1-n", "z2-n"],
+            tokio::time::Instant::now(),
+        );
+        assert!(v.wide.is_none(), "{:?}", v.wide);
+        v.domain()
+    };
+    assert_eq!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+
+    // The group comes back naming no parent: the group's word wins.
+    c.apply_pod_group(&group("a", false, 1, None));
+    assert!(!c.read().any_departed());
+    c.apply_pod(&annotated("a-0", Some("z2-n")));
+    assert!(!c.read().any_departed());
+    assert_ne!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+}
+
 /// A gang member kept when its unit reached quorum returns (kube-scheduler
 /// retries it after its reservation was dropped): the room it held is its
 /// own, and another group's plan does not take it. Rack r1 has one node of

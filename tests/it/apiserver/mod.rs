@@ -747,7 +747,8 @@ fn patch_group_status(
 }
 
 /// `POST pods/{name}/binding`: the pod must exist, have the Binding's
-/// `metadata.uid` (when given) and no node yet; sets `spec.nodeName`.
+/// `metadata.uid` (when given) and no node yet; sets `spec.nodeName` and
+/// copies the Binding's annotations onto the pod.
 async fn create_binding(
     State(api): State<FakeApi>,
     Path((ns, name)): Path<(String, String)>,
@@ -789,6 +790,16 @@ async fn create_binding(
         return status(400, "BadRequest", "target.name: Required value");
     };
     pod["spec"]["nodeName"] = json!(node);
+    // As the API server's binding storage does (setPodNodeAndMetadata):
+    // the Binding's annotations are copied onto the pod in the same write.
+    if let Some(annotations) = b
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        for (k, v) in annotations {
+            pod["metadata"]["annotations"][k] = v.clone();
+        }
+    }
     api.inner
         .lock()
         .bindings

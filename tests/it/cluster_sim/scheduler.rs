@@ -567,6 +567,11 @@ impl ClusterWriter for SimWriter {
             let mut pod = pod;
             pod["spec"]["nodeName"] = json!(b.node);
             pod["status"]["phase"] = json!("Running");
+            // The Binding's annotations land on the pod in the same write,
+            // as the API server's binding storage copies them.
+            for (k, v) in &b.annotations {
+                pod["metadata"]["annotations"][k] = json!(v);
+            }
             api.put(Change::Pod(b.name.clone(), Some(pod)));
             let at = api.now();
             api.bound_at.insert(b.name.clone(), at);
@@ -4375,6 +4380,23 @@ fn regression_seed_72370() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_72370",
         72370,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 301884: a child PodGroup of a zone-constrained composite was
+/// deleted mid-gang while its members stayed bound, and the leader was
+/// killed before the standby's first list saw the group; the deleted
+/// child's link to the composite was the killed process's memory, so the
+/// new leader planned another child in another zone. Bind now records the
+/// parent on the pod (annotation `kruntimes.io/parent-composite-pod-group`
+/// on the Binding), and a bound pod whose group is missing counts under it.
+#[test]
+fn regression_seed_301884() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_301884",
+        301884,
         1000,
         &simulate,
     );

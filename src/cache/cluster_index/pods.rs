@@ -375,6 +375,13 @@ impl ClusterState {
             self.passed.remove(&k);
         }
         let before = self.counted_load(&k);
+        // A departed group's memory stays through an update of its last
+        // member (a kubelet status write, say): the pod is re-indexed,
+        // not gone.
+        let departed = entry.group.as_ref().and_then(|g| {
+            let gk = (k.0.clone(), g.clone());
+            self.departed.get(&gk).map(|p| (gk, p.clone()))
+        });
         if let Some(old) = self.pods.remove(&k) {
             self.index_pod(&k, &old, false);
         }
@@ -387,6 +394,9 @@ impl ClusterState {
             self.assume_tokens.remove(&k);
         }
         self.index_pod(&k, &entry, true);
+        if let Some((gk, parent)) = departed {
+            self.departed.entry(gk).or_insert(parent);
+        }
         if entry.nominated.is_some() && entry.node.is_none() && !entry.terminal && !entry.deleting {
             self.nominated.insert(k.clone());
         } else if !self.nominated.is_empty() {

@@ -418,6 +418,15 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
     c.reset_pod_groups(&[group("b", false, 1, Some("root"))]);
     assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
 
+    // An update of the last member (a kubelet status write) keeps it.
+    let mut running = pod("a-0", "a", Some("z2-n"));
+    running.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Running".into()),
+        ..Default::default()
+    });
+    c.apply_pod(&running);
+    assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
+
     // The last member gone, nothing is remembered and b may go anywhere.
     c.delete_pod("ns", "a-0");
     assert!(!c.read().any_departed());

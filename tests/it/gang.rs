@@ -846,6 +846,22 @@ async fn zone_rack_example_places_workers_and_driver_in_racks_of_one_zone() {
     assert_eq!(worker_racks.len(), 1, "{b:?}");
     let wr = *worker_racks.iter().next().expect("rack");
     let dr = rack_of(&b["driver-0"]);
+    // Each bound member carries the composite its group names, through the
+    // Binding (standalone copies its annotations as the API server does).
+    let stored = get(&a, "/v1/objects?kind=Pod&namespace=ml").await;
+    let parents: BTreeMap<&str, &str> = stored.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["metadata"]["name"].as_str()?,
+                p["metadata"]["annotations"]["kruntimes.io/parent-composite-pod-group"].as_str()?,
+            ))
+        })
+        .collect();
+    assert_eq!(parents.len(), 9, "{parents:?}");
+    assert!(parents.values().all(|p| *p == "root"), "{parents:?}");
     assert_eq!(zone_of(wr, 2), zone_of(dr, 2), "{b:?}");
     assert_eq!(
         zone_of(wr, 2),

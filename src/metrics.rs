@@ -267,6 +267,9 @@ pub enum BindFailureCause {
     /// The node no longer has room for the pod (pods bound or being bound
     /// there since kube-scheduler filtered it).
     NoRoom,
+    /// A Binding of the pod to another node was sent and may exist; the
+    /// watch does not show the pod yet.
+    EarlierBinding,
     /// The node is outside the domain the gang's placed members fix (a
     /// member placed elsewhere since the filter).
     OutsideDomain,
@@ -293,12 +296,13 @@ pub enum BindFailureCause {
 }
 
 impl BindFailureCause {
-    pub const ALL: [BindFailureCause; 15] = [
+    pub const ALL: [BindFailureCause; 16] = [
         BindFailureCause::Invalid,
         BindFailureCause::NodeGone,
         BindFailureCause::NotCached,
         BindFailureCause::Replaced,
         BindFailureCause::NoRoom,
+        BindFailureCause::EarlierBinding,
         BindFailureCause::OutsideDomain,
         BindFailureCause::DevicesNotReady,
         BindFailureCause::DevicesFailed,

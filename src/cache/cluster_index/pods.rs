@@ -52,6 +52,11 @@ pub struct PodEntry {
     /// placed for its gang's quorum, so no other member is released on the
     /// strength of a member whose devices may never be ready.
     pub awaiting_devices: bool,
+    /// Assumed by a bind whose Binding was sent
+    /// ([`ClusterIndex::set_binding_sent`]): it may exist on the API server
+    /// whatever became of the call, so the pod is bound nowhere else until
+    /// the watch shows where it is ([`ClusterState::binding_elsewhere`]).
+    pub binding_sent: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -109,6 +114,7 @@ impl PodEntry {
                 .and_then(crate::pods::selector::NodeRule::of)
                 .map(Arc::new),
             awaiting_devices: false,
+            binding_sent: false,
         }
     }
 
@@ -191,6 +197,18 @@ impl ClusterState {
     pub fn is_assumed(&self, namespace: &str, name: &str) -> bool {
         self.assumed
             .contains_key(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// The node a Binding of the pod was sent for, when it is not `node`
+    /// and the watch does not show the pod yet: the call may be in flight,
+    /// or have answered without telling whether it was created (or created
+    /// it, the watch not showing it yet). Binding the pod elsewhere then
+    /// would count it on the new node while it may be on that one.
+    pub fn binding_elsewhere(&self, namespace: &str, name: &str, node: &str) -> Option<&str> {
+        let k = (namespace.to_owned(), name.to_owned());
+        let a = self.assumed.get(&k)?;
+        let node_sent = a.node.as_deref()?;
+        (a.binding_sent && node_sent != node).then_some(node_sent)
     }
 
     /// The entry counted for a key: assumed wins over the watched one.
@@ -623,6 +641,12 @@ impl ClusterIndex {
         if before.as_ref().is_none_or(|b| b.node != node) {
             check(&s, &e)?;
         }
+        // A retry to the node an earlier Binding was sent for keeps that
+        // mark: the earlier one may still land.
+        e.binding_sent = s
+            .assumed
+            .get(&k)
+            .is_some_and(|a| a.binding_sent && a.node.as_deref() == Some(node));
         e.node = Some(node.to_owned());
         e.awaiting_devices = awaiting && !e.claims.is_empty();
         s.assumed.insert(k.clone(), e);
@@ -646,6 +670,21 @@ impl ClusterIndex {
             && e.awaiting_devices != awaiting
         {
             e.awaiting_devices = awaiting;
+            s.refresh_member(&k);
+        }
+    }
+
+    /// Marks the assumption bind `token` made as having sent its Binding
+    /// (see [`PodEntry::binding_sent`]). Nothing when the assumption is
+    /// gone or another bind's.
+    pub fn set_binding_sent(&self, namespace: &str, name: &str, token: u64) {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        if s.assume_tokens.get(&k) != Some(&token) {
+            return;
+        }
+        if let Some(e) = s.assumed.get_mut(&k) {
+            e.binding_sent = true;
             s.refresh_member(&k);
         }
     }

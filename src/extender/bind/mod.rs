@@ -152,6 +152,19 @@ pub enum BindFailure {
         node: String,
         reason: String,
     },
+    /// A Binding of the pod to another node was sent and may exist (the
+    /// call is in flight, or answered without telling, or created it and
+    /// the watch does not show it yet): binding it here meanwhile would
+    /// count it on this node while it may be on that one.
+    #[error(
+        "pod {namespace}/{name}: a binding to node {sent} was sent and may have been created; it is not bound to {node} until the watch shows where it is"
+    )]
+    EarlierBinding {
+        namespace: String,
+        name: String,
+        sent: String,
+        node: String,
+    },
     /// The node is outside the domain its gang's placed members fix.
     #[error("pod {namespace}/{name} cannot go there: {reason}")]
     OutsideDomain {
@@ -179,6 +192,7 @@ impl BindFailure {
             BindFailure::NotCached(_) => BindFailureCause::NotCached,
             BindFailure::Replaced { .. } => BindFailureCause::Replaced,
             BindFailure::NoRoom { .. } => BindFailureCause::NoRoom,
+            BindFailure::EarlierBinding { .. } => BindFailureCause::EarlierBinding,
             BindFailure::OutsideDomain { .. } => BindFailureCause::OutsideDomain,
             BindFailure::Devices(DeviceFailure::NotReady(_)) => BindFailureCause::DevicesNotReady,
             BindFailure::Devices(DeviceFailure::Failed(_)) => BindFailureCause::DevicesFailed,
@@ -376,6 +390,14 @@ impl Binder {
         // the node may have run before another member was placed elsewhere
         // (and the bind may have waited for the cache since).
         let room = |snap: &ClusterState, pod: &PodEntry| {
+            if let Some(sent) = snap.binding_elsewhere(ns, name, &req.node) {
+                return Err(BindFailure::EarlierBinding {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    sent: sent.to_owned(),
+                    node: req.node.clone(),
+                });
+            }
             if let Some(g) = pod.group.as_deref().filter(|g| !g.is_empty())
                 && let Some(reason) = gang::outside_fixed_domain(snap, ns, g, &req.node)
             {
@@ -426,6 +448,8 @@ impl Binder {
             return Err(e);
         }
         assumption.stage = Stage::Binding;
+        // From here the Binding may exist whatever the call answers.
+        self.nodes.set_binding_sent(ns, name, assumption.token);
         // The pod keeps its group's parent: should the group be deleted
         // while the pod stays bound, an extender that never saw the group
         // still knows which composite's domain the pod fixes.

@@ -537,6 +537,96 @@ async fn a_retried_bind_keeps_its_assumption_when_the_earlier_call_fails_late() 
     assert_eq!(f.placed(), 1);
 }
 
+/// Found by the cluster simulation (seed 400328): kube-scheduler gave up
+/// on a bind whose Binding call was in flight and retried the pod on
+/// another node. The retry's assumption moved the pod's count there while
+/// the first call went on to create the Binding, and another pod was bound
+/// into the room the pod really took. While a Binding sent for one node
+/// may exist and the watch does not show the pod, a bind to another node
+/// is refused; to the same node it goes ahead.
+#[tokio::test(start_paused = true)]
+async fn a_retry_to_another_node_is_refused_while_an_earlier_binding_may_exist() {
+    let elsewhere = |node: &str| BindRequest {
+        node: node.into(),
+        ..req("p0")
+    };
+    let refused = BindFailure::EarlierBinding {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        sent: "n1".into(),
+        node: "n2".into(),
+    };
+    // The first call lands after its caller is gone.
+    let f = fixture(1, 1, true);
+    f.binder.nodes.apply_node(&node("n2"));
+    let first = f.spawn("p0");
+    settle().await;
+    assert_eq!(f.writer.started(), 1);
+    cancel(first).await;
+    // (Bounded: were it let through, the blocked writer would hold it.)
+    let e = tokio::time::timeout(Duration::from_secs(60), f.binder.bind(&elsewhere("n2")))
+        .await
+        .expect("answered at once")
+        .unwrap_err();
+    assert_eq!(e, refused);
+    assert_eq!(
+        e.to_string(),
+        "pod ns/p0: a binding to node n1 was sent and may have been created; it is not bound to n2 until the watch shows where it is"
+    );
+    assert_eq!(f.failures(BindFailureCause::EarlierBinding), 1);
+    assert_eq!(f.writer.started(), 1, "no second Binding was sent");
+    assert_eq!(f.cpu_used(), 1000, "p0 still counts on n1");
+    f.writer.release.add_permits(1);
+    settle().await;
+    // Created, not yet watched: still refused elsewhere.
+    assert_eq!(f.binder.bind(&elsewhere("n2")).await.unwrap_err(), refused);
+    assert_eq!(f.cpu_used(), 1000);
+    assert_eq!(f.binder.nodes.read().used("n2", "cpu").unwrap_or(0), 0);
+    // The watch shows it on n1: the assumption gives way to the pod itself.
+    f.binder.nodes.apply_pod(
+        &testkit::pod("p0")
+            .namespace("ns")
+            .group("g")
+            .on_node("n1")
+            .typed(),
+    );
+    assert!(!f.assumed("p0"));
+    assert_eq!(f.cpu_used(), 1000);
+
+    // The first call fails for sure: the retry elsewhere goes ahead.
+    let f = fixture(1, 1, true);
+    f.binder.nodes.apply_node(&node("n2"));
+    let first = f.spawn("p0");
+    settle().await;
+    cancel(first).await;
+    *f.writer.answer.lock() = Err(BindError::PodGone {
+        namespace: "ns".into(),
+        name: "p0".into(),
+    });
+    f.writer.release.add_permits(1);
+    settle().await;
+    *f.writer.answer.lock() = Ok(());
+    f.writer.release.add_permits(1);
+    assert_eq!(f.binder.bind(&elsewhere("n2")).await, Ok(()));
+    assert_eq!(f.binder.nodes.read().used("n2", "cpu"), Some(1000));
+    assert_eq!(f.cpu_used(), 0);
+
+    // An answer that leaves it unknown: refused elsewhere until the
+    // assumption's keep runs out, then free to go.
+    let f = fixture(1, 1, false);
+    f.binder.nodes.apply_node(&node("n2"));
+    *f.writer.answer.lock() = Err(BindError::Uncertain {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        message: "504: Timeout".into(),
+    });
+    f.binder.bind(&req("p0")).await.unwrap_err();
+    *f.writer.answer.lock() = Ok(());
+    assert_eq!(f.binder.bind(&elsewhere("n2")).await.unwrap_err(), refused);
+    tokio::time::sleep(UNCERTAIN_BIND_KEEP + Duration::from_secs(1)).await;
+    assert_eq!(f.binder.bind(&elsewhere("n2")).await, Ok(()));
+}
+
 /// Found by the cluster simulation (`cluster_sim::scheduler`, seed 135): a
 /// gang member's bind was answered 504 after its Binding was stored; the
 /// bind forgot the assumption, the group's plan had gone with its quorum,

@@ -4401,3 +4401,19 @@ fn regression_seed_301884() {
         &simulate,
     );
 }
+
+/// Soak seed 400328: kube-scheduler cancelled a bind whose Binding call
+/// was in flight and retried the pod on another node; the retry moved the
+/// pod's assumption there while the first call created the Binding, and
+/// another pod was bound into the room the pod really took (a node
+/// overcommitted). A bind to another node is now refused while a Binding
+/// sent for one may exist and the watch does not show the pod.
+#[test]
+fn regression_seed_400328() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_400328",
+        400328,
+        1000,
+        &simulate,
+    );
+}

@@ -233,6 +233,17 @@ impl Fixture {
         tokio::spawn(async move { binder.bind(&req).await })
     }
 
+    /// The watch shows member `name` of `g` bound on `node`.
+    fn watch_bound(&self, name: &str, node: &str) {
+        self.binder.nodes.apply_pod(
+            &testkit::pod(name)
+                .namespace("ns")
+                .group("g")
+                .on_node(node)
+                .typed(),
+        );
+    }
+
     fn assumed(&self, name: &str) -> bool {
         self.binder.nodes.read().is_assumed("ns", name)
     }
@@ -583,13 +594,7 @@ async fn a_retry_to_another_node_is_refused_while_an_earlier_binding_may_exist()
     assert_eq!(f.cpu_used(), 1000);
     assert_eq!(f.binder.nodes.read().used("n2", "cpu").unwrap_or(0), 0);
     // The watch shows it on n1: the assumption gives way to the pod itself.
-    f.binder.nodes.apply_pod(
-        &testkit::pod("p0")
-            .namespace("ns")
-            .group("g")
-            .on_node("n1")
-            .typed(),
-    );
+    f.watch_bound("p0", "n1");
     assert!(!f.assumed("p0"));
     assert_eq!(f.cpu_used(), 1000);
 
@@ -650,13 +655,7 @@ async fn a_bind_whose_outcome_is_unknown_stays_assumed_until_the_watch_shows_it(
     assert_eq!(f.placed(), 1, "p0 still fixes its gang's domain");
     assert_eq!(f.cpu_used(), 1000);
     assert_eq!(f.failures(BindFailureCause::Binding), 1);
-    f.binder.nodes.apply_pod(
-        &testkit::pod("p0")
-            .namespace("ns")
-            .group("g")
-            .on_node("n1")
-            .typed(),
-    );
+    f.watch_bound("p0", "n1");
     assert!(!f.assumed("p0"));
     tokio::time::sleep(UNCERTAIN_BIND_KEEP + Duration::from_secs(1)).await;
     assert_eq!(f.placed(), 1);

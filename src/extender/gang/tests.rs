@@ -363,15 +363,11 @@ fn preemption_domains_are_chains_of_every_keyed_level() {
     );
 }
 
-/// A composite over zones with children `a` and `b` (basic, 1 cpu pods):
-/// `a`'s pod `a-0` is bound in zone-2 when `a` is deleted (to be created
-/// again). Bound pods outlive their group, so `a-0` still fixes the
-/// composite's zone: `b`'s pod is offered zone-2 alone, and once `a` comes
-/// back the composite is in one zone. The memory goes with the last member.
-#[test]
-fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
+/// Composite `root` over zones in namespace `ns`, with one node per zone:
+/// `z1-n` (8 cpu) in zone-1, the tighter fit a plan of its own would
+/// choose, and `z2-n` (64 cpu) in zone-2.
+fn zone_composite() -> ClusterIndex {
     let c = ClusterIndex::new();
-    // zone-1 is the tighter fit: a plan of its own would choose it.
     for (n, z, cpu) in [("z1-n", "zone-1", "8"), ("z2-n", "zone-2", "64")] {
         c.apply_node(
             &testkit::node(n)
@@ -386,6 +382,35 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
             .topology("zone")
             .typed(),
     );
+    c
+}
+
+/// The domain the gang filter fixes for pod `b-0` (group `b`) over both
+/// nodes of [`zone_composite`].
+fn filter_b0(c: &ClusterIndex) -> Vec<(String, String)> {
+    let p = pod("b-0", "b", None);
+    let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+    let snap = c.read();
+    let v = filter_gate(
+        &snap,
+        &GangPlanner::new(),
+        &p,
+        &req,
+        &["z1-n", "z2-n"],
+        tokio::time::Instant::now(),
+    );
+    assert!(v.wide.is_none(), "{:?}", v.wide);
+    v.domain()
+}
+
+/// A composite over zones with children `a` and `b` (basic, 1 cpu pods):
+/// `a`'s pod `a-0` is bound in zone-2 when `a` is deleted (to be created
+/// again). Bound pods outlive their group, so `a-0` still fixes the
+/// composite's zone: `b`'s pod is offered zone-2 alone, and once `a` comes
+/// back the composite is in one zone. The memory goes with the last member.
+#[test]
+fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
+    let c = zone_composite();
     let a = group("a", false, 1, Some("root"));
     c.apply_pod_group(&a);
     c.apply_pod_group(&group("b", false, 1, Some("root")));
@@ -394,22 +419,7 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
     c.delete_pod_group("ns", "a");
     assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
 
-    let filter = |c: &ClusterIndex| {
-        let p = pod("b-0", "b", None);
-        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
-        let snap = c.read();
-        let v = filter_gate(
-            &snap,
-            &GangPlanner::new(),
-            &p,
-            &req,
-            &["z1-n", "z2-n"],
-            tokio::time::Instant::now(),
-        );
-        assert!(v.wide.is_none(), "{:?}", v.wide);
-        v.domain()
-    };
-    let d = filter(&c);
+    let d = filter_b0(&c);
     assert_eq!(d, [("zone".to_owned(), "zone-2".to_owned())]);
 
     // A relist that no longer holds the group remembers it the same way.
@@ -430,7 +440,7 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
     // The last member gone, nothing is remembered and b may go anywhere.
     c.delete_pod("ns", "a-0");
     assert!(!c.read().any_departed());
-    assert_ne!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+    assert_ne!(filter_b0(&c), [("zone".to_owned(), "zone-2".to_owned())]);
 }
 
 /// The same composite, seen by an extender that never held group `a` (a
@@ -441,21 +451,7 @@ fn a_deleted_child_groups_bound_members_still_fix_the_composites_domain() {
 /// cached, is not taken at its annotation's word.
 #[test]
 fn a_cold_cache_ties_a_missing_groups_bound_pods_to_the_parent_they_were_bound_under() {
-    let c = ClusterIndex::new();
-    for (n, z, cpu) in [("z1-n", "zone-1", "8"), ("z2-n", "zone-2", "64")] {
-        c.apply_node(
-            &testkit::node(n)
-                .label("zone", z)
-                .allocatable(cpu, "64Gi")
-                .typed(),
-        );
-    }
-    c.apply_composite(
-        &testkit::composite("root")
-            .namespace("ns")
-            .topology("zone")
-            .typed(),
-    );
+    let c = zone_composite();
     c.apply_pod_group(&group("b", false, 1, Some("root")));
     let annotated = |name: &str, node: Option<&str>| {
         let mut p = pod(name, "a", node);
@@ -475,29 +471,14 @@ fn a_cold_cache_ties_a_missing_groups_bound_pods_to_the_parent_they_were_bound_u
     c.apply_pod(&pod("b-0", "b", None));
     assert_eq!(c.read().departed_groups("ns", "root"), ["a"]);
 
-    let filter = |c: &ClusterIndex| {
-        let p = pod("b-0", "b", None);
-        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
-        let snap = c.read();
-        let v = filter_gate(
-            &snap,
-            &GangPlanner::new(),
-            &p,
-            &req,
-            &["z1-n", "z2-n"],
-            tokio::time::Instant::now(),
-        );
-        assert!(v.wide.is_none(), "{:?}", v.wide);
-        v.domain()
-    };
-    assert_eq!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+    assert_eq!(filter_b0(&c), [("zone".to_owned(), "zone-2".to_owned())]);
 
     // The group comes back naming no parent: the group's word wins.
     c.apply_pod_group(&group("a", false, 1, None));
     assert!(!c.read().any_departed());
     c.apply_pod(&annotated("a-0", Some("z2-n")));
     assert!(!c.read().any_departed());
-    assert_ne!(filter(&c), [("zone".to_owned(), "zone-2".to_owned())]);
+    assert_ne!(filter_b0(&c), [("zone".to_owned(), "zone-2".to_owned())]);
 }
 
 /// A gang member kept when its unit reached quorum returns (kube-scheduler

@@ -40,14 +40,11 @@ impl Conn {
     async fn redial_if_closed(&mut self) -> std::io::Result<()> {
         let mut probe = [0u8; 1];
         match self.stream.try_read(&mut probe) {
-            Ok(0) => {
-                self.stream = Self::dial(self.addr).await?;
-                self.buf.clear();
-            }
             // Bytes while idle: answered below as whatever they are.
-            Ok(_) => self.buf.push(probe[0]),
+            Ok(n) if n > 0 => self.buf.push(probe[0]),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => {
+            // Closed (end of stream) or broken.
+            _ => {
                 self.stream = Self::dial(self.addr).await?;
                 self.buf.clear();
             }

@@ -349,7 +349,7 @@ impl ClusterState {
 
     /// The CompositePodGroup a pod's PodGroup names as its parent (what a
     /// bind records on the pod: [`refs::PARENT_COMPOSITE_ANNOTATION`]).
-    pub fn pod_parent(&self, namespace: &str, pod: &str) -> Option<&str> {
+    pub(super) fn pod_parent(&self, namespace: &str, pod: &str) -> Option<&str> {
         let group = self.pod(namespace, pod)?.group.as_deref()?;
         self.group(namespace, group)?
             .spec

@@ -53,7 +53,7 @@ pub struct PodEntry {
     /// strength of a member whose devices may never be ready.
     pub awaiting_devices: bool,
     /// Assumed by a bind whose Binding was sent
-    /// ([`ClusterIndex::set_binding_sent`]): it may exist on the API server
+    /// ([`ClusterIndex::mark_binding_sent`]): it may exist on the API server
     /// whatever became of the call, so the pod is bound nowhere else until
     /// the watch shows where it is ([`ClusterState::binding_elsewhere`]).
     pub binding_sent: bool,
@@ -338,6 +338,21 @@ impl ClusterState {
         self.nodes.release_if_empty(node);
     }
 
+    /// Forgets a departed group whose last member `old` was (once the
+    /// pod is gone, not while an update re-indexes it: a kubelet status
+    /// write must not drop the memory).
+    fn forget_departed_if_gone(&mut self, namespace: &str, old: &PodEntry) {
+        if self.departed.is_empty() {
+            return;
+        }
+        if let Some(g) = &old.group {
+            let gk = (namespace.to_owned(), g.clone());
+            if !self.members.contains_key(&gk) {
+                self.departed.remove(&gk);
+            }
+        }
+    }
+
     fn index_pod(&mut self, k: &Key, p: &PodEntry, add: bool) {
         if let Some(g) = &p.group {
             let gk = (k.0.clone(), g.clone());
@@ -361,7 +376,6 @@ impl ClusterState {
                 m.remove(&k.1);
                 if m.is_empty() {
                     self.members.remove(&gk);
-                    self.departed.remove(&gk);
                 }
             }
         }
@@ -393,15 +407,9 @@ impl ClusterState {
             self.passed.remove(&k);
         }
         let before = self.counted_load(&k);
-        // A departed group's memory stays through an update of its last
-        // member (a kubelet status write, say): the pod is re-indexed,
-        // not gone.
-        let departed = entry.group.as_ref().and_then(|g| {
-            let gk = (k.0.clone(), g.clone());
-            self.departed.get(&gk).map(|p| (gk, p.clone()))
-        });
-        if let Some(old) = self.pods.remove(&k) {
-            self.index_pod(&k, &old, false);
+        let old = self.pods.remove(&k);
+        if let Some(old) = &old {
+            self.index_pod(&k, old, false);
         }
         // The watch confirms an assumption once it shows the pod bound, or
         // shows a different pod (new uid) under the name.
@@ -412,8 +420,8 @@ impl ClusterState {
             self.assume_tokens.remove(&k);
         }
         self.index_pod(&k, &entry, true);
-        if let Some((gk, parent)) = departed {
-            self.departed.entry(gk).or_insert(parent);
+        if let Some(old) = &old {
+            self.forget_departed_if_gone(&k.0, old);
         }
         if entry.nominated.is_some() && entry.node.is_none() && !entry.terminal && !entry.deleting {
             self.nominated.insert(k.clone());
@@ -431,6 +439,7 @@ impl ClusterState {
         let before = self.counted_load(k);
         if let Some(old) = self.pods.remove(k) {
             self.index_pod(k, &old, false);
+            self.forget_departed_if_gone(&k.0, &old);
         }
         self.nominated.remove(k);
         self.assumed.remove(k);
@@ -675,18 +684,20 @@ impl ClusterIndex {
     }
 
     /// Marks the assumption bind `token` made as having sent its Binding
-    /// (see [`PodEntry::binding_sent`]). Nothing when the assumption is
-    /// gone or another bind's.
-    pub fn set_binding_sent(&self, namespace: &str, name: &str, token: u64) {
+    /// (see [`PodEntry::binding_sent`]; nothing when the assumption is gone
+    /// or another bind's), and returns what the Binding records: the
+    /// parent the pod's PodGroup names ([`ClusterState::pod_parent`]). One
+    /// lock for both: every bind takes it.
+    pub fn mark_binding_sent(&self, namespace: &str, name: &str, token: u64) -> Option<String> {
         let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        if s.assume_tokens.get(&k) != Some(&token) {
-            return;
-        }
-        if let Some(e) = s.assumed.get_mut(&k) {
+        if s.assume_tokens.get(&k) == Some(&token)
+            && let Some(e) = s.assumed.get_mut(&k)
+        {
             e.binding_sent = true;
             s.refresh_member(&k);
         }
+        s.pod_parent(namespace, name).map(str::to_owned)
     }
 
     /// Drops an assumption (the bind failed), whichever bind made it.

@@ -448,16 +448,14 @@ impl Binder {
             return Err(e);
         }
         assumption.stage = Stage::Binding;
-        // From here the Binding may exist whatever the call answers.
-        self.nodes.set_binding_sent(ns, name, assumption.token);
-        // The pod keeps its group's parent: should the group be deleted
-        // while the pod stays bound, an extender that never saw the group
-        // still knows which composite's domain the pod fixes.
+        // From here the Binding may exist whatever the call answers. The
+        // pod keeps its group's parent: should the group be deleted while
+        // the pod stays bound, an extender that never saw the group still
+        // knows which composite's domain the pod fixes.
         let annotations = self
             .nodes
-            .read()
-            .pod_parent(ns, name)
-            .map(|p| (PARENT_COMPOSITE_ANNOTATION.to_owned(), p.to_owned()))
+            .mark_binding_sent(ns, name, assumption.token)
+            .map(|p| (PARENT_COMPOSITE_ANNOTATION.to_owned(), p))
             .into_iter()
             .collect();
         let binding = PodBinding {

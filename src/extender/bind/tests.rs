@@ -233,6 +233,15 @@ impl Fixture {
         tokio::spawn(async move { binder.bind(&req).await })
     }
 
+    /// Pod `x` in gang `g2` (1 of 1), under composite `c1`, under `c0`
+    /// (left to the test).
+    fn nested_x(&self) {
+        let nodes = &self.binder.nodes;
+        nodes.apply_pod_group(&gang("g2", 1, Some("c1")));
+        nodes.apply_composite(&composite("c1", 1, Some("c0")));
+        nodes.apply_pod(&pod("x", Some("g2"), &[]));
+    }
+
     /// The watch shows member `name` of `g` bound on `node`.
     fn watch_bound(&self, name: &str, node: &str) {
         self.binder.nodes.apply_pod(
@@ -723,11 +732,7 @@ async fn a_pod_whose_group_is_not_cached_is_not_bound() {
 async fn a_pod_whose_parent_composite_is_not_cached_is_not_bound() {
     let f = fixture(1, 0, false);
     // g2 → c1 (cached) → c0 (not cached): a missing level anywhere fails.
-    f.binder.nodes.apply_pod_group(&gang("g2", 1, Some("c1")));
-    f.binder
-        .nodes
-        .apply_composite(&composite("c1", 1, Some("c0")));
-    f.binder.nodes.apply_pod(&pod("x", Some("g2"), &[]));
+    f.nested_x();
     let e = f.binder.bind(&req("x")).await.unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -746,12 +751,8 @@ async fn a_pod_whose_parent_composite_is_not_cached_is_not_bound() {
 #[tokio::test(start_paused = true)]
 async fn a_binding_records_the_groups_parent_composite_on_the_pod() {
     let f = fixture(1, 1, false);
-    f.binder.nodes.apply_pod_group(&gang("g2", 1, Some("c1")));
-    f.binder
-        .nodes
-        .apply_composite(&composite("c1", 1, Some("c0")));
+    f.nested_x();
     f.binder.nodes.apply_composite(&composite("c0", 1, None));
-    f.binder.nodes.apply_pod(&pod("x", Some("g2"), &[]));
     assert_eq!(f.binder.bind(&req("x")).await, Ok(()));
     assert_eq!(f.binder.bind(&req("p0")).await, Ok(()));
     let bindings = f.writer.bindings.lock().clone();

@@ -57,6 +57,13 @@ pub struct PodEntry {
     /// whatever became of the call, so the pod is bound nowhere else until
     /// the watch shows where it is ([`ClusterState::binding_elsewhere`]).
     pub binding_sent: bool,
+    /// The bind that made this assumption answered kube-scheduler with a
+    /// failure while the assumption stays ([`ClusterIndex::mark_unreserved`]):
+    /// a member kept reserved for its gang, or a Binding whose outcome is
+    /// unknown. kube-scheduler ran Unreserve and forgot the pod, so from
+    /// then on its filter counts the pod where it is nominated, not here
+    /// ([`ClusterState::nominated_pods`]).
+    pub unreserved: bool,
     /// `nodeSelector` and required node affinity (group feasibility).
     pub node_rule: Option<Arc<crate::pods::selector::NodeRule>>,
 }
@@ -115,6 +122,7 @@ impl PodEntry {
                 .map(Arc::new),
             awaiting_devices: false,
             binding_sent: false,
+            unreserved: false,
         }
     }
 
@@ -171,15 +179,24 @@ impl ClusterState {
     /// that node when it filters any pod of no higher priority
     /// (`RunFilterPluginsWithNominatedPods`), so room they hold is not
     /// offered to such pods. A pod a bind here assumed is counted on its
-    /// node instead, and left out (kube-scheduler drops a nomination when
-    /// it assumes the pod).
+    /// node instead, and left out while kube-scheduler holds it assumed
+    /// too (it drops a nomination when it assumes the pod). Once the bind
+    /// answered a failure the assumption outlives ([`PodEntry::unreserved`]:
+    /// kept for its gang, or an unknown outcome), kube-scheduler has
+    /// forgotten the pod, and a nomination the watch shows for another node
+    /// (a preemption made for its retry) holds that room in its filter: it
+    /// is counted there as well (simulation seed 600229: a sibling's
+    /// uncertain bind kept it assumed on one node, its new nomination went
+    /// uncounted on another, and a kept member's room there went to a
+    /// member kube-scheduler then had no room left for).
     pub fn nominated_pods(&self) -> impl Iterator<Item = (&Key, &PodEntry, &str)> {
         self.nominated.iter().filter_map(|k| {
-            if self.assumed.contains_key(k) {
-                return None;
-            }
             let p = self.pods.get(k)?;
-            Some((k, p, p.nominated.as_deref()?))
+            let node = p.nominated.as_deref()?;
+            match self.assumed.get(k) {
+                Some(a) if !a.unreserved || a.node.as_deref() == Some(node) => None,
+                _ => Some((k, p, node)),
+            }
         })
     }
 
@@ -698,6 +715,20 @@ impl ClusterIndex {
             s.refresh_member(&k);
         }
         s.pod_parent(namespace, name).map(str::to_owned)
+    }
+
+    /// Marks the assumption bind `token` made as kept past a failure that
+    /// bind answered kube-scheduler (see [`PodEntry::unreserved`]; nothing
+    /// when the assumption is gone or another bind's).
+    pub fn mark_unreserved(&self, namespace: &str, name: &str, token: u64) {
+        let mut s = self.write();
+        let k = (namespace.to_owned(), name.to_owned());
+        if s.assume_tokens.get(&k) == Some(&token)
+            && let Some(e) = s.assumed.get_mut(&k)
+        {
+            e.unreserved = true;
+            s.refresh_member(&k);
+        }
     }
 
     /// Drops an assumption (the bind failed), whichever bind made it.

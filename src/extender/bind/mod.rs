@@ -247,6 +247,16 @@ impl Assumption {
     fn keep(mut self) {
         self.live = false;
     }
+
+    /// The bind answers a failure, yet the pod stays assumed (kept for
+    /// its gang, or the Binding's outcome unknown): kube-scheduler
+    /// unreserves it, and counts it where it is nominated next.
+    fn keep_unreserved(self) {
+        self.binder
+            .nodes
+            .mark_unreserved(&self.namespace, &self.name, self.token);
+        self.keep();
+    }
 }
 
 impl Drop for Assumption {
@@ -441,7 +451,7 @@ impl Binder {
         if let Err(e) = self.permit_stage(req, park, &mut assumption).await {
             if matches!(e, BindFailure::Hold(HoldFailure::Kept(_))) {
                 // Reserved for the unit still gathering: the permit owns it.
-                assumption.keep();
+                assumption.keep_unreserved();
             } else {
                 assumption.release();
             }
@@ -486,7 +496,7 @@ impl Binder {
                     // The Binding may exist: the pod keeps its room and
                     // fixes its gang's domain until the watch tells.
                     let token = assumption.token;
-                    assumption.keep();
+                    assumption.keep_unreserved();
                     let nodes = Arc::clone(&me.nodes);
                     let (ns, name) = (binding.namespace.clone(), binding.name.clone());
                     tokio::spawn(async move {

@@ -253,6 +253,21 @@ impl Fixture {
         );
     }
 
+    /// The watch shows member `name` of `g` pending, nominated to `node`.
+    fn nominate(&self, name: &str, node: Option<&str>) {
+        let mut p = pod(name, Some("g"), &[]);
+        p.status.get_or_insert_default().nominated_node_name = node.map(str::to_owned);
+        self.binder.nodes.apply_pod(&p);
+    }
+
+    /// Pods counted where kube-scheduler nominated them, with that node.
+    fn nominated(&self) -> Vec<(String, String)> {
+        let snap = self.binder.nodes.read();
+        snap.nominated_pods()
+            .map(|(k, _, node)| (k.1.clone(), node.to_owned()))
+            .collect()
+    }
+
     fn assumed(&self, name: &str) -> bool {
         self.binder.nodes.read().is_assumed("ns", name)
     }
@@ -691,6 +706,65 @@ async fn a_bind_whose_outcome_is_unknown_stays_assumed_until_the_watch_shows_it(
     tokio::time::sleep(UNCERTAIN_BIND_KEEP).await;
     assert!(f.assumed("p0"), "the retry's assumption was dropped");
     assert_eq!(f.cpu_used(), 1000);
+}
+
+/// Where kube-scheduler counts a pod this extender keeps assumed. While
+/// its bind call runs, kube-scheduler holds the pod assumed too and counts
+/// no nomination of it. Once the bind answered a failure the assumption
+/// outlives (an unknown outcome, or a member kept for its gang),
+/// kube-scheduler has unreserved the pod, and a nomination the watch shows
+/// for another node holds that room in its filter, so the cache counts it
+/// there as well (where it is assumed, once). Simulation seed 600229: a
+/// sibling's uncertain bind kept it assumed on one node while its new
+/// nomination held another; the cache offered that node's room, and a gang
+/// member kept there was left with no node kube-scheduler would give it.
+#[tokio::test(start_paused = true)]
+async fn a_pod_kept_assumed_past_its_failed_bind_counts_where_it_is_nominated() {
+    let f = fixture(1, 1, true);
+    f.binder.nodes.apply_node(&node("n2"));
+    let first = f.spawn("p0");
+    settle().await;
+    // In flight, with an older nomination still on the pod: kube-scheduler
+    // dropped it when it assumed the pod.
+    f.nominate("p0", Some("n2"));
+    assert_eq!(f.nominated(), Vec::<(String, String)>::new());
+    *f.writer.answer.lock() = Err(BindError::Uncertain {
+        namespace: "ns".into(),
+        name: "p0".into(),
+        message: "504: Timeout".into(),
+    });
+    f.writer.release.add_permits(1);
+    first.await.unwrap().unwrap_err();
+    assert!(f.assumed("p0"));
+    assert_eq!(f.cpu_used(), 1000, "the Binding may exist on n1");
+    assert_eq!(f.nominated(), [("p0".to_owned(), "n2".to_owned())]);
+    // Nominated where it is assumed: counted once.
+    f.nominate("p0", Some("n1"));
+    assert_eq!(f.nominated(), Vec::<(String, String)>::new());
+    // A retry: kube-scheduler holds it assumed again.
+    f.nominate("p0", Some("n2"));
+    *f.writer.answer.lock() = Ok(());
+    let again = f.spawn("p0");
+    settle().await;
+    assert_eq!(f.nominated(), Vec::<(String, String)>::new());
+    f.writer.release.add_permits(1);
+    again.await.unwrap().unwrap();
+    assert_eq!(f.nominated(), Vec::<(String, String)>::new());
+
+    // A member kept for its gang: kube-scheduler unreserved it.
+    let f = fixture_with(3, 3, false, SHORT_WAITS);
+    f.binder.nodes.apply_node(&node("n2"));
+    let p1 = p0_kept_while_p1_held(&f).await;
+    f.nominate("p0", Some("n2"));
+    assert!(f.assumed("p0"));
+    assert_eq!(f.nominated(), [("p0".to_owned(), "n2".to_owned())]);
+    // Its retry is assumed again; p2 completes the unit.
+    let back = retry(&f, "p0");
+    settle().await;
+    assert_eq!(f.nominated(), Vec::<(String, String)>::new());
+    assert_eq!(f.spawn("p2").await.unwrap(), Ok(()));
+    assert_eq!(back.await.unwrap(), Ok(()));
+    assert_eq!(p1.await.unwrap(), Ok(()));
 }
 
 #[tokio::test(start_paused = true)]

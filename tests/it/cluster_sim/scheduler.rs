@@ -4417,3 +4417,20 @@ fn regression_seed_400328() {
         &simulate,
     );
 }
+
+/// Soak seed 600229: a child gang's member was kept reserved on a node and
+/// counted toward its composite's quorum; a sibling gang's pod, kept
+/// assumed on another node by an uncertain bind, was nominated to that node
+/// by a preemption. kube-scheduler counted the nomination, the extender
+/// (which had left out every assumed pod's nomination) did not, and let a
+/// member into the room the kept one needed: the gang bound 4 of 5. A pod
+/// kept assumed past a failed bind now counts where it is nominated too.
+#[test]
+fn regression_seed_600229() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_600229",
+        600229,
+        1000,
+        &simulate,
+    );
+}

@@ -2778,6 +2778,24 @@ impl World {
                     // since) stays reported: its condition is rewritten
                     // only when its message changes, which it need not.
                     let stands_true = |at: Duration| turned_true.is_some_and(|t| t < at);
+                    // Likewise a group object created again says it is not
+                    // initially scheduled (`PodGroupInitiallyScheduled=False`)
+                    // once, and the condition stands on that object until
+                    // it turns `True`: a strike after it is reported by it
+                    // too (seed 1002540).
+                    let not_scheduled_stands = api.reports.get(&g.name).is_some_and(|r| {
+                        let cond = format!("condition {POD_GROUP_SCHEDULED}=");
+                        r.iter()
+                            .filter(|r| r.what.starts_with(&cond))
+                            .max_by_key(|r| r.at)
+                            .is_some_and(|last| {
+                                last.what.starts_with(&format!("{cond}False"))
+                                    && self
+                                        .group_changed
+                                        .get(&g.name)
+                                        .is_none_or(|c| *c <= last.at)
+                            })
+                    });
                     let ok = since.is_some_and(|at| {
                         now.saturating_sub(at) <= REPAIR_BOUND
                             || ((reported(at, &format!("condition {BELOW_MIN_COUNT}=True"))
@@ -2785,6 +2803,7 @@ impl World {
                                 && (reported(at, &format!("Event {BELOW_MIN_EVENT}"))
                                     || turned_true.is_some_and(|t| t < at && event_since(t))))
                             || reported(at, &format!("condition {POD_GROUP_SCHEDULED}=False"))
+                            || not_scheduled_stands
                     });
                     sim.check(ok, "no gang bound below minCount", || {
                         format!(
@@ -4534,6 +4553,22 @@ fn regression_seed_603109() {
     harness::run_one(
         "cluster_sim::scheduler::regression_seed_603109",
         603109,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 1002540, a gap in the below-minCount invariant: a child group
+/// deleted mid-gang and created again (a new object, two members still
+/// bound) reported `PodGroupInitiallyScheduled=False` when a fault struck
+/// it; struck again later, it was still not scheduled and the condition
+/// stood unchanged on the object, but the invariant wanted a write after
+/// the second strike. A standing `False` on the current object reports it.
+#[test]
+fn regression_seed_1002540() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1002540",
+        1002540,
         1000,
         &simulate,
     );

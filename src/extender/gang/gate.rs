@@ -191,8 +191,7 @@ pub fn filter_gate_for(
         match remaining_fit(snap, planner, &levels, &domain, this, returning, now) {
             RemainingFit::Fits => {
                 planner.followed(&groups);
-                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
-                    .unwrap_or(GroupVerdict { wide: None, domain });
+                return GroupVerdict { wide: None, domain };
             }
             // kube-scheduler sent a sample of the nodes (its
             // percentageOfNodesToScore) that misses the group's domain:
@@ -214,8 +213,7 @@ pub fn filter_gate_for(
                     dropped_missed = true;
                     continue;
                 }
-                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
-                    .unwrap_or(GroupVerdict { wide: None, domain });
+                return GroupVerdict { wide: None, domain };
             }
             RemainingFit::Short { .. } if from_plan && !replanned => {
                 // Room was taken since the plan was made: plan again once.
@@ -239,8 +237,7 @@ pub fn filter_gate_for(
                 ) =>
             {
                 planner.followed(&groups);
-                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
-                    .unwrap_or(GroupVerdict { wide: None, domain });
+                return GroupVerdict { wide: None, domain };
             }
             RemainingFit::Short {
                 placed,
@@ -273,75 +270,6 @@ pub fn filter_gate_for(
             }
         }
     }
-}
-
-/// A CompositePodGroup unit whose domain only members still gathering
-/// fix (assumed by binds held or kept for the unit; none bound), where
-/// its groups can no longer complete: the room one of them needs was
-/// taken after the plan was made. Its members are rejected, so none comes
-/// back to hold the domain: once the held ones are released at the end of
-/// the wait, nothing fixes it and the unit is planned again where it fits
-/// (simulation seed 603109: a child was kept in a zone its sibling no
-/// longer fitted, its members held in turn so one always fixed the zone,
-/// and the composite gathered and expired there round after round while
-/// another zone stood empty). `None`: the pod may pass. A unit with a
-/// member bound stays where it is.
-fn held_where_it_cannot_complete(
-    snap: &ClusterState,
-    planner: &GangPlanner,
-    levels: &[Level],
-    name: &str,
-    now: Instant,
-) -> Option<GroupVerdict> {
-    let level = &levels[unit_of(levels)?];
-    let unit = &level.group;
-    // A unit without a topology of its own has no domain to be held in.
-    if !unit.composite || level.spec.topology.is_none() {
-        return None;
-    }
-    let mut leaves_under = Vec::new();
-    leaves(snap, unit, 0, false, &mut leaves_under);
-    let mut gathering = false;
-    for leaf in &leaves_under {
-        for (member, p) in snap.member_pods(&leaf.namespace, &leaf.name) {
-            if p.node.is_none() || p.terminal {
-                continue;
-            }
-            if !snap.is_assumed(&leaf.namespace, member) {
-                return None;
-            }
-            gathering = true;
-        }
-    }
-    if !gathering {
-        return None;
-    }
-    let reqs = subtree_requests(snap, unit, None);
-    let axes = ResourceAxes::of(snap, reqs.iter().copied());
-    let tree = build_tree(snap, unit, &axes, None, 0)?;
-    let own: BTreeSet<GroupRef> = tree_of(snap, unit).into_iter().collect();
-    let namespace = levels[0].group.namespace.as_str();
-    let completes = planner.with_plans(|plans| {
-        let mut free = FreeRooms::new(snap, &axes, false);
-        reserve_others(snap, plans, &own, &axes, &mut free, None, now);
-        hold_nominated(
-            snap,
-            &axes,
-            &mut free,
-            || floor_of(snap, namespace, name),
-            |k, p| planned_member(plans, &own, k, p, now),
-        );
-        tree.place(&DomainBounds::default(), &mut free, &mut Vec::new(), None)
-            .is_some_and(|trial| trial.satisfied)
-    });
-    if completes {
-        return None;
-    }
-    let message = format!(
-        "{unit}: its groups no longer fit in the domain its members waiting for quorum hold; retry it once they are released"
-    );
-    note(snap, planner, unit, &message);
-    Some(GroupVerdict::reject(message, true))
 }
 
 /// Records why `group` cannot be placed, for the object the cache holds

@@ -4541,23 +4541,6 @@ fn regression_seed_600469() {
     );
 }
 
-/// Soak seed 603109: a composite (by zone, two children by rack) was
-/// planned into a zone; another workload took the room one child's plan
-/// counted on, and the other child's members, held or kept in turn, always
-/// fixed the zone while the unit gathered and expired there, round after
-/// round, with another zone empty. A composite whose domain only gathering
-/// members fix now rejects its members once its groups no longer fit
-/// there, so it is planned again where they do.
-#[test]
-fn regression_seed_603109() {
-    harness::run_one(
-        "cluster_sim::scheduler::regression_seed_603109",
-        603109,
-        1000,
-        &simulate,
-    );
-}
-
 /// Soak seed 1002540, a gap in the below-minCount invariant: a child group
 /// deleted mid-gang and created again (a new object, two members still
 /// bound) reported `PodGroupInitiallyScheduled=False` when a fault struck

@@ -303,6 +303,18 @@ impl ClusterState {
     }
 
     /// Copies the pod's counted version into its group's member view.
+    /// Marks the assumption bind `token` made with `mark` (nothing when
+    /// the assumption is gone or another bind's), its member copy kept in
+    /// step. `mark` answers whether it changed anything.
+    fn mark_assumed(&mut self, k: &Key, token: u64, mark: impl FnOnce(&mut PodEntry) -> bool) {
+        if self.assume_tokens.get(k) == Some(&token)
+            && let Some(e) = self.assumed.get_mut(k)
+            && mark(e)
+        {
+            self.refresh_member(k);
+        }
+    }
+
     fn refresh_member(&mut self, k: &Key) {
         let Some(v) = self.assumed.get(k).or_else(|| self.pods.get(k)) else {
             return;
@@ -687,17 +699,12 @@ impl ClusterIndex {
     /// devices (`true`, before the device gate) or past them (`false`).
     /// Nothing when the assumption is gone or another bind's.
     pub fn set_awaiting_devices(&self, namespace: &str, name: &str, token: u64, awaiting: bool) {
-        let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        if s.assume_tokens.get(&k) != Some(&token) {
-            return;
-        }
-        if let Some(e) = s.assumed.get_mut(&k)
-            && e.awaiting_devices != awaiting
-        {
+        self.write().mark_assumed(&k, token, |e| {
+            let changed = e.awaiting_devices != awaiting;
             e.awaiting_devices = awaiting;
-            s.refresh_member(&k);
-        }
+            changed
+        });
     }
 
     /// Marks the assumption bind `token` made as having sent its Binding
@@ -708,12 +715,10 @@ impl ClusterIndex {
     pub fn mark_binding_sent(&self, namespace: &str, name: &str, token: u64) -> Option<String> {
         let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        if s.assume_tokens.get(&k) == Some(&token)
-            && let Some(e) = s.assumed.get_mut(&k)
-        {
+        s.mark_assumed(&k, token, |e| {
             e.binding_sent = true;
-            s.refresh_member(&k);
-        }
+            true
+        });
         s.pod_parent(namespace, name).map(str::to_owned)
     }
 
@@ -721,14 +726,11 @@ impl ClusterIndex {
     /// bind answered kube-scheduler (see [`PodEntry::unreserved`]; nothing
     /// when the assumption is gone or another bind's).
     pub fn mark_unreserved(&self, namespace: &str, name: &str, token: u64) {
-        let mut s = self.write();
         let k = (namespace.to_owned(), name.to_owned());
-        if s.assume_tokens.get(&k) == Some(&token)
-            && let Some(e) = s.assumed.get_mut(&k)
-        {
+        self.write().mark_assumed(&k, token, |e| {
             e.unreserved = true;
-            s.refresh_member(&k);
-        }
+            true
+        });
     }
 
     /// Drops an assumption (the bind failed), whichever bind made it.

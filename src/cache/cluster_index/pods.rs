@@ -302,7 +302,6 @@ impl ClusterState {
         self.refresh_member(k);
     }
 
-    /// Copies the pod's counted version into its group's member view.
     /// Marks the assumption bind `token` made with `mark` (nothing when
     /// the assumption is gone or another bind's), its member copy kept in
     /// step. `mark` answers whether it changed anything.
@@ -315,6 +314,7 @@ impl ClusterState {
         }
     }
 
+    /// Copies the pod's counted version into its group's member view.
     fn refresh_member(&mut self, k: &Key) {
         let Some(v) = self.assumed.get(k).or_else(|| self.pods.get(k)) else {
             return;

@@ -2104,6 +2104,8 @@ impl World {
                 .as_str()
                 .map(str::to_owned)
         };
+        // The cpu a node has free, by the API server's truth.
+        let free_cpu = |node: &str| NODE_CPU.saturating_sub(used.get(node).copied().unwrap_or(0));
         // Whether the schedulable nodes in the domain fixed by `bound` have
         // room for `count` pods of `cpu` (each with a device when `dra`).
         let room_in = |key: &str, bound: &[&str], cpu: u64, dra: bool, count: usize| -> bool {
@@ -2118,7 +2120,7 @@ impl World {
                         && label(n, key).as_deref() == Some(value.as_str())
                 })
                 .map(|(n, _)| {
-                    let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
+                    let free = free_cpu(n);
                     let by_cpu = usize::try_from(free / cpu.max(1)).unwrap_or(usize::MAX);
                     if dra {
                         by_cpu.min(api.free_devices(n, &taken).len())
@@ -2174,7 +2176,7 @@ impl World {
                     if dra { by_cpu.min(devices) } else { by_cpu }
                 };
                 let devices = api.free_devices(n, &taken).len();
-                let free = NODE_CPU.saturating_sub(used.get(n.as_str()).copied().unwrap_or(0));
+                let free = free_cpu(n);
                 let mut fits = slots(free, devices);
                 // DynamicResources' Filter answers UnschedulableAndUnresolvable
                 // where no device is free, so preemption never runs on such a
@@ -2281,12 +2283,8 @@ impl World {
                         .map(|(n, _)| n.as_str())
                         .collect();
                     for n in &nodes {
-                        free.entry(n).or_insert_with(|| {
-                            (
-                                NODE_CPU.saturating_sub(used.get(n).copied().unwrap_or(0)),
-                                api.free_devices(n, &taken).len(),
-                            )
-                        });
+                        free.entry(n)
+                            .or_insert_with(|| (free_cpu(n), api.free_devices(n, &taken).len()));
                     }
                     wanted.extend((0..missing).map(|_| (g.cpu, nodes.clone())));
                     joint.push(i);

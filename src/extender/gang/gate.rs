@@ -191,7 +191,8 @@ pub fn filter_gate_for(
         match remaining_fit(snap, planner, &levels, &domain, this, returning, now) {
             RemainingFit::Fits => {
                 planner.followed(&groups);
-                return GroupVerdict { wide: None, domain };
+                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
+                    .unwrap_or(GroupVerdict { wide: None, domain });
             }
             // kube-scheduler sent a sample of the nodes (its
             // percentageOfNodesToScore) that misses the group's domain:
@@ -213,7 +214,8 @@ pub fn filter_gate_for(
                     dropped_missed = true;
                     continue;
                 }
-                return GroupVerdict { wide: None, domain };
+                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
+                    .unwrap_or(GroupVerdict { wide: None, domain });
             }
             RemainingFit::Short { .. } if from_plan && !replanned => {
                 // Room was taken since the plan was made: plan again once.
@@ -237,7 +239,8 @@ pub fn filter_gate_for(
                 ) =>
             {
                 planner.followed(&groups);
-                return GroupVerdict { wide: None, domain };
+                return held_where_it_cannot_complete(snap, planner, &levels, name, now)
+                    .unwrap_or(GroupVerdict { wide: None, domain });
             }
             RemainingFit::Short {
                 placed,
@@ -270,6 +273,115 @@ pub fn filter_gate_for(
             }
         }
     }
+}
+
+/// A CompositePodGroup unit whose domain only members still gathering
+/// fix (assumed by binds held or kept for the unit; none bound), where
+/// its groups can no longer complete while the whole unit, those members
+/// moved too, fits in another domain as the cluster stands: the room one
+/// of its groups needs was taken after the plan was made. Its members are
+/// rejected, so none comes back to hold the domain: once the held ones are
+/// released at the end of the wait, nothing fixes it and the unit is
+/// planned again where it fits (simulation seed 603109: a child was kept
+/// in a zone its sibling no longer fitted, its members held in turn so one
+/// always fixed the zone, and the composite gathered and expired there
+/// round after round while another zone stood empty). `None`: the pod may
+/// pass. A unit with a member bound stays where it is, and so does a unit
+/// that fits nowhere else as the cluster stands: its members are held
+/// where they are while kube-scheduler preempts for its siblings (seed
+/// 1002957: a top-priority composite that fitted no zone without
+/// preemption, let go, never preempted).
+fn held_where_it_cannot_complete(
+    snap: &ClusterState,
+    planner: &GangPlanner,
+    levels: &[Level],
+    name: &str,
+    now: Instant,
+) -> Option<GroupVerdict> {
+    let level = &levels[unit_of(levels)?];
+    let unit = &level.group;
+    // A unit without a topology of its own has no domain to be held in.
+    let key = level.spec.topology.as_deref().filter(|_| unit.composite)?;
+    let mut leaves_under = Vec::new();
+    leaves(snap, unit, 0, snap.any_departed(), &mut leaves_under);
+    let mut gathering = false;
+    let mut every_member: Vec<&Amounts> = Vec::new();
+    for leaf in &leaves_under {
+        for (member, p) in snap.member_pods(&leaf.namespace, &leaf.name) {
+            if p.terminal {
+                continue;
+            }
+            every_member.push(p.requests.as_ref().unwrap_or(&NO_REQUESTS));
+            if p.node.is_none() {
+                continue;
+            }
+            if !snap.is_assumed(&leaf.namespace, member) {
+                return None;
+            }
+            gathering = true;
+        }
+    }
+    if !gathering {
+        return None;
+    }
+    let ix = snap.domain_index(key);
+    let Ok(Some(held)) = fixed_domain(snap, unit, key, &ix) else {
+        return None;
+    };
+    let axes = ResourceAxes::of(snap, every_member);
+    let tree = build_tree(snap, unit, &axes, None, Counting::AsPlaced, 0)?;
+    let moved = build_tree(snap, unit, &axes, None, Counting::Moved, 0)?;
+    let own: BTreeSet<GroupRef> = tree_of(snap, unit).into_iter().collect();
+    let namespace = levels[0].group.namespace.as_str();
+    let elsewhere = planner.with_plans(|plans| {
+        let mut free = FreeRooms::new(snap, &axes, false);
+        reserve_others(snap, plans, &own, &axes, &mut free, None, now);
+        hold_nominated(
+            snap,
+            &axes,
+            &mut free,
+            || floor_of(snap, namespace, name),
+            |k, p| planned_member(plans, &own, k, p, now),
+        );
+        let within = ancestor_bounds(snap, plans, unit);
+        let mark = free.mark();
+        let completes = tree
+            .place(&within, &mut free, &mut Vec::new(), None)
+            .is_some_and(|trial| trial.satisfied);
+        free.rollback(mark);
+        if completes {
+            return None;
+        }
+        // Its members' room in the held domain is not counted: it is
+        // another domain the unit would move to.
+        ix.domains()
+            .map(|(value, _)| value)
+            .filter(|value| *value != held)
+            .find(|value| {
+                let mark = free.mark();
+                let fits = moved
+                    .place_in(
+                        Some(value),
+                        &within.with(Arc::clone(&ix), value),
+                        &mut free,
+                        &mut Vec::new(),
+                        None,
+                    )
+                    .is_some_and(|trial| trial.satisfied);
+                free.rollback(mark);
+                fits
+            })
+            .map(str::to_owned)
+    })?;
+    let message = format!(
+        "{unit}: its groups no longer fit in the {key} domain its members waiting for quorum hold ({held}), and they fit in {elsewhere}; retry it once they are released"
+    );
+    note(snap, planner, unit, &message);
+    // Its plans name the held domain: followed, they would let the next
+    // member in there again once the held ones are released (seed
+    // 1002957: each round's first member followed the plan back in).
+    planner.forget(own);
+    Some(GroupVerdict::reject(message, true))
 }
 
 /// Records why `group` cannot be placed, for the object the cache holds
@@ -687,7 +799,7 @@ pub(super) fn make_plan(
             shape: axes.shape(requests),
         })
     });
-    let Some(tree) = build_tree(snap, root, &axes, this, 0) else {
+    let Some(tree) = build_tree(snap, root, &axes, this, Counting::AsPlaced, 0) else {
         return Err((format!("waiting for {root} to exist"), true));
     };
     let bounds = DomainBounds(

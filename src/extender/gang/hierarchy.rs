@@ -562,6 +562,31 @@ pub(super) fn leaf_need<'s>(
     (reqs, required)
 }
 
+/// [`leaf_need`] as if none of the leaf's members were placed: every
+/// member that is not terminal is still to place, and the gang needs its
+/// `minCount` of them ([`Counting::Moved`]).
+pub(super) fn leaf_need_moved<'s>(
+    snap: &'s ClusterState,
+    r: &GroupRef,
+) -> (Vec<(&'s Amounts, AllowedNodes)>, usize) {
+    let mut reqs: Vec<(&'s Amounts, AllowedNodes)> = snap
+        .member_pods(&r.namespace, &r.name)
+        .filter(|(_, p)| !p.terminal)
+        .map(|(_, p)| {
+            (
+                p.requests.as_ref().unwrap_or(&NO_REQUESTS),
+                eligible(snap, p),
+            )
+        })
+        .collect();
+    let required = match spec_of(snap, r).map(|s| s.policy) {
+        Some(Policy::Gang(n)) => n.min(reqs.len()),
+        _ => 0,
+    };
+    reqs.sort_by(|a, b| b.0.cmp(a.0));
+    (reqs, required)
+}
+
 /// Fingerprint of a group's chain (itself and its parents, with specs): a
 /// plan made under other specs is stale.
 pub(super) fn token(levels: &[Level]) -> u64 {

@@ -545,6 +545,18 @@ pub(super) fn trial_leaf(
     })
 }
 
+/// How a tree counts the members already on nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counting {
+    /// As they are: placed members fix their domains and count toward
+    /// quorum; the tree needs what is not placed yet.
+    AsPlaced,
+    /// As if every member were still to place: no domain fixed, no quorum
+    /// met, every member that is not terminal in the demand (a unit whose
+    /// members only gather, moved whole: [`super::gate`]'s held check).
+    Moved,
+}
+
 /// A group's subtree prepared for simulation (`None`: the group is gone,
 /// or its placed members are in an unknown or conflicting domain).
 pub(super) fn build_tree(
@@ -552,6 +564,7 @@ pub(super) fn build_tree(
     r: &GroupRef,
     dims: &ResourceAxes,
     this: FilteredPod<'_, '_>,
+    counting: Counting,
     depth: usize,
 ) -> Option<GroupTree> {
     let spec = spec_of(snap, r)?;
@@ -561,28 +574,31 @@ pub(super) fn build_tree(
         .map(|k| (k.clone(), snap.domain_index(k)));
     // Members in an unknown or conflicting domain: the group cannot be
     // placed anywhere (filter reports why for the pod's own chain).
-    let fixed = match &key {
-        Some((k, ix)) => fixed_domain(snap, r, k, ix).ok()?,
-        None => None,
+    let fixed = match (&key, counting) {
+        (Some((k, ix)), Counting::AsPlaced) => fixed_domain(snap, r, k, ix).ok()?,
+        _ => None,
     };
     let (kind, largest) = if r.composite {
         let mut kids: Vec<GroupTree> = if depth < MAX_DEPTH {
             children(snap, r)
                 .iter()
-                .filter_map(|c| build_tree(snap, c, dims, this, depth + 1))
+                .filter_map(|c| build_tree(snap, c, dims, this, counting, depth + 1))
                 .collect()
         } else {
             Vec::new()
         };
         // Biggest demand first.
         kids.sort_by_key(|t| std::cmp::Reverse(t.demand()));
-        let satisfied_already = children(snap, r)
-            .iter()
-            .filter(|c| {
-                let (h, n) = tally(snap, c, QuorumCount::Placed, depth + 1);
-                h >= n
-            })
-            .count();
+        let satisfied_already = match counting {
+            Counting::AsPlaced => children(snap, r)
+                .iter()
+                .filter(|c| {
+                    let (h, n) = tally(snap, c, QuorumCount::Placed, depth + 1);
+                    h >= n
+                })
+                .count(),
+            Counting::Moved => 0,
+        };
         let need = match spec.policy {
             Policy::Gang(n) => n.saturating_sub(satisfied_already),
             Policy::Basic => 0,
@@ -601,7 +617,10 @@ pub(super) fn build_tree(
             largest,
         )
     } else {
-        let (reqs, required) = leaf_need(snap, r, this);
+        let (reqs, required) = match counting {
+            Counting::AsPlaced => leaf_need(snap, r, this),
+            Counting::Moved => leaf_need_moved(snap, r),
+        };
         let need = Demand::new(dims, &reqs, required);
         let largest = need.largest.clone();
         (GroupTreeKind::Leaf(need), largest)

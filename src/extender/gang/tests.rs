@@ -904,3 +904,105 @@ fn room_freed_by_preemption_counts_only_the_free_devices() {
     assert!(v.wide.is_none(), "{:?}", v.wide);
     assert_eq!(v.domain(), [("rack".to_owned(), "r1".to_owned())]);
 }
+
+/// A composite whose domain only members still gathering fix (assumed,
+/// none bound) rejects its members once its groups no longer fit there
+/// and the whole unit fits in another domain, so none comes back to hold
+/// the domain and the unit is planned again where it fits; fitting
+/// nowhere else, or with a member bound, it stays. Composite `root` (gang of
+/// 2, by zone) over `a` and `b` (gangs of 2, by rack); zone-1 has racks r1
+/// (n1) and r2 (n2), 2 cpu each; `a-0` is assumed on n1. (Simulation seed
+/// 603109: a child was held in a zone where its sibling no longer fitted,
+/// its members held in turn so one always fixed the zone, and the
+/// composite gathered and expired there round after round while another
+/// zone stood empty.)
+#[test]
+fn a_composite_held_where_its_groups_no_longer_fit_lets_its_members_go() {
+    let c = ClusterIndex::new();
+    for (n, z, r) in [
+        ("n1", "zone-1", "r1"),
+        ("n2", "zone-1", "r2"),
+        ("n3", "zone-2", "r3"),
+        ("n4", "zone-2", "r4"),
+    ] {
+        c.apply_node(
+            &testkit::node(n)
+                .label("zone", z)
+                .label("rack", r)
+                .allocatable("2", "8Gi")
+                .typed(),
+        );
+    }
+    c.apply_composite(
+        &level(
+            testkit::composite("root").namespace("ns").topology("zone"),
+            true,
+            2,
+            None,
+        )
+        .typed(),
+    );
+    c.apply_pod_group(&rack_gang("a", 2, Some("root")));
+    c.apply_pod_group(&rack_gang("b", 2, Some("root")));
+    for (p, g) in [("a-0", "a"), ("a-1", "a"), ("b-0", "b"), ("b-1", "b")] {
+        c.apply_pod(&pod(p, g, None));
+    }
+    assert!(c.assume("ns", "a-0", "a-0-uid", "n1"));
+    let planner = GangPlanner::new();
+    let now = tokio::time::Instant::now();
+    let gate_for = |name: &str, group: &str| {
+        let p = pod(name, group, None);
+        let req = crate::pods::fit::pod_requests(p.spec.as_ref().expect("spec")).expect("req");
+        filter_gate_for(
+            &c.read(),
+            &planner,
+            &p,
+            &req,
+            &["n1", "n2", "n3", "n4"],
+            false,
+            now,
+        )
+    };
+    let gate = || gate_for("a-1", "a");
+    // b is planned into r2, and a-1 goes to a-0's rack.
+    let b = GroupRef::group("ns", "b");
+    assert_eq!(gate_for("b-0", "b").domain()[1].1, "r2");
+    assert_eq!(planner.planned(&b).as_deref(), Some("r2"));
+    let fits = gate();
+    assert!(fits.wide.is_none(), "{:?}", fits.wide);
+    assert_eq!(
+        fits.domain(),
+        [
+            ("zone".to_owned(), "zone-1".to_owned()),
+            ("rack".to_owned(), "r1".to_owned())
+        ]
+    );
+    // Another pod takes a cpu of r2: b fits nowhere in zone-1. Pods of
+    // its own priority take a cpu of each zone-2 node too: the unit fits
+    // nowhere else as the cluster stands, so its members stay held where
+    // they are (kube-scheduler's preemption is its way in).
+    for (p, n) in [("y3", "n3"), ("y4", "n4")] {
+        c.apply_pod(&testkit::pod(p).namespace("ns").on_node(n).typed());
+    }
+    c.apply_pod(&testkit::pod("x").namespace("ns").on_node("n2").typed());
+    let stays = gate();
+    assert!(stays.wide.is_none(), "{:?}", stays.wide);
+    assert_eq!(stays.domain()[0], ("zone".to_owned(), "zone-1".to_owned()));
+    // Zone-2 is free again: the unit, a-0 moved too, fits there.
+    for p in ["y3", "y4"] {
+        c.delete_pod("ns", p);
+    }
+    assert_eq!(planner.planned(&b).as_deref(), Some("r2"));
+    let held = gate().wide.expect("the unit no longer completes in zone-1");
+    // Its plans name zone-1's racks: they go too, so no member follows
+    // them back.
+    assert_eq!(planner.planned(&b), None);
+    assert_eq!(
+        held.message,
+        "composite pod group ns/root: its groups no longer fit in the zone domain its members waiting for quorum hold (zone-1), and they fit in zone-2; retry it once they are released"
+    );
+    assert!(held.unresolvable);
+    // a-0 bound there: the domain is the unit's for good, and a-1 passes.
+    c.apply_pod(&pod("a-0", "a", Some("n1")));
+    assert!(gate().wide.is_none());
+}

@@ -4554,3 +4554,37 @@ fn regression_seed_1002540() {
         &simulate,
     );
 }
+
+/// Soak seed 603109: a composite (by zone, two children by rack) was
+/// planned into a zone; another workload took the room one child's plan
+/// counted on, and the other child's members, held or kept in turn, always
+/// fixed the zone while the unit gathered and expired there, round after
+/// round, with another zone empty. A composite whose domain only gathering
+/// members fix now rejects its members once its groups no longer fit
+/// there and the whole unit fits in another domain, so it is planned again
+/// where it fits.
+#[test]
+fn regression_seed_603109() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_603109",
+        603109,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 1002957 (found on a first fix of 603109): a top-priority
+/// composite that fitted no zone without preemption was let go from the
+/// zone its members held, round after round, and never preempted. It is
+/// now let go only when it fits in another domain as the cluster stands,
+/// and its plans go with it, so the next member does not follow them back
+/// into the held domain.
+#[test]
+fn regression_seed_1002957() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1002957",
+        1002957,
+        1000,
+        &simulate,
+    );
+}

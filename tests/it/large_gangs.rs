@@ -259,7 +259,10 @@ fn bound_in_store(s: &Served) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_larger_than_the_default_connection_limit_binds() {
-    let defaults = flags(&[]);
+    // The default connection limit, and a gang wait long enough that a
+    // slow or busy machine delivering 1,100 members does not expire it:
+    // the test is about connections, not the wait (20s by default).
+    let defaults = flags(&["--gang-wait", "120s"]);
     assert_eq!(defaults.max_connections, 1024);
     let size = 1100;
     let (objects, nodes) = gang_cluster(20, size as u32, size);

@@ -277,9 +277,10 @@ pub fn filter_gate_for(
 
 /// A CompositePodGroup unit whose domain only members still gathering
 /// fix (assumed by binds held or kept for the unit; none bound), where
-/// its groups can no longer complete while the whole unit, those members
-/// moved too, fits in another domain as the cluster stands: the room one
-/// of its groups needs was taken after the plan was made. Its members are
+/// too few of its groups still fit to complete it ([`enough_children_fit`])
+/// while the whole unit, those members moved too, fits in another domain
+/// as the cluster stands: the room one of its groups needs was taken after
+/// the plan was made. Its members are
 /// rejected, so none comes back to hold the domain: once the held ones are
 /// released at the end of the wait, nothing fixes it and the unit is
 /// planned again where it fits (simulation seed 603109: a child was kept
@@ -344,12 +345,7 @@ fn held_where_it_cannot_complete(
             |k, p| planned_member(plans, &own, k, p, now),
         );
         let within = ancestor_bounds(snap, plans, unit);
-        let mark = free.mark();
-        let completes = tree
-            .place(&within, &mut free, &mut Vec::new(), None)
-            .is_some_and(|trial| trial.satisfied);
-        free.rollback(mark);
-        if completes {
+        if enough_children_fit(snap, &tree, &within.with(Arc::clone(&ix), &held), &mut free) {
             return None;
         }
         // Its members' room in the held domain is not counted: it is
@@ -382,6 +378,59 @@ fn held_where_it_cannot_complete(
     // 1002957: each round's first member followed the plan back in).
     planner.forget(own);
     Some(GroupVerdict::reject(message, true))
+}
+
+/// Whether enough children of a composite's `tree` to meet its quorum
+/// each fit `within` on their own, after what its other children whose
+/// placed members fix their domains still need there (nothing committed).
+/// The children that are free to move are not packed together: such a
+/// packing is the planner's guess, and kube-scheduler packs members its
+/// own way (simulation seed 1100518: a unit whose children fitted its zone
+/// together only as the planner packed them was let go, planned back into
+/// the same zone, and let go again, round after round, where it had
+/// completed before). A child that does not fit even so shows the unit
+/// cannot complete there.
+fn enough_children_fit(
+    snap: &ClusterState,
+    tree: &GroupTree,
+    within: &DomainBounds,
+    free: &mut FreeRooms<'_>,
+) -> bool {
+    let GroupTreeKind::Composite { children, need } = &tree.kind else {
+        return true;
+    };
+    let fitting = children
+        .iter()
+        .enumerate()
+        // Children at their quorum already are not in `need`.
+        .filter(|(_, c)| {
+            let (have, need) = tally(snap, &c.group, QuorumCount::Placed, 1);
+            have < need
+        })
+        .filter(|(at, c)| {
+            let mark = free.mark();
+            for (_, sibling) in children
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| i != at && s.fixed.is_some())
+            {
+                let before = free.mark();
+                if !sibling
+                    .place(within, free, &mut Vec::new(), None)
+                    .is_some_and(|trial| trial.satisfied)
+                {
+                    // A sibling that cannot complete there reserves nothing.
+                    free.rollback(before);
+                }
+            }
+            let fits = c
+                .place(within, free, &mut Vec::new(), None)
+                .is_some_and(|trial| trial.satisfied);
+            free.rollback(mark);
+            fits
+        })
+        .count();
+    fitting >= *need
 }
 
 /// Records why `group` cannot be placed, for the object the cache holds

@@ -345,7 +345,16 @@ fn held_where_it_cannot_complete(
             |k, p| planned_member(plans, &own, k, p, now),
         );
         let within = ancestor_bounds(snap, plans, unit);
-        if enough_children_fit(snap, &tree, &within.with(Arc::clone(&ix), &held), &mut free) {
+        // It completes there packed as the planner packs it, or enough of
+        // its children fit on their own.
+        let mark = free.mark();
+        let packed = tree
+            .place(&within, &mut free, &mut Vec::new(), None)
+            .is_some_and(|trial| trial.satisfied);
+        free.rollback(mark);
+        if packed
+            || enough_children_fit(snap, &tree, &within.with(Arc::clone(&ix), &held), &mut free)
+        {
             return None;
         }
         // Its members' room in the held domain is not counted: it is
@@ -389,7 +398,9 @@ fn held_where_it_cannot_complete(
 /// together only as the planner packed them was let go, planned back into
 /// the same zone, and let go again, round after round, where it had
 /// completed before). A child that does not fit even so shows the unit
-/// cannot complete there.
+/// cannot complete there. (Reserving the fixed siblings first can block
+/// a child a packing of them all would fit: the caller tries that packing
+/// too.)
 fn enough_children_fit(
     snap: &ClusterState,
     tree: &GroupTree,

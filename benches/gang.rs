@@ -9,6 +9,10 @@
 //! - `gang/N/place`: the whole path, per group (divide by N per member).
 //! - `gang/N/decisions`: only the group logic (gate, preference, quorum),
 //!   without the 5,000-name filter loop that every pod pays.
+//! - `gang/composite-4x16/decisions`: the same for a CompositePodGroup by
+//!   zone over four gangs of 16 by rack (64 members): every member after
+//!   the first is filtered while the unit gathers, so it also pays the
+//!   check that a unit held in a domain can still complete there.
 //!
 //! A fresh PodGroup is used per iteration (the previous one's pods are
 //! forgotten and deleted outside the timed part), so every iteration plans
@@ -21,7 +25,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kruntimes_scheduler::cache::cluster_index::ClusterIndex;
 use kruntimes_scheduler::extender::types::ExtenderArgs;
 use kruntimes_scheduler::extender::{Candidates, decide_filter, decide_prioritize, gang};
-use kruntimes_scheduler::testkit::{pod, pod_group};
+use kruntimes_scheduler::testkit::{composite, pod, pod_group};
 use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -57,6 +61,45 @@ fn setup(cache: &ClusterIndex, group: &str, n: usize) -> Vec<Pod> {
         cache.apply_pod(p);
     }
     pods
+}
+
+/// A CompositePodGroup `name` by zone (all `children` needed) over
+/// `children` gangs of `per` by rack; returns the pods, child by child.
+fn setup_composite(cache: &ClusterIndex, name: &str, children: usize, per: usize) -> Vec<Pod> {
+    let c = composite(name)
+        .namespace("bench")
+        .gang(children as u32)
+        .topology("topology.kubernetes.io/zone");
+    cache.apply_composite(&c.typed());
+    let mut pods = Vec::new();
+    for k in 0..children {
+        let group = format!("{name}-{k}");
+        let g = pod_group(&group)
+            .namespace("bench")
+            .gang(per as u32)
+            .topology("topology.kubernetes.io/rack")
+            .parent(name);
+        cache.apply_pod_group(&g.typed());
+        for i in 0..per {
+            let p = member(&group, i);
+            cache.apply_pod(&p);
+            pods.push(p);
+        }
+    }
+    pods
+}
+
+fn teardown_composite(cache: &ClusterIndex, name: &str, children: usize, pods: &[Pod]) {
+    for k in 0..children {
+        let group = format!("{name}-{k}");
+        let mine: Vec<Pod> = pods
+            .iter()
+            .filter(|p| gang::group_of(p).is_some_and(|(_, g)| g == group))
+            .cloned()
+            .collect();
+        teardown(cache, &group, &mine);
+    }
+    cache.delete_composite("bench", name);
 }
 
 fn teardown(cache: &ClusterIndex, group: &str, pods: &[Pod]) {
@@ -206,6 +249,22 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    let (children, per) = (4usize, 16usize);
+    group.bench_function(format!("composite-{children}x{per}/decisions"), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                seq += 1;
+                let c = format!("c{seq}");
+                let pods = setup_composite(&cache, &c, children, per);
+                let start = Instant::now();
+                decisions(&cache, &pods, &refs);
+                total += start.elapsed();
+                teardown_composite(&cache, &c, children, &pods);
+            }
+            total
+        })
+    });
     group.finish();
 }
 

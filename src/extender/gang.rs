@@ -42,9 +42,9 @@ mod simulation;
 
 pub use gate::{GroupVerdict, drop_plans, filter_gate, filter_gate_for};
 pub use hierarchy::{
-    AllowedNodes, Level, Policy, Quorum, Spec, bounded, chain, chain_from, group_of,
-    outside_fixed_domain, placed, quorum, spec_of, surplus, surplus_message,
-    surplus_while_gathering, tree_of,
+    AllowedNodes, Level, Policy, Quorum, Spec, bounded, chain, chain_from,
+    completes_released_group, group_of, outside_fixed_domain, placed, quorum, spec_of, surplus,
+    surplus_message, surplus_while_gathering, tree_of,
 };
 pub use planner::{GangPlanner, PLAN_TTL, Plan, Plans};
 pub use preemption::preemption_nodes;

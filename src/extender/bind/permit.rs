@@ -318,6 +318,20 @@ impl Table {
         self.count = self.units.values().map(Unit::members).sum::<usize>() + self.reserved.len();
     }
 
+    /// Takes a member out of its reservation and its unit's held and kept
+    /// members (the unit goes if that leaves it empty).
+    fn leave(&mut self, unit: &GroupRef, m: &Member) {
+        self.reserved.remove(m);
+        if let Some(u) = self.units.get_mut(unit) {
+            u.held.remove(m);
+            u.kept.remove(m);
+            if u.members() == 0 {
+                self.units.remove(unit);
+            }
+        }
+        self.recount();
+    }
+
     /// Drops a member's reservation, or its place among its unit's kept
     /// members; the unit goes if that leaves it empty (nothing is coming
     /// back to it). Other units are untouched: one emptied for a moment by
@@ -672,18 +686,17 @@ impl Gangs {
                 return Ok(Held::Free);
             };
             if !q.reached && q.unit.composite && gang::surplus(&nodes.read(), namespace, pod) {
-                t.reserved.remove(&member);
-                if let Some(u) = t.units.get_mut(&q.unit) {
-                    u.held.remove(&member);
-                    u.kept.remove(&member);
-                    if u.members() == 0 {
-                        t.units.remove(&q.unit);
-                    }
-                }
-                t.recount();
+                t.leave(&q.unit, &member);
                 return Err(Round::Failed(HoldFailure::Surplus(surplus_message(
                     &q.unit, q.have, q.need, namespace, pod, nodes,
                 ))));
+            }
+            // Its own group was released once and it completes it: bound,
+            // it repairs the group; held for the unit, it would leave the
+            // group below its minCount.
+            if !q.reached && gang::completes_released_group(&nodes.read(), namespace, pod) {
+                t.leave(&q.unit, &member);
+                return Ok(Held::Free);
             }
             if q.reached {
                 let now = Instant::now();

@@ -345,6 +345,37 @@ pub fn surplus(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
     m.placed.len() - m.awaiting - usize::from(counted) >= need
 }
 
+/// Whether pod `namespace/pod` brings its own PodGroup to its `minCount`
+/// (it is not [`surplus`]), and another member of that group is bound
+/// already (not only assumed): the group was released once, by a quorum
+/// its unit reached, and the unit has since fallen short (a fault took a
+/// member of a sibling). Held back for the unit again, the pod would leave
+/// its own group bound below its minCount (simulation seed 1403240: a
+/// member kept when its composite reached quorum came back to bind after a
+/// drain evicted a sibling's member, was held for the composite, and was
+/// released when the wait expired, its group bound 1 of 2).
+pub fn completes_released_group(snap: &ClusterState, namespace: &str, pod: &str) -> bool {
+    let Some(p) = snap.pod(namespace, pod) else {
+        return false;
+    };
+    let Some(group) = p.group.as_deref() else {
+        return false;
+    };
+    let Some(Policy::Gang(need)) =
+        spec_of(snap, &GroupRef::group(namespace, group)).map(|s| s.policy)
+    else {
+        return false;
+    };
+    if surplus(snap, namespace, pod) {
+        return false;
+    }
+    let m = members(snap, namespace, group, None);
+    m.placed.len() - m.awaiting >= need
+        && snap.member_pods(namespace, group).any(|(name, q)| {
+            name != pod && q.node.is_some() && !q.terminal && !snap.is_assumed(namespace, name)
+        })
+}
+
 /// The quorum of a member that would only take room from its unit's other
 /// groups: its unit is a CompositePodGroup still gathering, and its own
 /// PodGroup has its minCount without it ([`surplus`]). `None` otherwise.

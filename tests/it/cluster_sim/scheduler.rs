@@ -4605,3 +4605,19 @@ fn regression_seed_1100518() {
         &simulate,
     );
 }
+
+/// Soak seed 1403240: a member kept when its composite reached quorum came
+/// back to bind after a drain evicted a sibling group's member; it was held
+/// for the composite again and released when the wait expired, leaving its
+/// own group (which no fault struck) bound 1 of 2. A member that completes
+/// its own group, another member of which is bound already, is no longer
+/// held for its unit.
+#[test]
+fn regression_seed_1403240() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1403240",
+        1403240,
+        1000,
+        &simulate,
+    );
+}

@@ -1814,3 +1814,32 @@ async fn a_bind_outside_the_domain_its_gang_s_placed_members_fix_is_refused() {
     );
     binder.bind(&to("a")).await.expect("inside r0");
 }
+
+/// 1403240: a member that completes its own PodGroup, another member of
+/// which is bound already, binds without waiting for its composite's
+/// quorum: the group was released once, and held back for the unit it
+/// would leave the group bound below its minCount. While the other member
+/// is only assumed (the unit still gathering), it is held as before.
+#[tokio::test(start_paused = true)]
+async fn a_member_completing_its_released_group_is_not_held_for_the_unit() {
+    let f = fixture(2, 2, false);
+    let nodes = &f.binder.nodes;
+    nodes.apply_composite(&composite("c", 2, None));
+    nodes.apply_pod_group(&gang("g", 2, Some("c")));
+    nodes.apply_pod_group(&gang("h", 1, Some("c")));
+    nodes.apply_pod(&pod("h0", Some("h"), &[]));
+    // p0 only assumed: the unit is gathering, p1 is held for it.
+    assert!(nodes.assume("ns", "p0", "p0-uid", "n1"));
+    let held = f.spawn("p1");
+    settle().await;
+    assert!(f.binder.permit.is_held("ns", "p1"), "p1 held for c");
+    cancel(held).await;
+    // p0 bound (its group was released): p1 completes g and binds.
+    f.watch_bound("p0", "n1");
+    let task = f.spawn("p1");
+    settle().await;
+    assert!(task.is_finished(), "p1 is not held");
+    task.await.expect("task").expect("bound");
+    assert!(!f.binder.permit.is_held("ns", "p1"));
+    assert_eq!(f.binder.permit.units(), 0, "no unit left waiting");
+}

@@ -275,8 +275,15 @@ struct Written {
 #[derive(Debug)]
 struct WrittenTable {
     by_group: HashMap<GroupRef, Written>,
-    /// The last [`BELOW_MIN_COUNT`] condition written, per group.
+    /// The last [`BELOW_MIN_COUNT`] condition written, per group (from
+    /// when its write starts).
     short: HashMap<GroupRef, Written>,
+    /// The last [`BELOW_MIN_COUNT`] condition the API server accepted, per
+    /// group: whether a write turned it `True` (its Event) is decided on
+    /// this, not on a concurrent write still in flight (simulation seed
+    /// 1403809: the write that turned it failed, the one beside it that
+    /// landed took it for turned already, and no Event came).
+    short_accepted: HashMap<GroupRef, Written>,
     /// Writes that failed (a conflict, a 5xx, the API server away), per
     /// group the last one asked: [`Gangs::retry_writes`] asks again, so a
     /// condition never stays behind what happened because one write
@@ -294,6 +301,26 @@ struct Retry {
     status: bool,
     reason: String,
     message: String,
+}
+
+/// A [`Gangs::set_condition`] call in progress; dropped before it
+/// settles, it forgets what it took as written and leaves a retry.
+struct Unsettled<'a> {
+    gangs: &'a Gangs,
+    group: &'a GroupRef,
+    retry: Option<Retry>,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let Some(retry) = self.retry.take() else {
+            return;
+        };
+        let mut w = self.gangs.written.lock();
+        w.by_group.remove(self.group);
+        w.short.remove(self.group);
+        w.failed.entry(self.group.clone()).or_insert(retry);
+    }
 }
 
 /// The smallest size that starts a sweep.
@@ -400,6 +427,7 @@ impl Gangs {
             written: Mutex::new(WrittenTable {
                 by_group: HashMap::new(),
                 short: HashMap::new(),
+                short_accepted: HashMap::new(),
                 failed: HashMap::new(),
                 sweep_at: MIN_SWEEP,
             }),
@@ -1033,8 +1061,42 @@ impl Gangs {
     /// Writes a group's condition when it differs from what the cache shows
     /// and from the last write to that group object; never after `True`.
     /// With `only_uid`, only to the group object with that uid.
+    ///
+    /// A call dropped before it settles (the bind that made it was
+    /// cancelled mid-write) forgets what it took as written to the group
+    /// and is asked again by [`Gangs::retry_writes`], as a failed write is
+    /// (simulation seed 1403809: a cancelled bind's `BelowMinCount` write
+    /// was recorded as written, so the next one, taking the condition for
+    /// `True` already, wrote it with no Event).
     #[allow(clippy::too_many_arguments)]
     pub async fn set_condition(
+        &self,
+        nodes: &ClusterIndex,
+        writer: &dyn ClusterWriter,
+        group: &GroupRef,
+        only_uid: Option<&str>,
+        status: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let mut unsettled = Unsettled {
+            gangs: self,
+            group,
+            retry: Some(Retry {
+                only_uid: only_uid.map(str::to_owned),
+                status,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            }),
+        };
+        self.write_condition(nodes, writer, group, only_uid, status, reason, message)
+            .await;
+        unsettled.retry = None;
+    }
+
+    /// [`Gangs::set_condition`], to its end.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_condition(
         &self,
         nodes: &ClusterIndex,
         writer: &dyn ClusterWriter,
@@ -1240,14 +1302,19 @@ impl Gangs {
                 generation,
             )
         };
-        // True as the cache shows it or as this process last wrote it.
-        let was_true = current.as_ref().is_some_and(|c| c.status == "True")
-            || self
-                .written
-                .lock()
-                .short
-                .get(group)
-                .is_some_and(|p| p.uid == uid && p.status);
+        // As this process last wrote it to this object, else as the cache
+        // shows it: the watch shows a write 0-300 ms late, and a `False`
+        // written a moment ago under a cached `True` is what stands
+        // (simulation seed 1500197: a group struck again right after it
+        // was whole turned `True` again with no Event, read as not turning).
+        let mine = self
+            .written
+            .lock()
+            .short
+            .get(group)
+            .filter(|p| p.uid == uid)
+            .map(|p| p.status);
+        let was_true = mine.unwrap_or_else(|| current.as_ref().is_some_and(|c| c.status == "True"));
         // Every bind of a scheduled group passes here: nothing to say (and
         // no members to count) unless a report is up or filter failed.
         if placeable && !was_true {
@@ -1277,7 +1344,10 @@ impl Gangs {
         } else {
             return true;
         };
+        // The cache says so already, unless this process wrote otherwise
+        // since (the watch has not shown it yet).
         if let Some(c) = &current
+            && mine.is_none_or(|m| m == status)
             && (c.status == "True") == status
             && c.reason == reason
             && c.message == message
@@ -1290,15 +1360,15 @@ impl Gangs {
             reason: reason.to_owned(),
             message: message.clone(),
         };
-        let turned_true = {
+        {
             let mut w = self.written.lock();
             let prev = w.short.insert(group.clone(), want.clone());
             if prev.as_ref() == Some(&want) {
                 return true;
             }
             w.sweep(nodes);
-            status && !was_true
-        };
+        }
+        let cached_true = current.as_ref().is_some_and(|c| c.status == "True");
         let transition = match &current {
             Some(c) if (c.status == "True") == status => c.last_transition_time.clone(),
             _ => Time(k8s_openapi::jiff::Timestamp::now()),
@@ -1316,6 +1386,21 @@ impl Gangs {
             self.written.lock().short.remove(group);
             return false;
         }
+        // Turned `True` by this write: the last one the API server
+        // accepted for this object said otherwise (as the cache showed it
+        // when none did).
+        let turned_true = {
+            let prev = self
+                .written
+                .lock()
+                .short_accepted
+                .insert(group.clone(), want);
+            let before = match prev {
+                Some(p) if p.uid == uid => p.status,
+                _ => cached_true,
+            };
+            status && !before
+        };
         if turned_true {
             tracing::info!(%group, %message, "gang below minCount");
             writer
@@ -1351,6 +1436,7 @@ impl WrittenTable {
         };
         self.by_group.retain(live);
         self.short.retain(live);
+        self.short_accepted.retain(live);
         self.sweep_at = ((self.by_group.len() + self.short.len()) * 2).max(MIN_SWEEP);
     }
 }

@@ -4621,3 +4621,32 @@ fn regression_seed_1403240() {
         &simulate,
     );
 }
+
+/// Soak seed 1500197: a group struck again right after it was whole had
+/// its `kruntimes.io/BelowMinCount` turn `True` again with no Event: the
+/// `False` written a moment before was not in the cache yet, and the write
+/// was taken for no turn. Whether a write turns the condition is now
+/// decided on the last write the API server accepted.
+#[test]
+fn regression_seed_1500197() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1500197",
+        1500197,
+        1000,
+        &simulate,
+    );
+}
+
+/// Soak seed 1403809: two `BelowMinCount` writes for one group ran side by
+/// side after a leader handover; the one that turned it `True` failed
+/// (429), the one that landed took it for turned already, and no Event
+/// came. The turn is decided on the last accepted write, after the write.
+#[test]
+fn regression_seed_1403809() {
+    harness::run_one(
+        "cluster_sim::scheduler::regression_seed_1403809",
+        1403809,
+        1000,
+        &simulate,
+    );
+}

@@ -1843,3 +1843,82 @@ async fn a_member_completing_its_released_group_is_not_held_for_the_unit() {
     assert!(!f.binder.permit.is_held("ns", "p1"));
     assert_eq!(f.binder.permit.units(), 0, "no unit left waiting");
 }
+
+/// 1500197: a group whole again has `BelowMinCount=False` written, and is
+/// struck again before the watch shows that write (the cache still shows
+/// `True`): the condition turns `True` again on the API server, so its
+/// Event comes again. Whether a write turns it is decided on the last
+/// write the API server accepted, not on the cache.
+#[tokio::test(start_paused = true)]
+async fn below_min_count_turning_true_before_the_watch_shows_false_records_its_event() {
+    let nodes = ClusterIndex::new();
+    nodes.apply_node(&node("n1"));
+    let group = |short: Option<&str>| {
+        let mut g = gang("g", 2, None);
+        g.metadata.uid = Some("g-uid".into());
+        g.status = short.map(
+            |status| k8s_openapi::api::scheduling::v1beta1::PodGroupStatus {
+                conditions: Some(vec![Condition {
+                    type_: permit::BELOW_MIN_COUNT.to_owned(),
+                    status: status.to_owned(),
+                    reason: permit::UNSCHEDULABLE.to_owned(),
+                    message: "1 of 2 pods placed".to_owned(),
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                    observed_generation: None,
+                }]),
+                ..Default::default()
+            },
+        );
+        g
+    };
+    nodes.apply_pod_group(&group(None));
+    let bound = |name: &str| {
+        testkit::pod(name)
+            .namespace("ns")
+            .group("g")
+            .on_node("n1")
+            .typed()
+    };
+    nodes.apply_pod(&bound("p0"));
+    nodes.apply_pod(&bound("p1"));
+    let gangs = Gangs::with_config(GangConfig::default());
+    let writer = Recorded::default();
+    let r = GroupRef::group("ns", "g");
+    let set = |status: bool, reason: &'static str| {
+        let (gangs, nodes, writer, r) = (&gangs, &nodes, &writer, &r);
+        async move {
+            gangs
+                .set_condition(nodes, writer, r, None, status, reason, "full")
+                .await;
+        }
+    };
+    set(true, permit::SCHEDULED).await;
+    // Struck: reported, with its Event; the watch shows the condition.
+    nodes.delete_pod("ns", "p1");
+    set(false, permit::UNSCHEDULABLE).await;
+    nodes.apply_pod_group(&group(Some("True")));
+    assert_eq!(*writer.events.lock(), vec![EventReason::GangBelowMinCount]);
+    // Whole again: `False` written; the watch has not shown it yet.
+    nodes.apply_pod(&bound("p1"));
+    set(false, permit::UNSCHEDULABLE).await;
+    // Struck again at once: `True` again, and so is its Event.
+    nodes.delete_pod("ns", "p1");
+    set(false, permit::UNSCHEDULABLE).await;
+    let statuses: Vec<String> = writer
+        .conditions
+        .lock()
+        .iter()
+        .filter(|(t, _, _)| t == permit::BELOW_MIN_COUNT)
+        .map(|(_, s, _)| s.clone())
+        .collect();
+    assert_eq!(statuses, ["True", "False", "True"]);
+    assert_eq!(
+        *writer.events.lock(),
+        vec![
+            EventReason::GangBelowMinCount,
+            EventReason::GangBelowMinCount
+        ]
+    );
+}

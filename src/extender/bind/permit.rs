@@ -1064,10 +1064,10 @@ impl Gangs {
     ///
     /// A call dropped before it settles (the bind that made it was
     /// cancelled mid-write) forgets what it took as written to the group
-    /// and is asked again by [`Gangs::retry_writes`], as a failed write is
-    /// (simulation seed 1403809: a cancelled bind's `BelowMinCount` write
-    /// was recorded as written, so the next one, taking the condition for
-    /// `True` already, wrote it with no Event).
+    /// and is asked again by [`Gangs::retry_writes`], as a failed write is:
+    /// a write is recorded when it starts, so such a call used to leave
+    /// one recorded as written that never was, and never retried (seen
+    /// while tracing simulation seed 1403809).
     #[allow(clippy::too_many_arguments)]
     pub async fn set_condition(
         &self,

@@ -116,6 +116,15 @@ fn pod(name: &str, group: Option<&str>, claims: &[&str]) -> k8s_openapi::api::co
     p.typed()
 }
 
+/// Member `name` of gang `g` bound on `n1`, as the watch shows it.
+fn bound_on_n1(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    testkit::pod(name)
+        .namespace("ns")
+        .group("g")
+        .on_node("n1")
+        .typed()
+}
+
 fn gang(
     name: &str,
     min: u32,
@@ -1428,15 +1437,8 @@ async fn a_scheduled_gang_short_of_its_min_count_is_reported_once_and_cleared_wh
     let mut g = gang("g", 2, None);
     g.metadata.uid = Some("g-uid".into());
     nodes.apply_pod_group(&g);
-    let bound = |name: &str| {
-        testkit::pod(name)
-            .namespace("ns")
-            .group("g")
-            .on_node("n1")
-            .typed()
-    };
-    nodes.apply_pod(&bound("p0"));
-    nodes.apply_pod(&bound("p1"));
+    nodes.apply_pod(&bound_on_n1("p0"));
+    nodes.apply_pod(&bound_on_n1("p1"));
     let gangs = Gangs::with_config(GangConfig::default());
     let writer = Recorded::default();
     let r = GroupRef::group("ns", "g");
@@ -1496,7 +1498,7 @@ async fn a_scheduled_gang_short_of_its_min_count_is_reported_once_and_cleared_wh
     assert_eq!(*writer.events.lock(), vec![EventReason::GangBelowMinCount]);
 
     // Whole again: cleared, with no further Event.
-    nodes.apply_pod(&bound("p1"));
+    nodes.apply_pod(&bound_on_n1("p1"));
     gangs
         .set_condition(
             &nodes,
@@ -1874,15 +1876,8 @@ async fn below_min_count_turning_true_before_the_watch_shows_false_records_its_e
         g
     };
     nodes.apply_pod_group(&group(None));
-    let bound = |name: &str| {
-        testkit::pod(name)
-            .namespace("ns")
-            .group("g")
-            .on_node("n1")
-            .typed()
-    };
-    nodes.apply_pod(&bound("p0"));
-    nodes.apply_pod(&bound("p1"));
+    nodes.apply_pod(&bound_on_n1("p0"));
+    nodes.apply_pod(&bound_on_n1("p1"));
     let gangs = Gangs::with_config(GangConfig::default());
     let writer = Recorded::default();
     let r = GroupRef::group("ns", "g");
@@ -1901,7 +1896,7 @@ async fn below_min_count_turning_true_before_the_watch_shows_false_records_its_e
     nodes.apply_pod_group(&group(Some("True")));
     assert_eq!(*writer.events.lock(), vec![EventReason::GangBelowMinCount]);
     // Whole again: `False` written; the watch has not shown it yet.
-    nodes.apply_pod(&bound("p1"));
+    nodes.apply_pod(&bound_on_n1("p1"));
     set(false, permit::UNSCHEDULABLE).await;
     // Struck again at once: `True` again, and so is its Event.
     nodes.delete_pod("ns", "p1");

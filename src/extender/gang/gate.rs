@@ -331,7 +331,6 @@ fn held_where_it_cannot_complete(
     };
     let axes = ResourceAxes::of(snap, every_member);
     let tree = build_tree(snap, unit, &axes, None, Counting::AsPlaced, 0)?;
-    let moved = build_tree(snap, unit, &axes, None, Counting::Moved, 0)?;
     let own: BTreeSet<GroupRef> = tree_of(snap, unit).into_iter().collect();
     let namespace = levels[0].group.namespace.as_str();
     let elsewhere = planner.with_plans(|plans| {
@@ -357,8 +356,10 @@ fn held_where_it_cannot_complete(
         {
             return None;
         }
+        // Built only now: the common case (the unit completes) needs none.
         // Its members' room in the held domain is not counted: it is
         // another domain the unit would move to.
+        let moved = build_tree(snap, unit, &axes, None, Counting::Moved, 0)?;
         ix.domains()
             .map(|(value, _)| value)
             .filter(|value| *value != held)

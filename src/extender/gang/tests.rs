@@ -52,6 +52,21 @@ fn rack_gang(name: &str, min: u32, parent: Option<&str>) -> PodGroup {
     .typed()
 }
 
+/// Nodes of 2 cpu and 8Gi, each `(name, zone, rack)`.
+fn zoned_racks(nodes: &[(&str, &str, &str)]) -> ClusterIndex {
+    let c = ClusterIndex::new();
+    for (n, z, r) in nodes {
+        c.apply_node(
+            &testkit::node(n)
+                .label("zone", z)
+                .label("rack", r)
+                .allocatable("2", "8Gi")
+                .typed(),
+        );
+    }
+    c
+}
+
 fn group(name: &str, gang: bool, min: u32, parent: Option<&str>) -> PodGroup {
     level(testkit::pod_group(name).namespace("ns"), gang, min, parent).typed()
 }
@@ -918,21 +933,12 @@ fn room_freed_by_preemption_counts_only_the_free_devices() {
 /// zone stood empty.)
 #[test]
 fn a_composite_held_where_its_groups_no_longer_fit_lets_its_members_go() {
-    let c = ClusterIndex::new();
-    for (n, z, r) in [
+    let c = zoned_racks(&[
         ("n1", "zone-1", "r1"),
         ("n2", "zone-1", "r2"),
         ("n3", "zone-2", "r3"),
         ("n4", "zone-2", "r4"),
-    ] {
-        c.apply_node(
-            &testkit::node(n)
-                .label("zone", z)
-                .label("rack", r)
-                .allocatable("2", "8Gi")
-                .typed(),
-        );
-    }
+    ]);
     c.apply_composite(
         &level(
             testkit::composite("root").namespace("ns").topology("zone"),
@@ -1020,22 +1026,13 @@ fn a_composite_held_where_its_groups_no_longer_fit_lets_its_members_go() {
 /// it had completed before.)
 #[test]
 fn a_composite_whose_free_children_each_fit_alone_stays_where_it_is_held() {
-    let c = ClusterIndex::new();
-    for (n, z, r) in [
+    let c = zoned_racks(&[
         ("n1", "zone-1", "r1"),
         ("n2", "zone-1", "r2"),
         ("n3", "zone-2", "r3"),
         ("n4", "zone-2", "r4"),
         ("n5", "zone-2", "r5"),
-    ] {
-        c.apply_node(
-            &testkit::node(n)
-                .label("zone", z)
-                .label("rack", r)
-                .allocatable("2", "8Gi")
-                .typed(),
-        );
-    }
+    ]);
     c.apply_composite(
         &level(
             testkit::composite("root").namespace("ns").topology("zone"),
